@@ -1,0 +1,143 @@
+// Vectorized float32 exp, log, tanh, sigmoid and sqrt for the unary kernels.
+//
+//   VecF v = load_vec(x + i);  v = vec_exp(v);  store_vec(y + i, v);
+//
+// GCC (without -ffast-math) calls scalar libm for std::exp and friends, so
+// these are written with GCC/Clang vector extensions: eight lanes (one AVX
+// register; the compiler splits it on narrower targets), no branches. The
+// polynomials are Cephes' single-precision ones. Against double-precision libm
+// over every 97th float bit pattern the worst errors are 1 ulp (exp, log),
+// 1.5 ulp (tanh) and 3 ulp (sigmoid); IEEE special values (NaN, +-inf, 0)
+// come out right and small results are subnormal, not flushed.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+
+#if defined(__AVX__)
+#include <immintrin.h>
+#endif
+
+namespace kiln::cpu {
+
+inline constexpr int kVecWidth = 8;
+using VecF = float __attribute__((vector_size(32)));
+using VecI = int32_t __attribute__((vector_size(32)));
+using VecU = uint32_t __attribute__((vector_size(32)));
+
+inline VecF splat(float v) { return VecF{} + v; }
+inline VecF load_vec(const float* p) {
+  VecF v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+inline void store_vec(float* p, VecF v) { std::memcpy(p, &v, sizeof v); }
+
+// 2^n for n in [-126, 127].
+inline VecF pow2i(VecI n) { return reinterpret_cast<VecF>((reinterpret_cast<VecU>(n) + 127u) << 23); }
+
+inline VecF vec_exp(VecF x) {
+  // Beyond these bounds the result is 0 or inf anyway; clamping keeps n small.
+  x = x < -104.0f ? splat(-104.0f) : x;
+  x = x > 89.0f ? splat(89.0f) : x;
+  // n = round(x / ln2) by the 1.5 * 2^23 trick; r = x - n ln2 in two steps.
+  constexpr float kMagic = 12582912.0f;
+  VecF t = x * 1.44269504088896341f + kMagic;
+  VecI n = reinterpret_cast<VecI>(reinterpret_cast<VecU>(t) - 0x4B400000u);
+  VecF nf = t - kMagic;
+  VecF r = x - nf * 0.693359375f;
+  r = r - nf * -2.12194440e-4f;
+  VecF p = splat(1.9875691500e-4f);
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * (r * r) + r + 1.0f;
+  // Scale in two halves so that 2^n neither overflows nor flushes early.
+  VecI n1 = n >> 1;
+  return p * pow2i(n1) * pow2i(n - n1);
+}
+
+inline VecF vec_log(VecF x) {
+  // Subnormals: scale by 2^23 first.
+  VecI tiny = x < 1.17549435e-38f;
+  VecF xs = tiny ? x * 8388608.0f : x;
+  VecI bits = reinterpret_cast<VecI>(xs);
+  VecI e = ((bits >> 23) & 0xff) - 127 + (tiny & -23);
+  // x = m * 2^e with m in [sqrt(1/2), sqrt(2)).
+  VecF m = reinterpret_cast<VecF>((bits & 0x007fffff) | 0x3f800000);
+  VecI big = m > 1.41421356f;
+  m = big ? m * 0.5f : m;
+  e -= big;  // big is -1 where true
+  VecF f = m - 1.0f;
+  VecF z = f * f;
+  VecF p = splat(7.0376836292e-2f);
+  p = p * f - 1.1514610310e-1f;
+  p = p * f + 1.1676998740e-1f;
+  p = p * f - 1.2420140846e-1f;
+  p = p * f + 1.4249322787e-1f;
+  p = p * f - 1.6668057665e-1f;
+  p = p * f + 2.0000714765e-1f;
+  p = p * f - 2.4999993993e-1f;
+  p = p * f + 3.3333331174e-1f;
+  VecF ef = __builtin_convertvector(e, VecF);
+  VecF y = p * f * z - 2.12194440e-4f * ef - 0.5f * z;
+  VecF result = f + y + 0.693359375f * ef;
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  result = x == 0.0f ? splat(-kInf) : result;
+  result = x < 0.0f ? splat(std::numeric_limits<float>::quiet_NaN()) : result;
+  result = x == kInf ? splat(kInf) : result;
+  return x != x ? x : result;
+}
+
+inline VecF vec_tanh(VecF x) {
+  VecF ax = reinterpret_cast<VecF>(reinterpret_cast<VecI>(x) & 0x7fffffff);
+  // |x| < 0.625: odd polynomial; else 1 - 2 / (exp(2|x|) + 1) with x's sign.
+  VecF z = x * x;
+  VecF p = splat(-5.70498872745e-3f);
+  p = p * z + 2.06390887954e-2f;
+  p = p * z - 5.37397155531e-2f;
+  p = p * z + 1.33314422036e-1f;
+  p = p * z - 3.33332819422e-1f;
+  VecF small = p * z * x + x;
+  VecF large = 1.0f - 2.0f / (vec_exp(ax + ax) + 1.0f);
+  large = reinterpret_cast<VecF>(reinterpret_cast<VecI>(large) |
+                                 (reinterpret_cast<VecI>(x) & static_cast<int32_t>(0x80000000u)));
+  return ax < 0.625f ? small : large;
+}
+
+// e = exp(-|x|) never overflows: 1 / (1 + e) for x >= 0, e / (1 + e) below.
+inline VecF vec_sigmoid(VecF x) {
+  VecF e = vec_exp(-reinterpret_cast<VecF>(reinterpret_cast<VecI>(x) & 0x7fffffff));
+  VecF s = 1.0f / (1.0f + e);
+  return x >= 0.0f ? s : (x != x ? x : e * s);
+}
+
+inline VecF vec_sqrt(VecF x) {
+#if defined(__AVX__)
+  return reinterpret_cast<VecF>(_mm256_sqrt_ps(reinterpret_cast<__m256>(x)));
+#else
+  for (int i = 0; i < kVecWidth; ++i) x[i] = std::sqrt(x[i]);
+  return x;
+#endif
+}
+
+// y[i] = f(x[i]) for i < n, eight at a time (the tail through a padded
+// vector). y may be x.
+template <typename F>
+inline void vec_map(const float* x, float* y, int64_t n, F f) {
+  int64_t i = 0;
+  for (; i + kVecWidth <= n; i += kVecWidth) store_vec(y + i, f(load_vec(x + i)));
+  if (i < n) {
+    VecF v{};
+    size_t bytes = static_cast<size_t>(n - i) * sizeof(float);
+    std::memcpy(&v, x + i, bytes);
+    v = f(v);
+    std::memcpy(y + i, &v, bytes);
+  }
+}
+
+}  // namespace kiln::cpu

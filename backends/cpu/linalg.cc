@@ -1,0 +1,247 @@
+// CPU kernels of the linalg family: dot and batch_dot.
+//
+// float32 products run on oneDNN's matmul primitive, wrapping the operands'
+// storage without copies (transposes become strides). Creating a primitive
+// costs tens of microseconds, so primitives are cached per (dtype, batch, m,
+// k, n, transposes, threads) for the life of the process; the cache is shared
+// by all engine workers (a mutex guards lookups; a primitive is executed
+// concurrently only with a per-call scratchpad, which each thread keeps).
+//
+// oneDNN (built with OpenMP) runs on omp_get_max_threads() threads, a per-
+// thread setting in libgomp: each call sets it to the engine's thread count
+// for the device (RunContext::num_threads) first. The thread count is part of
+// the cache key because oneDNN fixes its work split when creating a primitive.
+//
+// float64 and integer products, vector . vector, and tiny float32 products
+// (where a oneDNN call costs more than the arithmetic) use the loops below.
+// Integer products wrap (computed in the unsigned type of the same width).
+#include <omp.h>
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <type_traits>
+#include <unordered_map>
+#include <vector>
+
+#include "backends/cpu/parallel.h"
+#include "ir/ops/linalg.h"
+#include "runtime/kernel.h"
+
+namespace kiln {
+namespace {
+
+// Below this many multiply-adds a float32 product uses the loops (measured: a
+// cached oneDNN call costs a few microseconds).
+constexpr int64_t kSmallProduct = 8 * 1024;
+
+// ---- oneDNN matmul with a primitive cache
+
+struct MatmulKey {
+  DType dtype;
+  int64_t batch, m, k, n;
+  bool ta, tb;
+  int threads;
+  bool operator==(const MatmulKey&) const = default;
+};
+
+struct MatmulKeyHash {
+  size_t operator()(const MatmulKey& key) const {
+    size_t h = static_cast<size_t>(key.dtype) * 0x9e3779b97f4a7c15ull;
+    for (int64_t v : {key.batch, key.m, key.k, key.n, int64_t{key.ta}, int64_t{key.tb}, int64_t{key.threads}})
+      h ^= std::hash<int64_t>{}(v) + 0x9e3779b9 + (h << 6) + (h >> 2);
+    return h;
+  }
+};
+
+struct MatmulPlan {
+  dnnl::matmul primitive;
+  dnnl::memory::desc src, weights, dst;
+  size_t scratchpad_bytes = 0;
+};
+
+const dnnl::engine& cpu_engine() {
+  static const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  return engine;
+}
+
+dnnl::memory::desc matrix_desc(const MatmulKey& key, int64_t rows, int64_t cols, bool transposed) {
+  using dims = dnnl::memory::dims;
+  // Logical [rows, cols]; stored [cols, rows] when transposed.
+  dims shape = {rows, cols}, strides = transposed ? dims{1, rows} : dims{cols, 1};
+  if (key.batch > 1) {
+    shape.insert(shape.begin(), key.batch);
+    strides.insert(strides.begin(), rows * cols);
+  }
+  return dnnl::memory::desc(shape, dnnl::memory::data_type::f32, strides);
+}
+
+std::shared_ptr<const MatmulPlan> create_plan(const MatmulKey& key) {
+  auto plan = std::make_shared<MatmulPlan>();
+  plan->src = matrix_desc(key, key.m, key.k, key.ta);
+  plan->weights = matrix_desc(key, key.k, key.n, key.tb);
+  plan->dst = matrix_desc(key, key.m, key.n, false);
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(plan->src, plan->weights, plan->dst), attr, cpu_engine());
+  plan->scratchpad_bytes = pd.scratchpad_desc().get_size();
+  plan->primitive = dnnl::matmul(pd);
+  return plan;
+}
+
+std::shared_ptr<const MatmulPlan> find_plan(const MatmulKey& key) {
+  static std::mutex mutex;
+  static std::unordered_map<MatmulKey, std::shared_ptr<const MatmulPlan>, MatmulKeyHash> cache;
+  {
+    std::lock_guard lock(mutex);
+    auto it = cache.find(key);
+    if (it != cache.end()) return it->second;
+  }
+  auto plan = create_plan(key);  // outside the lock: creation is slow and thread safe
+  std::lock_guard lock(mutex);
+  return cache.emplace(key, std::move(plan)).first->second;
+}
+
+void onednn_matmul(const MatmulKey& key, const void* a, const void* b, void* c) {
+  omp_set_num_threads(key.threads);
+  auto plan = find_plan(key);
+  thread_local dnnl::stream stream(cpu_engine());
+  thread_local std::vector<char> scratch;
+  if (scratch.size() < plan->scratchpad_bytes) scratch.resize(plan->scratchpad_bytes);
+  const auto& engine = cpu_engine();
+  dnnl::memory src(plan->src, engine, const_cast<void*>(a));
+  dnnl::memory weights(plan->weights, engine, const_cast<void*>(b));
+  dnnl::memory dst(plan->dst, engine, c);
+  std::unordered_map<int, dnnl::memory> args = {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, dst}};
+  if (plan->scratchpad_bytes > 0) {
+    dnnl::memory::desc pad_desc({static_cast<int64_t>(plan->scratchpad_bytes)}, dnnl::memory::data_type::u8,
+                                dnnl::memory::format_tag::a);
+    args.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(pad_desc, engine, scratch.data()));
+  }
+  plan->primitive.execute(stream, args);
+  stream.wait();
+}
+
+// ---- loops
+
+template <typename T>
+struct MulTypeOf {
+  using type = T;
+};
+template <>
+struct MulTypeOf<int32_t> {
+  using type = uint32_t;
+};
+template <>
+struct MulTypeOf<int64_t> {
+  using type = uint64_t;
+};
+template <typename T>
+using MulType = typename MulTypeOf<T>::type;
+
+// sum_i a[i] * b[i], in four vector accumulators merged in double for floats.
+template <typename T>
+T vector_dot(const T* a, const T* b, int64_t n) {
+  using M = MulType<T>;
+  constexpr int64_t kLanes = 32;
+  M lanes[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+#pragma omp simd
+    for (int64_t l = 0; l < kLanes; ++l) lanes[l] += static_cast<M>(a[i + l]) * static_cast<M>(b[i + l]);
+  for (int64_t l = 0; i < n; ++i, ++l) lanes[l] += static_cast<M>(a[i]) * static_cast<M>(b[i]);
+  std::conditional_t<std::is_floating_point_v<T>, double, M> sum = 0;
+  for (M v : lanes) sum += v;
+  return static_cast<T>(sum);
+}
+
+// One product of the batch: rows [r0, r1) of c [m, n].
+template <typename T>
+void gemm_rows(const MatmulDims& d, const T* a, const T* b, T* c, int64_t r0, int64_t r1) {
+  using M = MulType<T>;
+  for (int64_t i = r0; i < r1; ++i) {
+    M* row = reinterpret_cast<M*>(c + i * d.n);
+    std::fill(row, row + d.n, M(0));
+    for (int64_t p = 0; p < d.k; ++p) {
+      M aip = static_cast<M>(d.ta ? a[p * d.m + i] : a[i * d.k + p]);
+      if (d.tb) {
+        const T* bp = b + p;  // column p of b^T: stride k
+        for (int64_t j = 0; j < d.n; ++j) row[j] += aip * static_cast<M>(bp[j * d.k]);
+      } else {
+        const T* bp = b + p * d.n;
+#pragma omp simd
+        for (int64_t j = 0; j < d.n; ++j) row[j] += aip * static_cast<M>(bp[j]);
+      }
+    }
+  }
+}
+
+template <typename T>
+void gemm_loops(int threads, const MatmulDims& d, const T* a, const T* b, T* c) {
+  std::vector<T> packed;
+  MatmulDims dd = d;
+  if (d.tb && d.n > 1) {  // untranspose b once per product so the inner loop is contiguous
+    packed.resize(static_cast<size_t>(d.k * d.n));
+    dd.tb = false;
+  }
+  for (int64_t s = 0; s < d.batch; ++s) {
+    const T* as = a + s * d.m * d.k;
+    const T* bs = b + s * d.k * d.n;
+    T* cs = c + s * d.m * d.n;
+    if (d.m == 1 && d.n == 1) {
+      cs[0] = vector_dot(as, bs, d.k);
+      continue;
+    }
+    if (!packed.empty()) {
+      for (int64_t j = 0; j < d.n; ++j)
+        for (int64_t p = 0; p < d.k; ++p) packed[p * d.n + j] = bs[j * d.k + p];
+      bs = packed.data();
+    }
+    cpu::parallel_for(
+        threads, d.m, [&](int64_t r0, int64_t r1) { gemm_rows(dd, as, bs, cs, r0, r1); },
+        std::max<int64_t>(1, cpu::kDefaultGrain / std::max<int64_t>(1, d.n * d.k)));
+  }
+}
+
+template <typename T>
+void matmul(const KernelContext& ctx, const MatmulDims& d, const TensorView& a, const TensorView& b,
+            const TensorView& c) {
+  T* out = c.ptr<T>();
+  if (c.size() == 0) return;
+  if (d.k == 0) {
+    std::fill(out, out + c.size(), T(0));
+    return;
+  }
+  const int threads = std::max(1, ctx.run.num_threads);
+  if constexpr (std::is_same_v<T, float>) {
+    if (d.batch * d.m * d.n * d.k > kSmallProduct && !(d.m == 1 && d.n == 1)) {
+      onednn_matmul({DType::kFloat32, d.batch, d.m, d.k, d.n, d.ta, d.tb, threads}, a.data, b.data, out);
+      return;
+    }
+  }
+  gemm_loops<T>(threads, d, a.ptr<T>(), b.ptr<T>(), out);
+}
+
+template <MatmulDims (*kDims)(const Shape&, const Shape&, const DotAttrs&)>
+void product_kernel(const KernelContext& ctx, std::span<const TensorView> in, std::span<const TensorView> out) {
+  MatmulDims d = kDims(in[0].shape, in[1].shape, ctx.attrs.as<DotAttrs>());
+  switch (in[0].dtype) {
+    case DType::kFloat32: return matmul<float>(ctx, d, in[0], in[1], out[0]);
+    case DType::kFloat64: return matmul<double>(ctx, d, in[0], in[1], out[0]);
+    case DType::kInt32: return matmul<int32_t>(ctx, d, in[0], in[1], out[0]);
+    case DType::kInt64: return matmul<int64_t>(ctx, d, in[0], in[1], out[0]);
+    default: KILN_ASSERT(!"dot: dtype not admitted by inference");
+  }
+}
+
+}  // namespace
+
+void register_cpu_linalg_kernels() {
+  register_kernel(OpId::kDot, DeviceKind::kCPU, product_kernel<dot_dims>);
+  register_kernel(OpId::kBatchDot, DeviceKind::kCPU, product_kernel<batch_dot_dims>);
+}
+
+}  // namespace kiln

@@ -1,0 +1,18 @@
+// Fills the kernel table's CPU column: one call per op family.
+namespace kiln {
+
+void register_cpu_init_kernels();
+void register_cpu_elemwise_kernels();
+void register_cpu_reduce_kernels();
+void register_cpu_linalg_kernels();
+void register_cpu_matrix_kernels();
+
+void register_cpu_kernels() {
+  register_cpu_init_kernels();
+  register_cpu_elemwise_kernels();
+  register_cpu_reduce_kernels();
+  register_cpu_linalg_kernels();
+  register_cpu_matrix_kernels();
+}
+
+}  // namespace kiln

@@ -1,0 +1,51 @@
+#include "bench/bench.h"
+
+#include "runtime/engine.h"
+
+namespace kiln::bench {
+
+namespace {
+std::vector<Benchmark>& storage() {
+  static std::vector<Benchmark> benchmarks;
+  return benchmarks;
+}
+}  // namespace
+
+void add(Benchmark benchmark) { storage().push_back(std::move(benchmark)); }
+
+const std::vector<Benchmark>& registry() {
+  static const bool registered = [] {
+    register_engine_benchmarks();
+    register_ops_benchmarks();
+    register_memory_benchmarks();
+    return true;
+  }();
+  (void)registered;
+  return storage();
+}
+
+bool selected(const Benchmark& benchmark, std::span<const std::string> prefixes) {
+  if (prefixes.empty()) return true;
+  for (const std::string& p : prefixes) {
+    if (benchmark.name.starts_with(p)) return true;
+    for (const std::string& f : benchmark.figures) {
+      if (f.starts_with(p)) return true;
+    }
+  }
+  return false;
+}
+
+CpuThreadsGuard::CpuThreadsGuard(std::initializer_list<Device> devices, int threads) {
+  auto& eng = engine::get();
+  for (Device d : devices) {
+    saved_.emplace_back(d, eng.cpu_threads(d));
+    eng.set_cpu_threads(d, threads);
+  }
+}
+
+CpuThreadsGuard::~CpuThreadsGuard() {
+  auto& eng = engine::get();
+  for (auto& [d, threads] : saved_) eng.set_cpu_threads(d, threads);
+}
+
+}  // namespace kiln::bench

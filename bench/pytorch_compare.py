@@ -1,0 +1,241 @@
+#!/usr/bin/env python3
+"""Compare Kiln's `kiln bench` figures with the same figures measured in PyTorch.
+
+Usage:
+    python3 bench/pytorch_compare.py [--kiln build/kiln] [--threads N]
+                                     [--only PREFIX ...] [--skip-kiln] [--out FILE]
+
+Debian's python3-torch is only importable by /usr/bin/python3 (a pyenv `python3`
+earlier on PATH will not see it), so run it as `/usr/bin/python3 bench/...`.
+
+The script runs `KILN bench [PREFIX...]`, which prints one `name value unit`
+line per figure (lines that do not parse are ignored), then measures the
+figures it knows in PyTorch on this machine, in the same run and with the same
+thread count (OMP/OpenBLAS/MKL thread variables are set before torch is
+imported, and torch.set_num_threads(N) is called). Kiln runs first so that idle
+OpenMP worker threads of torch cannot steal CPU from it.
+
+It prints one markdown table (to stdout, and to FILE with --out):
+
+    | figure | unit | Kiln | PyTorch | Kiln/PyTorch | better |
+
+`better` follows the unit (or the name's suffix): lower wins for times and
+memory (us, ms, s, MiB/mb), higher wins for rates and speedups (GFLOP/s/gflops,
+ips, x); ratios within 2% count as a tie. Figures without a PyTorch
+equivalent show `n/a`. The raw PyTorch figures also go to stderr as
+`name value unit` lines.
+
+To add a PyTorch benchmark, write a function returning its value and register
+it in BENCHES as name -> (unit, function).
+"""
+import argparse
+import datetime
+import os
+import platform
+import re
+import subprocess
+import sys
+import time
+
+# Unit spellings (lower-cased) as Kiln prints them ("us", "s", "GFLOP/s",
+# "MiB", "x") plus the name-suffix forms ("_gflops", "_mb", "_ips").
+LOWER_BETTER = {"ns", "us", "ms", "s", "kb", "kib", "mb", "mib", "gb", "gib"}
+HIGHER_BETTER = {"gflops", "gflop/s", "ips", "x", "speedup"}
+TIE_BAND = 0.02
+
+torch = None  # imported in main() after the thread environment is set
+
+
+def timed(fn, warmup, reps):
+    """Run fn warmup times untimed, then return the list of reps wall times (s)."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+# --- PyTorch benchmarks: each returns the figure in its unit ---------------
+# Every figure is the best (fastest) of several timed repetitions after a
+# warm-up, as Kiln's benchmarks report theirs (bench/bench.h): noise from other
+# processes or frequency ramps only ever slows a run down, so the least
+# disturbed run is the fairest to compare.
+
+def bench_dispatch():
+    # 1,000 x `y = x + 1` on a 1x2 float32 tensor; per-op wall time in us.
+    # PyTorch on CPU is synchronous, so the same loop serves as both the async
+    # and the sync figure.
+    x = torch.ones(1, 2, dtype=torch.float32)
+
+    def loop():
+        for _ in range(1000):
+            y = x + 1  # noqa: F841
+    return min(timed(loop, warmup=5, reps=20)) / 1000 * 1e6
+
+
+def bench_matmul(n):
+    # fp32 n x n @ n x n; GFLOP/s = 2n^3 / t.
+    a = torch.randn(n, n, dtype=torch.float32)
+    b = torch.randn(n, n, dtype=torch.float32)
+    c = torch.empty(n, n, dtype=torch.float32)
+    reps = 10 if n <= 1024 else 5
+    t = min(timed(lambda: torch.mm(a, b, out=c), warmup=2, reps=reps))
+    return 2 * n ** 3 / t / 1e9
+
+
+def bench_normal_dot():
+    # d2l 12.2: 10 x (x = 1000x1000 standard normal sample; y = x @ x), total
+    # seconds.
+    def run():
+        for _ in range(10):
+            x = torch.normal(0.0, 1.0, size=(1000, 1000))
+            y = torch.mm(x, x)  # noqa: F841
+    return min(timed(run, warmup=1, reps=5))
+
+
+# name -> (unit, function). Future: train_lenet_ips, train_resnet18_ips,
+# infer_resnet18_ips, mlp_imperative_us, mlp_hybridized_us.
+BENCHES = {
+    "dispatch_async_us": ("us", bench_dispatch),
+    "dispatch_sync_us": ("us", bench_dispatch),
+    "matmul_1000_gflops": ("GFLOP/s", lambda: bench_matmul(1000)),
+    "matmul_2048_gflops": ("GFLOP/s", lambda: bench_matmul(2048)),
+    "normal_dot_10x_s": ("s", bench_normal_dot),
+}
+
+
+# --- Kiln side -------------------------------------------------------------
+
+def parse_figures(text):
+    """Parse `name value unit` lines into an ordered dict name -> (value, unit)."""
+    figures = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) != 3:
+            continue
+        try:
+            figures[parts[0]] = (float(parts[1]), parts[2])
+        except ValueError:
+            continue
+    return figures
+
+
+def run_kiln(path, prefixes):
+    try:
+        proc = subprocess.run([path, "bench", *prefixes], capture_output=True,
+                              text=True)
+    except OSError as e:
+        sys.exit(f"cannot run {path}: {e} (build it, or use --skip-kiln)")
+    if proc.returncode != 0:
+        print(f"warning: {path} bench exited with {proc.returncode}:\n"
+              f"{proc.stderr.strip()}", file=sys.stderr)
+    return parse_figures(proc.stdout)
+
+
+# --- Report ----------------------------------------------------------------
+
+def machine_header(threads):
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            m = re.search(r"^model name\s*:\s*(.+)$", f.read(), re.M)
+            cpu = m.group(1).strip() if m else cpu
+    except OSError:
+        pass
+    cfg = torch.__config__.show()
+    blas = ", ".join(f"{k}={v}" for k, v in
+                     re.findall(r"(BLAS_INFO|LAPACK_INFO)=(\w+)", cfg)) or "unknown"
+    try:  # which BLAS library is actually mapped into this process
+        with open("/proc/self/maps") as f:
+            libs = sorted({os.path.basename(l.split()[-1]) for l in f
+                           if re.search(r"lib(open)?blas|libmkl", l)})
+        blas += f" ({', '.join(libs)})" if libs else ""
+    except OSError:
+        pass
+    date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    return (f"{date} | {cpu}, {os.cpu_count()} cores | torch {torch.__version__}"
+            f" | BLAS: {blas} | threads: {threads}")
+
+
+def fmt(v):
+    return "n/a" if v is None else f"{v:.4g}"
+
+
+def lower_is_better(name, unit):
+    """True/False from the unit, else from the name's suffix; None if unknown."""
+    for key in (unit.lower(), name.rsplit("_", 1)[-1].lower()):
+        if key in LOWER_BETTER or key in HIGHER_BETTER:
+            return key in LOWER_BETTER
+    return None
+
+
+def verdict(name, kiln, pt, unit):
+    if kiln is None or pt is None or pt == 0 or kiln == 0:
+        return "n/a"
+    ratio = kiln / pt
+    if abs(ratio - 1) <= TIE_BAND:
+        return "tie"
+    lower = lower_is_better(name, unit)
+    if lower is None:
+        return "?"
+    return "Kiln" if (ratio < 1) == lower else "PyTorch"
+
+
+def table(kiln, pt):
+    rows = ["| figure | unit | Kiln | PyTorch | Kiln/PyTorch | better |",
+            "|---|---|---:|---:|---:|---|"]
+    for name in list(kiln) + [n for n in pt if n not in kiln]:
+        k, unit = kiln.get(name, (None, None))
+        p, pt_unit = pt.get(name, (None, None))
+        unit = unit or pt_unit
+        ratio = fmt(k / p) if k is not None and p else "n/a"
+        rows.append(f"| {name} | {unit} | {fmt(k)} | {fmt(p)} | {ratio} | "
+                    f"{verdict(name, k, p, unit)} |")
+    return "\n".join(rows)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--kiln", default="build/kiln", help="kiln executable")
+    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--only", nargs="+", default=[], metavar="PREFIX",
+                    help="only figures whose name starts with a PREFIX")
+    ap.add_argument("--skip-kiln", action="store_true", help="only run PyTorch")
+    ap.add_argument("--out", help="also write the markdown to FILE")
+    args = ap.parse_args()
+
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[var] = str(args.threads)  # inherited by kiln as well
+
+    kiln = {} if args.skip_kiln else run_kiln(args.kiln, args.only)
+
+    global torch
+    try:
+        import torch as _torch
+    except ImportError:
+        sys.exit(f"torch is not importable by {sys.executable}; Debian's "
+                 "python3-torch is for /usr/bin/python3")
+    torch = _torch
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+
+    pt = {}
+    for name, (unit, fn) in BENCHES.items():
+        if args.only and not any(name.startswith(p) for p in args.only):
+            continue
+        with torch.no_grad():
+            pt[name] = (fn(), unit)
+        print(f"{name} {pt[name][0]:.6g} {unit}", file=sys.stderr, flush=True)
+
+    report = f"{machine_header(args.threads)}\n\n{table(kiln, pt)}\n"
+    print(report)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(report)
+
+
+if __name__ == "__main__":
+    main()

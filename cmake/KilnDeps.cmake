@@ -1,0 +1,98 @@
+# Finds Kiln's dependencies (Debian 12 packages; scripts/install-deps.sh installs them).
+#
+# Sets KILN_HAVE_CUDA, KILN_WARNINGS, KILN_CPU_FLAGS and KILN_DEFINES (private
+# compile definitions of the library and the `kiln` program; `kiln info`
+# reports the versions found here).
+find_package(Threads REQUIRED)
+find_package(fmt REQUIRED)
+find_package(nlohmann_json 3.10 REQUIRED)
+find_package(ZLIB REQUIRED)
+if(NOT KILN_TSAN)
+  find_package(dnnl REQUIRED)
+  find_package(OpenMP REQUIRED)
+  find_package(CLI11 REQUIRED)
+endif()
+
+set(KILN_WARNINGS -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers)
+# Vectorize for the machine the code runs on: CI and developer machines are one kind.
+set(KILN_CPU_FLAGS -march=native)
+set(KILN_DEFINES
+  KILN_VERSION="${PROJECT_VERSION}"
+  KILN_ONEDNN_VERSION="${dnnl_VERSION}"
+  KILN_BUILD_TYPE="${CMAKE_BUILD_TYPE}"
+  KILN_COMPILER="${CMAKE_CXX_COMPILER_ID} ${CMAKE_CXX_COMPILER_VERSION}")
+
+# Reads `#define NAME <number>` from a header into `out` ("" when absent).
+function(kiln_header_define header name out)
+  file(STRINGS "${header}" line REGEX "^#define[ \t]+${name}[ \t]+[0-9]+")
+  string(REGEX REPLACE "^#define[ \t]+${name}[ \t]+([0-9]+).*$" "\\1" value "${line}")
+  set(${out} "${value}" PARENT_SCOPE)
+endfunction()
+
+# ---- CUDA: AUTO uses the toolkit when found; ON requires it; OFF ignores it.
+# Found, the library compiles backends/cuda/ instead of backends/cuda_absent.cc.
+set(KILN_CUDA_VALUES AUTO ON OFF)
+set_property(CACHE KILN_CUDA PROPERTY STRINGS ${KILN_CUDA_VALUES})
+if(NOT KILN_CUDA IN_LIST KILN_CUDA_VALUES)
+  message(FATAL_ERROR "KILN_CUDA='${KILN_CUDA}': expected AUTO, ON or OFF")
+endif()
+set(KILN_HAVE_CUDA OFF)
+if(NOT KILN_CUDA STREQUAL "OFF" AND NOT KILN_TSAN)
+  find_package(CUDAToolkit QUIET)
+  if(CUDAToolkit_FOUND)
+    set(KILN_HAVE_CUDA ON)
+    list(APPEND KILN_DEFINES KILN_HAVE_CUDA=1 KILN_CUDA_VERSION="${CUDAToolkit_VERSION_MAJOR}.${CUDAToolkit_VERSION_MINOR}")
+    # cuDNN and NCCL ship as separate packages; on this machine they live under
+    # the toolkit's include directory. Only their versions are used for now.
+    find_path(KILN_CUDNN_INCLUDE_DIR cudnn_version.h HINTS ${CUDAToolkit_INCLUDE_DIRS} ${CUDAToolkit_LIBRARY_ROOT}/include)
+    if(KILN_CUDNN_INCLUDE_DIR)
+      kiln_header_define(${KILN_CUDNN_INCLUDE_DIR}/cudnn_version.h CUDNN_MAJOR major)
+      kiln_header_define(${KILN_CUDNN_INCLUDE_DIR}/cudnn_version.h CUDNN_MINOR minor)
+      if(NOT major STREQUAL "")
+        set(KILN_CUDNN_VERSION "${major}.${minor}")
+        list(APPEND KILN_DEFINES KILN_CUDNN_VERSION="${KILN_CUDNN_VERSION}")
+      endif()
+    endif()
+    find_path(KILN_NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} ${CUDAToolkit_LIBRARY_ROOT}/include)
+    if(KILN_NCCL_INCLUDE_DIR)
+      kiln_header_define(${KILN_NCCL_INCLUDE_DIR}/nccl.h NCCL_MAJOR major)
+      kiln_header_define(${KILN_NCCL_INCLUDE_DIR}/nccl.h NCCL_MINOR minor)
+      if(NOT major STREQUAL "")
+        set(KILN_NCCL_VERSION "${major}.${minor}")
+        list(APPEND KILN_DEFINES KILN_NCCL_VERSION="${KILN_NCCL_VERSION}")
+      endif()
+    endif()
+  elseif(KILN_CUDA STREQUAL "ON")
+    message(FATAL_ERROR "KILN_CUDA=ON but the CUDA Toolkit was not found (set CUDAToolkit_ROOT, or use -DKILN_CUDA=OFF)")
+  endif()
+endif()
+if(KILN_HAVE_CUDA)
+  message(STATUS "Kiln: CUDA ${CUDAToolkit_VERSION} (cuDNN ${KILN_CUDNN_VERSION}, NCCL ${KILN_NCCL_VERSION})")
+else()
+  message(STATUS "Kiln: CUDA backend OFF")
+endif()
+
+# ---- MPI and LLVM: found for `kiln info` only; later issues link them.
+if(NOT KILN_TSAN)
+  set(MPI_DETERMINE_LIBRARY_VERSION ON)
+  find_package(MPI COMPONENTS CXX QUIET)
+  if(MPI_CXX_FOUND)
+    set(KILN_MPI_VERSION "MPI ${MPI_CXX_VERSION}")
+    if(MPI_CXX_LIBRARY_VERSION_STRING MATCHES "^(Open MPI v[0-9.]+|MPICH Version:[ \t]*[0-9.]+)")
+      string(REGEX REPLACE "Version:[ \t]*" "" library "${CMAKE_MATCH_1}")
+      set(KILN_MPI_VERSION "${library} (MPI ${MPI_CXX_VERSION})")
+    endif()
+    list(APPEND KILN_DEFINES KILN_MPI_VERSION="${KILN_MPI_VERSION}")
+  endif()
+
+  # llvm-config rather than find_package(LLVM): LLVMConfig.cmake needs the C
+  # language enabled and imports hundreds of targets nothing links yet.
+  find_program(KILN_LLVM_CONFIG NAMES llvm-config-14 llvm-config HINTS /usr/lib/llvm-14/bin)
+  if(KILN_LLVM_CONFIG)
+    execute_process(COMMAND ${KILN_LLVM_CONFIG} --version OUTPUT_VARIABLE llvm_version
+                    OUTPUT_STRIP_TRAILING_WHITESPACE RESULT_VARIABLE llvm_rc)
+    if(llvm_rc EQUAL 0 AND llvm_version MATCHES "^14\\.")
+      list(APPEND KILN_DEFINES KILN_LLVM_VERSION="${llvm_version}")
+    endif()
+  endif()
+endif()

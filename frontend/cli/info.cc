@@ -1,0 +1,93 @@
+// `kiln info`: one `key: value` line per fact about this build and machine.
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <oneapi/dnnl/dnnl.h>
+#include <omp.h>
+
+#include <string>
+#include <thread>
+
+#include "ir/device.h"
+#include "runtime/engine.h"
+
+#ifndef KILN_CUDA_VERSION
+#define KILN_CUDA_VERSION ""
+#endif
+#ifndef KILN_CUDNN_VERSION
+#define KILN_CUDNN_VERSION ""
+#endif
+#ifndef KILN_NCCL_VERSION
+#define KILN_NCCL_VERSION ""
+#endif
+#ifndef KILN_LLVM_VERSION
+#define KILN_LLVM_VERSION ""
+#endif
+#ifndef KILN_MPI_VERSION
+#define KILN_MPI_VERSION ""
+#endif
+
+namespace kiln::cli {
+
+namespace {
+
+std::string or_no(std::string s) { return s.empty() ? "no" : s; }
+
+std::string onednn_version() {
+  const dnnl_version_t* v = dnnl_version();  // the library loaded at run time
+  const char* runtime = v->cpu_runtime == DNNL_RUNTIME_OMP   ? "OpenMP"
+                        : v->cpu_runtime == DNNL_RUNTIME_TBB ? "TBB"
+                        : v->cpu_runtime == DNNL_RUNTIME_SEQ ? "sequential"
+                                                             : "other";
+  return fmt::format("{}.{}.{} (CPU runtime {})", v->major, v->minor, v->patch, runtime);
+}
+
+std::string cuda_version() {
+  std::string cuda = KILN_CUDA_VERSION;
+  if (cuda.empty()) return "no";
+  return fmt::format("{} (cuDNN {}, NCCL {})", cuda, or_no(KILN_CUDNN_VERSION), or_no(KILN_NCCL_VERSION));
+}
+
+std::string openmp_version() {
+#ifdef _OPENMP
+  // _OPENMP is the release date of the specification the compiler implements.
+  const char* spec = _OPENMP >= 202011 ? "5.1" : _OPENMP >= 201811 ? "5.0" : _OPENMP >= 201511 ? "4.5" : "< 4.5";
+  return fmt::format("{} ({}), max {} threads", spec, _OPENMP, omp_get_max_threads());
+#else
+  return "no";
+#endif
+}
+
+std::string devices() {
+  // The engine accepts any cpu(i); they share the machine's cores.
+  unsigned cores = std::thread::hardware_concurrency();
+  std::string s = fmt::format("cpu(0) [{} core{}]", cores, cores == 1 ? "" : "s");
+  int gpus = cuda_device_count();
+  for (int i = 0; i < gpus; ++i) s += fmt::format(", {}", Device::cuda(i));
+  return s;
+}
+
+void print_info() {
+  engine::Engine& eng = engine::get();
+  auto line = [](std::string_view key, const std::string& value) { fmt::print("{}: {}\n", key, value); };
+  line("version", KILN_VERSION);
+  line("build type", KILN_BUILD_TYPE);
+  line("compiler", KILN_COMPILER);
+  line("onednn", onednn_version());
+  line("cuda", cuda_version());
+  line("llvm", or_no(KILN_LLVM_VERSION));
+  line("mpi", or_no(KILN_MPI_VERSION));
+  line("openmp", openmp_version());
+  line("threads per device", std::to_string(eng.cpu_threads(Device::cpu(0))));
+  line("devices", devices());
+  line("engine", eng.kind() == engine::Kind::kNaive ? "naive" : "threaded");
+  line("max pending", fmt::format("{} MiB", eng.max_pending_bytes() >> 20));
+}
+
+}  // namespace
+
+void add_info_command(CLI::App& app) {
+  CLI::App* cmd = app.add_subcommand("info", "Print versions, devices and engine settings");
+  cmd->callback(print_info);
+}
+
+}  // namespace kiln::cli

@@ -1,0 +1,42 @@
+// The `kiln` program: one subcommand per file in frontend/cli/.
+//
+//   kiln info                     what this build and machine have
+//   kiln demo                     asynchronous execution and the profiler, in miniature
+//   kiln bench [PREFIX...]        benchmarks, one `name value unit` line per figure
+//
+// A subcommand file defines add_<name>_command(CLI::App&), which adds the
+// subcommand and its callback; main lists them below. Errors from Kiln are
+// printed as `kiln: <message>` with exit status 1.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <exception>
+
+#include "ir/error.h"
+
+namespace kiln::cli {
+void add_info_command(CLI::App& app);   // info.cc
+void add_demo_command(CLI::App& app);   // demo.cc
+void add_bench_command(CLI::App& app);  // bench.cc
+}  // namespace kiln::cli
+
+int main(int argc, char** argv) {
+  CLI::App app{"Kiln: an asynchronous deep-learning runtime", "kiln"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "kiln " KILN_VERSION);
+  kiln::cli::add_info_command(app);
+  kiln::cli::add_demo_command(app);
+  kiln::cli::add_bench_command(app);
+  try {
+    app.parse(argc, argv);  // runs the chosen subcommand's callback
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const kiln::Error& e) {
+    std::fprintf(stderr, "kiln: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "kiln: unexpected error: %s\n", e.what());
+    return 2;
+  }
+  return 0;
+}

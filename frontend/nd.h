@@ -1,0 +1,9 @@
+// The NDArray operator surface (namespace kiln::nd and arithmetic operators).
+// One header per op family; each function is a thin call to `invoke`.
+#pragma once
+
+#include "frontend/nd_elemwise.h"
+#include "frontend/nd_init.h"
+#include "frontend/nd_linalg.h"
+#include "frontend/nd_matrix.h"
+#include "frontend/nd_reduce.h"

@@ -1,0 +1,92 @@
+#include "frontend/nd_elemwise.h"
+
+#include "frontend/invoke.h"
+#include "ir/ops/elemwise.h"
+
+namespace kiln {
+namespace {
+
+NDArray binary(OpId op, const NDArray& lhs, const NDArray& rhs) { return invoke1(op, {lhs, rhs}); }
+
+// The same-shape op when the shapes agree (what MXNet's graphs use), else broadcasting.
+NDArray arithmetic(OpId same_shape, OpId broadcast, const NDArray& lhs, const NDArray& rhs) {
+  return binary(lhs.shape() == rhs.shape() ? same_shape : broadcast, lhs, rhs);
+}
+
+NDArray scalar(OpId op, const NDArray& x, double s) {
+  return invoke1(op, {x}, OpAttrs::make(ScalarAttrs{.scalar = s}));
+}
+
+NDArray unary(OpId op, const NDArray& x) { return invoke1(op, {x}); }
+
+}  // namespace
+
+NDArray operator+(const NDArray& l, const NDArray& r) { return arithmetic(OpId::kElemwiseAdd, OpId::kBroadcastAdd, l, r); }
+NDArray operator-(const NDArray& l, const NDArray& r) { return arithmetic(OpId::kElemwiseSub, OpId::kBroadcastSub, l, r); }
+NDArray operator*(const NDArray& l, const NDArray& r) { return arithmetic(OpId::kElemwiseMul, OpId::kBroadcastMul, l, r); }
+NDArray operator/(const NDArray& l, const NDArray& r) { return arithmetic(OpId::kElemwiseDiv, OpId::kBroadcastDiv, l, r); }
+
+NDArray operator+(const NDArray& x, double s) { return scalar(OpId::kPlusScalar, x, s); }
+NDArray operator-(const NDArray& x, double s) { return scalar(OpId::kMinusScalar, x, s); }
+NDArray operator*(const NDArray& x, double s) { return scalar(OpId::kMulScalar, x, s); }
+NDArray operator/(const NDArray& x, double s) { return scalar(OpId::kDivScalar, x, s); }
+NDArray operator+(double s, const NDArray& x) { return scalar(OpId::kPlusScalar, x, s); }
+NDArray operator-(double s, const NDArray& x) { return scalar(OpId::kRMinusScalar, x, s); }
+NDArray operator*(double s, const NDArray& x) { return scalar(OpId::kMulScalar, x, s); }
+NDArray operator/(double s, const NDArray& x) { return scalar(OpId::kRDivScalar, x, s); }
+NDArray operator-(const NDArray& x) { return unary(OpId::kNegative, x); }
+
+NDArray operator==(const NDArray& l, const NDArray& r) { return binary(OpId::kBroadcastEqual, l, r); }
+NDArray operator!=(const NDArray& l, const NDArray& r) { return binary(OpId::kBroadcastNotEqual, l, r); }
+NDArray operator>(const NDArray& l, const NDArray& r) { return binary(OpId::kBroadcastGreater, l, r); }
+NDArray operator>=(const NDArray& l, const NDArray& r) { return binary(OpId::kBroadcastGreaterEqual, l, r); }
+NDArray operator<(const NDArray& l, const NDArray& r) { return binary(OpId::kBroadcastLesser, l, r); }
+NDArray operator<=(const NDArray& l, const NDArray& r) { return binary(OpId::kBroadcastLesserEqual, l, r); }
+NDArray operator==(const NDArray& x, double s) { return scalar(OpId::kEqualScalar, x, s); }
+NDArray operator!=(const NDArray& x, double s) { return scalar(OpId::kNotEqualScalar, x, s); }
+NDArray operator>(const NDArray& x, double s) { return scalar(OpId::kGreaterScalar, x, s); }
+NDArray operator>=(const NDArray& x, double s) { return scalar(OpId::kGreaterEqualScalar, x, s); }
+NDArray operator<(const NDArray& x, double s) { return scalar(OpId::kLesserScalar, x, s); }
+NDArray operator<=(const NDArray& x, double s) { return scalar(OpId::kLesserEqualScalar, x, s); }
+// s op x is x (mirrored op) s.
+NDArray operator==(double s, const NDArray& x) { return scalar(OpId::kEqualScalar, x, s); }
+NDArray operator!=(double s, const NDArray& x) { return scalar(OpId::kNotEqualScalar, x, s); }
+NDArray operator>(double s, const NDArray& x) { return scalar(OpId::kLesserScalar, x, s); }
+NDArray operator>=(double s, const NDArray& x) { return scalar(OpId::kLesserEqualScalar, x, s); }
+NDArray operator<(double s, const NDArray& x) { return scalar(OpId::kGreaterScalar, x, s); }
+NDArray operator<=(double s, const NDArray& x) { return scalar(OpId::kGreaterEqualScalar, x, s); }
+
+namespace nd {
+
+NDArray maximum(const NDArray& l, const NDArray& r) { return binary(OpId::kBroadcastMaximum, l, r); }
+NDArray maximum(const NDArray& x, double s) { return scalar(OpId::kMaximumScalar, x, s); }
+NDArray maximum(double s, const NDArray& x) { return scalar(OpId::kMaximumScalar, x, s); }
+NDArray minimum(const NDArray& l, const NDArray& r) { return binary(OpId::kBroadcastMinimum, l, r); }
+NDArray minimum(const NDArray& x, double s) { return scalar(OpId::kMinimumScalar, x, s); }
+NDArray minimum(double s, const NDArray& x) { return scalar(OpId::kMinimumScalar, x, s); }
+NDArray pow(const NDArray& base, const NDArray& exponent) { return binary(OpId::kBroadcastPower, base, exponent); }
+NDArray pow(const NDArray& base, double exponent) { return scalar(OpId::kPowerScalar, base, exponent); }
+NDArray pow(double base, const NDArray& exponent) { return scalar(OpId::kRPowerScalar, exponent, base); }
+
+NDArray exp(const NDArray& x) { return unary(OpId::kExp, x); }
+NDArray log(const NDArray& x) { return unary(OpId::kLog, x); }
+NDArray sqrt(const NDArray& x) { return unary(OpId::kSqrt, x); }
+NDArray square(const NDArray& x) { return unary(OpId::kSquare, x); }
+NDArray tanh(const NDArray& x) { return unary(OpId::kTanh, x); }
+NDArray sigmoid(const NDArray& x) { return unary(OpId::kSigmoid, x); }
+NDArray relu(const NDArray& x) { return unary(OpId::kRelu, x); }
+NDArray abs(const NDArray& x) { return unary(OpId::kAbs, x); }
+NDArray negative(const NDArray& x) { return unary(OpId::kNegative, x); }
+
+NDArray clip(const NDArray& x, double lo, double hi) {
+  return invoke1(OpId::kClip, {x}, OpAttrs::make(ClipAttrs{.a_min = lo, .a_max = hi}));
+}
+
+NDArray where(const NDArray& condition, const NDArray& x, const NDArray& y) {
+  return invoke1(OpId::kWhere, {condition, x, y});
+}
+
+NDArray cast(const NDArray& x, DType dtype) { return invoke1(OpId::kCast, {x}, OpAttrs::make(CastAttrs{.dtype = dtype})); }
+
+}  // namespace nd
+}  // namespace kiln

@@ -1,0 +1,204 @@
+#include "frontend/ndarray.h"
+
+#include <cstring>
+#include <ostream>
+
+#include "frontend/invoke.h"
+#include "ir/op.h"
+
+namespace kiln {
+
+namespace detail {
+
+Chunk::Chunk(size_t bytes, Device device) : block(storage::pool(device).alloc(bytes)) {
+  var = engine::get().new_var();
+}
+
+// Every operation that touches a chunk holds a reference to it, so when the
+// last reference goes no operation on it is pending: the block can be reused
+// at once, and the engine defers the variable's deletion if it still holds
+// bookkeeping for the op that is finishing.
+Chunk::~Chunk() {
+  engine::get().delete_var(var);
+  storage::pool(block.device).free(block);
+}
+
+}  // namespace detail
+
+NDArray NDArray::empty(const Shape& shape, ArrayOptions options) {
+  check_device(options.device);
+  size_t bytes = static_cast<size_t>(shape.size()) * dtype_size(options.dtype);
+  return NDArray(std::make_shared<detail::Chunk>(bytes, options.device), shape, options.dtype, 0);
+}
+
+void NDArray::check_not_none(std::string_view what) const {
+  KILN_CHECK(!is_none(), ValueError, "{}: the NDArray is empty (none); create it with nd::zeros, nd::array, ...",
+             what);
+}
+
+void NDArray::wait_to_read() const {
+  check_not_none("wait_to_read");
+  engine::get().wait_for_var(chunk_->var);
+}
+
+void NDArray::wait_to_write() const {
+  // The engine's wait_for_var waits for every pending op on the variable,
+  // readers included.
+  wait_to_read();
+}
+
+namespace {
+
+template <typename To, typename From>
+To convert_value(From v) {
+  if constexpr (std::is_same_v<From, Half>) {
+    return static_cast<To>(half_to_float(v));
+  } else if constexpr (std::is_same_v<From, BFloat16>) {
+    return static_cast<To>(bf16_to_float(v));
+  } else {
+    return static_cast<To>(v);
+  }
+}
+
+// Copies `n` elements stored as `dtype` at `src` into `dst` converted to T.
+template <typename T>
+void read_converted(const void* src, DType dtype, int64_t n, T* dst) {
+  dispatch_dtype(dtype, [&](auto tag) {
+    using From = decltype(tag);
+    const From* p = static_cast<const From*>(src);
+    for (int64_t i = 0; i < n; ++i) dst[i] = convert_value<T>(p[i]);
+  });
+}
+
+}  // namespace
+
+template <typename T>
+std::vector<T> NDArray::to_vector() const {
+  check_not_none("to_vector");
+  if (!device().is_cpu()) return copy_to(Device::cpu(0)).to_vector<T>();
+  wait_to_read();
+  std::vector<T> out(static_cast<size_t>(size()));
+  read_converted<T>(data(), dtype_, size(), out.data());
+  return out;
+}
+
+template <typename T>
+T NDArray::item() const {
+  check_not_none("item");
+  KILN_CHECK(size() == 1, ValueError, "item(): the array has {} elements (shape {}); item() needs exactly one",
+             size(), shape_);
+  return to_vector<T>()[0];
+}
+
+template std::vector<float> NDArray::to_vector<float>() const;
+template std::vector<double> NDArray::to_vector<double>() const;
+template std::vector<int32_t> NDArray::to_vector<int32_t>() const;
+template std::vector<int64_t> NDArray::to_vector<int64_t>() const;
+template std::vector<uint8_t> NDArray::to_vector<uint8_t>() const;
+template float NDArray::item<float>() const;
+template double NDArray::item<double>() const;
+template int32_t NDArray::item<int32_t>() const;
+template int64_t NDArray::item<int64_t>() const;
+
+NDArray NDArray::copy_to(Device device) const {
+  check_not_none("copy_to");
+  check_device(device);
+  NDArray dst = empty(shape_, {dtype_, device});
+  KILN_CHECK(this->device().is_cpu() && device.is_cpu(), NotSupported,
+             "copy_to: copies between {} and {} need the CUDA backend", this->device(), device);
+  // Runs on the destination's copy lane, so it overlaps compute on both devices.
+  engine::get().push(
+      [src = *this, dst](engine::RunContext) { std::memcpy(dst.data(), src.data(), src.nbytes()); }, {var()},
+      {dst.var()},
+      {.device = device, .lane = engine::Lane::kCopy, .name = "copy_to", .bytes = static_cast<int64_t>(nbytes())});
+  return dst;
+}
+
+NDArray NDArray::copy() const {
+  check_not_none("copy");
+  return invoke1(OpId::kCopy, {*this});
+}
+
+NDArray NDArray::astype(DType dtype) const {
+  check_not_none("astype");
+  const OpDef& def = op_def(OpId::kCast);
+  return invoke1(OpId::kCast, {*this}, def.parse_attrs(def.name, {{"dtype", std::string(dtype_name(dtype))}}));
+}
+
+NDArray NDArray::reshape(const IntTuple& spec) const {
+  check_not_none("reshape");
+  // The view follows exactly the Reshape op's inference (MXNet's special values).
+  const OpDef& def = op_def(OpId::kReshape);
+  KILN_CHECK(def.infer != nullptr, NotSupported, "reshape: the Reshape op is not available in this build");
+  OpAttrs attrs = def.parse_attrs(def.name, {{"shape", print_attr(spec)}});
+  std::vector<TensorType> out;
+  infer_types(def, attrs, std::vector<TensorType>{{shape_, dtype_}}, out);
+  return NDArray(chunk_, out[0].shape, dtype_, offset_);
+}
+
+NDArray NDArray::at(int64_t i) const {
+  check_not_none("at");
+  KILN_CHECK(ndim() >= 1, IndexError, "at({}): the array is a scalar (shape [])", i);
+  int64_t n = shape_[0];
+  KILN_CHECK(i >= -n && i < n, IndexError, "at({}): index out of range for axis 0 of size {} (shape {})", i, n,
+             shape_);
+  if (i < 0) i += n;
+  Shape rest(std::span<const int64_t>(shape_.begin() + 1, shape_.end()));
+  int64_t stride_bytes = rest.size() * static_cast<int64_t>(dtype_size(dtype_));
+  return NDArray(chunk_, rest, dtype_, offset_ + i * stride_bytes);
+}
+
+NDArray NDArray::T() const {
+  check_not_none("T");
+  return invoke1(OpId::kTranspose, {*this}, op_def(OpId::kTranspose).parse_attrs("transpose", {}));
+}
+
+NDArray& NDArray::assign(const NDArray& src) {
+  check_not_none("assign");
+  NDArray s = src.device() == device() ? src : src.copy_to(device());
+  if (s.dtype() != dtype_) s = s.astype(dtype_);
+  if (s.shape() != shape_) {
+    const OpDef& def = op_def(OpId::kBroadcastTo);
+    s = invoke1(OpId::kBroadcastTo, {s}, def.parse_attrs(def.name, {{"shape", shape_.to_mxnet_string()}}));
+  }
+  invoke(OpId::kCopy, {s}, {}, {.out = {this, 1}});
+  return *this;
+}
+
+NDArray& NDArray::assign(double value) {
+  check_not_none("assign");
+  const OpDef& def = op_def(OpId::kFull);
+  invoke(OpId::kFull, {},
+         def.parse_attrs(def.name, {{"shape", shape_.to_mxnet_string()},
+                                    {"dtype", std::string(dtype_name(dtype_))},
+                                    {"value", print_attr(value)}}),
+         {.device = device(), .out = {this, 1}});
+  return *this;
+}
+
+namespace {
+
+NDArray& update(NDArray& self, OpId same_shape, OpId broadcast, const NDArray& o) {
+  NDArray inputs[2] = {self, o};
+  invoke(o.shape() == self.shape() ? same_shape : broadcast, inputs, {}, {.out = {&self, 1}});
+  return self;
+}
+
+NDArray& update(NDArray& self, OpId scalar_op, double v) {
+  const OpDef& def = op_def(scalar_op);
+  invoke(scalar_op, {self}, def.parse_attrs(def.name, {{"scalar", print_attr(v)}}), {.out = {&self, 1}});
+  return self;
+}
+
+}  // namespace
+
+NDArray& NDArray::operator+=(const NDArray& o) { return update(*this, OpId::kElemwiseAdd, OpId::kBroadcastAdd, o); }
+NDArray& NDArray::operator-=(const NDArray& o) { return update(*this, OpId::kElemwiseSub, OpId::kBroadcastSub, o); }
+NDArray& NDArray::operator*=(const NDArray& o) { return update(*this, OpId::kElemwiseMul, OpId::kBroadcastMul, o); }
+NDArray& NDArray::operator/=(const NDArray& o) { return update(*this, OpId::kElemwiseDiv, OpId::kBroadcastDiv, o); }
+NDArray& NDArray::operator+=(double v) { return update(*this, OpId::kPlusScalar, v); }
+NDArray& NDArray::operator-=(double v) { return update(*this, OpId::kMinusScalar, v); }
+NDArray& NDArray::operator*=(double v) { return update(*this, OpId::kMulScalar, v); }
+NDArray& NDArray::operator/=(double v) { return update(*this, OpId::kDivScalar, v); }
+
+}  // namespace kiln

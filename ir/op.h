@@ -1,0 +1,91 @@
+// The operator registry: one OpDef per operator, used by every path
+// (imperative invoke, tracing, passes, executor, export/import, autograd).
+//
+//   const OpDef& def = op_def(OpId::kBroadcastAdd);   // by id (fast, array index)
+//   const OpDef* d = find_op("broadcast_add");         // by MXNet name or alias
+//   std::vector<TensorType> out;
+//   def.infer(attrs, inputs, out);                     // the one shape/dtype check
+//
+// Families register their OpDefs from ir/ops/<family>.cc through explicit
+// calls in ir/op_registry.cc (no static registrars: they are dropped by linkers).
+// The registry is built once, on first use, and is immutable afterwards, so it
+// is safe to read from any thread.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "ir/attrs.h"
+#include "ir/dtype.h"
+#include "ir/shape.h"
+
+namespace kiln {
+
+enum class OpId : uint16_t {
+#define KILN_OP(id, name) k##id,
+#include "ir/op_list.def"
+#undef KILN_OP
+  kNumOps
+};
+
+inline constexpr int kNumOps = static_cast<int>(OpId::kNumOps);
+
+// The static type of an array: what inference reads and writes.
+struct TensorType {
+  Shape shape;
+  DType dtype = DType::kFloat32;
+  bool operator==(const TensorType&) const = default;
+};
+
+// Shape/dtype inference. Reads `attrs` and the input types, appends one
+// TensorType per output to `out` (which arrives empty). Throws ShapeError /
+// TypeError / ValueError with a message that need not name the op: the caller
+// prefixes the op name, node and input types.
+using InferFn = void (*)(const OpAttrs& attrs, std::span<const TensorType> in, std::vector<TensorType>& out);
+
+// Parses MXNet's string attributes into the op's typed struct.
+using ParseAttrsFn = OpAttrs (*)(std::string_view op, const AttrMap& strings);
+
+struct OpDef {
+  OpId id{};
+  std::string_view name;        // MXNet's spelling; what export writes
+  std::string_view doc;         // one line
+  int num_inputs = 1;           // -1: variadic (count comes from attrs, e.g. num_args)
+  std::vector<std::string_view> input_names;  // "data", "weight", ...; empty for variadic
+  InferFn infer = nullptr;
+  ParseAttrsFn parse_attrs = nullptr;  // null: the op takes no attributes
+  // Input indices the op mutates in place (aux states such as BatchNorm's
+  // moving_mean); the executor treats them as written.
+  std::vector<int> mutate_inputs;
+  // Elementwise ops whose output i may share storage with input j.
+  std::vector<std::pair<int, int>> inplace;
+  // Filled by the autograd issue: how to differentiate. `differentiable`
+  // false means "has no gradient" (comparisons, argmax, init ops).
+  bool differentiable = true;
+};
+
+const OpDef& op_def(OpId id);
+const OpDef* find_op(std::string_view name);  // MXNet name or alias; nullptr if unknown
+std::span<const OpDef> all_ops();
+
+// Runs def.infer and prefixes errors with the op and input types:
+// "broadcast_add(f32[2,3], f32[4]): shapes ... cannot be broadcast".
+void infer_types(const OpDef& def, const OpAttrs& attrs, std::span<const TensorType> in,
+                 std::vector<TensorType>& out);
+
+// Helper for ops whose attributes struct is T.
+template <typename T>
+OpAttrs parse_attrs_as(std::string_view op, const AttrMap& strings) {
+  return OpAttrs::parse<T>(op, strings);
+}
+
+// Used by ir/ops/<family>.cc to add its ops (called once, from the registry).
+class OpRegistry {
+ public:
+  OpDef& define(OpId id, std::string_view doc);  // name comes from op_list.def
+  void alias(std::string_view alias, OpId id);   // "_Plus" -> elemwise_add, "concat" -> Concat
+};
+
+}  // namespace kiln

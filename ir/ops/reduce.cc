@@ -1,0 +1,139 @@
+#include "ir/ops/reduce.h"
+
+#include "ir/op.h"
+
+namespace kiln {
+
+uint32_t reduce_axes_mask(const Shape& in, const std::optional<IntTuple>& axis, bool exclude) {
+  const int ndim = in.ndim();
+  const uint32_t all = ndim == 0 ? 0u : (~0u >> (32 - ndim));
+  if (!axis || axis->empty()) return all;
+  uint32_t mask = 0;
+  for (int64_t a : *axis) {
+    KILN_CHECK(a >= -ndim && a < ndim, IndexError,
+               "axis {} is out of range for an array with {} axes (expected {}..{})", a, ndim, -ndim, ndim - 1);
+    int i = static_cast<int>(a < 0 ? a + ndim : a);
+    KILN_CHECK(!(mask & (1u << i)), ValueError, "axis {} appears more than once in axis={}", i,
+               print_attr(*axis));
+    mask |= 1u << i;
+  }
+  return exclude ? (all & ~mask) : mask;
+}
+
+Shape reduced_shape(const Shape& in, uint32_t mask, bool keepdims) {
+  Shape out;
+  for (int i = 0; i < in.ndim(); ++i) {
+    if (!(mask & (1u << i)))
+      out.push_back(in[i]);
+    else if (keepdims)
+      out.push_back(1);
+  }
+  return out;
+}
+
+int64_t reduce_count(const Shape& in, uint32_t mask) {
+  int64_t n = 1;
+  for (int i = 0; i < in.ndim(); ++i)
+    if (mask & (1u << i)) n *= in[i];
+  return n;
+}
+
+namespace {
+
+// Which dtypes each op accepts: floats everywhere; ints where the result is
+// exact or an index.
+bool accepts(OpId op, DType t) {
+  if (t == DType::kFloat32 || t == DType::kFloat64) return true;
+  if (t != DType::kInt32 && t != DType::kInt64) return false;
+  return op != OpId::kMean && op != OpId::kNorm;
+}
+
+void check_dtype(OpId op, DType t) {
+  KILN_CHECK(accepts(op, t), TypeError, "expected float32 or float64{}, got {}",
+             (op == OpId::kMean || op == OpId::kNorm) ? "" : ", int32 or int64", t);
+}
+
+// mean, max, min, argmax and argmin of nothing have no value.
+void check_not_empty(OpId op, const Shape& in, uint32_t mask, const Shape& out) {
+  bool needs_values = op != OpId::kSum && op != OpId::kProd && op != OpId::kNorm;
+  KILN_CHECK(!needs_values || reduce_count(in, mask) > 0 || out.size() == 0, ValueError,
+             "cannot reduce over an empty axis (input shape {}, reduced axes of size 0): the result has no value",
+             in);
+}
+
+template <OpId kOp>
+void infer_reduce(const OpAttrs& attrs, std::span<const TensorType> in, std::vector<TensorType>& out) {
+  const auto& a = attrs.as<ReduceAttrs>();
+  check_dtype(kOp, in[0].dtype);
+  uint32_t mask = reduce_axes_mask(in[0].shape, a.axis, a.exclude);
+  Shape shape = reduced_shape(in[0].shape, mask, a.keepdims);
+  check_not_empty(kOp, in[0].shape, mask, shape);
+  out.push_back({shape, in[0].dtype});
+}
+
+template <OpId kOp>
+void infer_arg_reduce(const OpAttrs& attrs, std::span<const TensorType> in, std::vector<TensorType>& out) {
+  const auto& a = attrs.as<ArgReduceAttrs>();
+  check_dtype(kOp, in[0].dtype);
+  std::optional<IntTuple> axis;
+  if (a.axis) axis = IntTuple{*a.axis};
+  uint32_t mask = reduce_axes_mask(in[0].shape, axis, false);
+  Shape shape = reduced_shape(in[0].shape, mask, a.keepdims);
+  check_not_empty(kOp, in[0].shape, mask, shape);
+  out.push_back({shape, in[0].dtype});
+}
+
+void infer_norm(const OpAttrs& attrs, std::span<const TensorType> in, std::vector<TensorType>& out) {
+  const auto& a = attrs.as<NormAttrs>();
+  check_dtype(OpId::kNorm, in[0].dtype);
+  KILN_CHECK(a.ord == 1 || a.ord == 2, ValueError, "ord must be 1 or 2, got {}", a.ord);
+  KILN_CHECK(!a.out_dtype || *a.out_dtype == in[0].dtype, NotSupported,
+             "out_dtype={} differs from the input dtype {}; cast the input instead", *a.out_dtype, in[0].dtype);
+  uint32_t mask = reduce_axes_mask(in[0].shape, a.axis, false);
+  out.push_back({reduced_shape(in[0].shape, mask, a.keepdims), in[0].dtype});
+}
+
+OpDef& define_unary(OpRegistry& r, OpId id, std::string_view doc) {
+  OpDef& d = r.define(id, doc);
+  d.num_inputs = 1;
+  d.input_names = {"data"};
+  return d;
+}
+
+void define_reduce(OpRegistry& r, OpId id, std::string_view doc, InferFn infer) {
+  OpDef& d = define_unary(r, id, doc);
+  d.infer = infer;
+  d.parse_attrs = parse_attrs_as<ReduceAttrs>;
+}
+
+void define_arg_reduce(OpRegistry& r, OpId id, std::string_view doc, InferFn infer) {
+  OpDef& d = define_unary(r, id, doc);
+  d.infer = infer;
+  d.parse_attrs = parse_attrs_as<ArgReduceAttrs>;
+  d.differentiable = false;
+}
+
+}  // namespace
+
+void register_reduce_ops(OpRegistry& r) {
+  define_reduce(r, OpId::kSum, "Sum of the elements over the given axes.", infer_reduce<OpId::kSum>);
+  define_reduce(r, OpId::kMean, "Mean of the elements over the given axes.", infer_reduce<OpId::kMean>);
+  define_reduce(r, OpId::kMax, "Maximum of the elements over the given axes (NaN propagates).",
+                infer_reduce<OpId::kMax>);
+  define_reduce(r, OpId::kMin, "Minimum of the elements over the given axes (NaN propagates).",
+                infer_reduce<OpId::kMin>);
+  define_reduce(r, OpId::kProd, "Product of the elements over the given axes.", infer_reduce<OpId::kProd>);
+  define_arg_reduce(r, OpId::kArgmax, "Index of the first maximum along an axis, in the input's dtype.",
+                    infer_arg_reduce<OpId::kArgmax>);
+  define_arg_reduce(r, OpId::kArgmin, "Index of the first minimum along an axis, in the input's dtype.",
+                    infer_arg_reduce<OpId::kArgmin>);
+  OpDef& norm = define_unary(r, OpId::kNorm, "L1 or L2 norm of the elements over the given axes.");
+  norm.infer = infer_norm;
+  norm.parse_attrs = parse_attrs_as<NormAttrs>;
+
+  r.alias("sum_axis", OpId::kSum);
+  r.alias("max_axis", OpId::kMax);
+  r.alias("min_axis", OpId::kMin);
+}
+
+}  // namespace kiln

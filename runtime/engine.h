@@ -1,0 +1,123 @@
+// The asynchronous dependency engine (MXNet's contract).
+//
+//   auto& eng = engine::get();
+//   engine::Var* a = eng.new_var();
+//   eng.push([](engine::RunContext) { /* write a */ }, {}, {a}, {.device = Device::cpu(0), .name = "fill"});
+//   eng.push([](engine::RunContext) { /* read a */ }, {a}, {}, {.device = Device::cpu(1), .name = "use"});
+//   eng.wait_for_var(a);   // rethrows the error of the op that failed writing `a`, if any
+//   eng.delete_var(a);     // deferred until the work pending on `a` has finished
+//
+// Ordering: an operation runs after every earlier-pushed operation that writes
+// a variable it reads or writes, and after every earlier-pushed reader of a
+// variable it writes. Everything else may run in parallel. "Earlier" is the
+// order of `push` calls (calls from different threads are ordered by when they
+// take effect).
+//
+// Lanes: every device (each cpu(i) and cuda(i) is its own device) has a
+// compute lane and a copy lane, each served by its own worker thread(s), so
+// copies overlap compute and two CPU devices compute on two cores. Among ready
+// operations on one lane, higher `priority` runs first (FIFO among equals).
+//
+// Errors: an operation that throws poisons every variable it writes with the
+// exception (its message prefixed with the op name and device). An operation
+// that reads or writes a poisoned variable does not run; its written variables
+// inherit the error. `wait_for_var` rethrows a variable's error; `wait_all`
+// rethrows the first error raised since the previous `wait_all` and clears that
+// record. A write whose inputs are all clean and that succeeds clears the
+// poison of the variables it writes. Unrelated work is unaffected.
+//
+// Back-pressure: `PushOptions::bytes` (bytes of output the op allocates) are
+// counted while the op is pending; `push` blocks while that count is above
+// `max_pending_bytes()` and at least one other op is pending, so a frontend
+// that runs ahead cannot pile up unbounded memory. Pushes from engine worker
+// threads never block.
+//
+// Thread safety: every method may be called from any thread, including from
+// inside a running operation (except `wait_*`, which throw from a worker).
+//
+// KILN_ENGINE=naive selects NaiveEngine: each push runs the operation at once
+// in the calling thread (same error semantics), for debugging.
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <span>
+#include <string_view>
+
+#include "ir/device.h"
+#include "runtime/unique_function.h"
+
+namespace kiln::engine {
+
+struct Var;  // opaque; owned by the engine
+
+enum class Lane : int8_t { kCompute = 0, kCopy = 1 };
+inline constexpr int kNumLanes = 2;
+
+// Passed to every operation when it runs.
+struct RunContext {
+  Device device;
+  Lane lane = Lane::kCompute;
+  int num_threads = 1;  // intra-op threads this CPU operation may use
+  void* stream = nullptr;  // cudaStream_t for CUDA lanes (the CUDA issue)
+};
+
+using Fn = UniqueFunction<void(RunContext)>;
+
+struct PushOptions {
+  Device device = Device::cpu(0);
+  Lane lane = Lane::kCompute;
+  int priority = 0;
+  // Must stay valid until the op completes (use a literal or an OpDef name).
+  std::string_view name = "op";
+  int64_t bytes = 0;  // output bytes held while pending (back-pressure)
+};
+
+enum class Kind { kThreaded, kNaive };
+
+class Engine {
+ public:
+  virtual ~Engine() = default;
+
+  virtual Var* new_var() = 0;
+  virtual void push(Fn fn, std::span<Var* const> reads, std::span<Var* const> writes,
+                    const PushOptions& options) = 0;
+  void push(Fn fn, std::initializer_list<Var*> reads, std::initializer_list<Var*> writes,
+            const PushOptions& options) {
+    push(std::move(fn), std::span<Var* const>(reads.begin(), reads.size()),
+         std::span<Var* const>(writes.begin(), writes.size()), options);
+  }
+  virtual void delete_var(Var* var) = 0;
+  virtual void wait_for_var(Var* var) = 0;
+  virtual void wait_all() = 0;
+
+  // Number of operations pushed but not finished (or skipped).
+  virtual int64_t num_pending() const = 0;
+  virtual int64_t pending_bytes() const = 0;
+
+  virtual Kind kind() const = 0;
+
+  // Back-pressure bound; default 64 MiB or KILN_MAX_PENDING_MB.
+  void set_max_pending_bytes(int64_t bytes) { max_pending_bytes_ = bytes; }
+  int64_t max_pending_bytes() const { return max_pending_bytes_; }
+
+  // Intra-op threads for CPU operations on `device` (default: all cores, or
+  // KILN_CPU_THREADS). Passed to ops as RunContext::num_threads.
+  virtual void set_cpu_threads(Device device, int threads) = 0;
+  virtual int cpu_threads(Device device) const = 0;
+
+ protected:
+  int64_t max_pending_bytes_ = 64ll << 20;
+};
+
+std::unique_ptr<Engine> create(Kind kind);
+
+// The process-wide engine used by NDArray; chosen by KILN_ENGINE (threaded
+// by default) on first use.
+Engine& get();
+
+// Shorthand for get().wait_all().
+void wait_all();
+
+}  // namespace kiln::engine

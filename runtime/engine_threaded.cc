@@ -1,0 +1,486 @@
+// ThreadedEngine: one worker thread per (device, lane), created on first use.
+//
+// Push: the op's variables are locked in address order (so concurrent pushes
+// are serializable and cannot deadlock), each use is appended to its
+// variable's FIFO or granted at once, and the op goes to its lane when every
+// use is granted. Completion releases each variable in turn, granting the
+// next waiters; ops whose last grant arrives are queued on their lanes.
+//
+// Hot path (no syscalls): a worker spins briefly when its queue runs dry and
+// only then sleeps on a condition variable, advertising it with `sleeping_`;
+// pushers take the mutex to wake it only when that flag is set. The pair
+// (queue size, sleeping flag) is a Dekker handshake in sequentially consistent
+// order: either the pusher sees the flag or the worker sees the new op.
+#include <array>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "ir/error.h"
+#include "runtime/engine_impl.h"
+#include "runtime/engine_var.h"
+
+namespace kiln::engine::detail {
+
+class ThreadedEngine;
+
+namespace {
+
+// The engine whose worker the current thread is (null on other threads).
+thread_local ThreadedEngine* tl_worker_engine = nullptr;
+
+// How long an idle worker polls its queue before sleeping.
+constexpr auto kSpinTime = std::chrono::microseconds(20);
+
+}  // namespace
+
+// Set by wait_for_var's marker op once it is granted read access.
+struct WaitSignal {
+  std::mutex mutex;
+  std::condition_variable cv;
+  bool done = false;
+  std::exception_ptr error;
+};
+
+// A (device, lane) queue of ready ops and the thread that runs them. Among
+// ready ops, higher priority first, FIFO among equals.
+class Worker {
+ public:
+  Worker(ThreadedEngine* engine, Device device, Lane lane) : engine_(engine), device_(device), lane_(lane) {}
+
+  void start();
+  void stop_and_join();
+  void enqueue(Op* op);
+
+  Device device() const { return device_; }
+  Lane lane() const { return lane_; }
+
+ private:
+  struct Bucket {
+    int priority;
+    Op* head;
+    Op* tail;
+  };
+
+  void main();
+  Op* pop();
+  bool spin_for_work();
+
+  ThreadedEngine* const engine_;
+  const Device device_;
+  const Lane lane_;
+  SpinLock lock_;                // guards buckets_
+  std::vector<Bucket> buckets_;  // non-empty, by descending priority
+  alignas(64) std::atomic<int64_t> size_{0};
+  std::atomic<bool> sleeping_{false};
+  std::mutex sleep_mutex_;
+  std::condition_variable wake_;
+  bool stop_ = false;  // guarded by sleep_mutex_
+  std::thread thread_;
+};
+
+class ThreadedEngine final : public Engine {
+ public:
+  ThreadedEngine() {
+    max_pending_bytes_ = default_max_pending_bytes();
+    for (auto& t : cpu_threads_) t.store(default_cpu_threads(), std::memory_order_relaxed);
+    for (auto& w : workers_) w.store(nullptr, std::memory_order_relaxed);
+  }
+
+  ~ThreadedEngine() override {
+    wait_idle();
+    for (auto& slot : workers_) {
+      if (Worker* w = slot.load(std::memory_order_acquire)) {
+        w->stop_and_join();
+        delete w;
+      }
+    }
+  }
+
+  using Engine::push;
+
+  Var* new_var() override { return RecordPool<Var>::alloc(); }
+
+  void push(Fn fn, std::span<Var* const> reads, std::span<Var* const> writes,
+            const PushOptions& options) override {
+    Worker* worker = worker_for(options.device, options.lane);
+    if (tl_worker_engine == nullptr) throttle();
+    Op* op = RecordPool<Op>::alloc();
+    op->fn = std::move(fn);
+    op->priority = options.priority;
+    op->device = options.device;
+    op->lane = options.lane;
+    op->name = options.name;
+    op->bytes = options.bytes;
+    op->worker = worker;
+    op->set_uses(reads, writes);
+    submit(op);
+  }
+
+  void delete_var(Var* var) override {
+    if (!var) return;
+    var->lock.lock();
+    bool twice = var->deleted;
+    bool free_now = !twice && var->idle();
+    var->deleted = true;
+    var->lock.unlock();
+    KILN_ASSERT(!twice);
+    if (free_now) RecordPool<Var>::free(var);
+  }
+
+  void wait_for_var(Var* var) override {
+    check_not_worker("wait_for_var");
+    if (!var) return;
+    var->lock.lock();
+    if (!var->active_writer && var->head == nullptr) {  // no write pending: the value is final
+      std::exception_ptr error = var->error;
+      var->lock.unlock();
+      if (error) std::rethrow_exception(error);
+      return;
+    }
+    var->lock.unlock();
+    // Queue a marker that reads `var`; it runs (inline, in whichever thread
+    // grants it) once every earlier write has finished.
+    WaitSignal signal;
+    Op* op = RecordPool<Op>::alloc();
+    op->signal = &signal;
+    op->name = "wait_for_var";
+    Var* const vars[1] = {var};
+    op->set_uses(std::span<Var* const>(vars, 1), {});
+    submit(op);
+    std::unique_lock<std::mutex> lock(signal.mutex);
+    signal.cv.wait(lock, [&] { return signal.done; });
+    if (signal.error) std::rethrow_exception(signal.error);
+  }
+
+  void wait_all() override {
+    check_not_worker("wait_all");
+    wait_idle();
+    std::exception_ptr error;
+    {
+      std::lock_guard<std::mutex> lock(error_mutex_);
+      error = std::exchange(first_error_, nullptr);
+    }
+    if (error) std::rethrow_exception(error);
+  }
+
+  int64_t num_pending() const override { return counters_.pending.load(std::memory_order_acquire); }
+  int64_t pending_bytes() const override { return counters_.bytes.load(std::memory_order_acquire); }
+  Kind kind() const override { return Kind::kThreaded; }
+
+  void set_cpu_threads(Device device, int threads) override {
+    check_engine_device(device);
+    KILN_CHECK(threads >= 1, ValueError, "set_cpu_threads({}, {}): expected at least 1 thread", device, threads);
+    cpu_threads_[device_index(device)].store(threads, std::memory_order_relaxed);
+  }
+  int cpu_threads(Device device) const override {
+    check_engine_device(device);
+    return cpu_threads_[device_index(device)].load(std::memory_order_relaxed);
+  }
+
+  // Runs a ready op on its worker's thread, then completes it.
+  void execute(Op* op) {
+    // This thread's reference to the error is dropped before completing: a
+    // waiter may then rethrow it while another thread drops the last
+    // reference, and only completion orders those for ThreadSanitizer (the
+    // exception_ptr refcount lives in uninstrumented libstdc++).
+    {
+      std::exception_ptr error;
+      for (const VarUse& u : op->use_span()) {
+        if (u.reads && u.var->error) {  // skipped: it would read a poisoned value
+          error = u.var->error;
+          break;
+        }
+      }
+      if (!error) {
+        RunContext ctx{op->device, op->lane,
+                       cpu_threads_[device_index(op->device)].load(std::memory_order_relaxed), nullptr};
+        error = run_op(op->fn, ctx, op->name, op->bytes);
+      }
+      if (error) record_error(error);
+      for (const VarUse& u : op->use_span())
+        if (u.write) u.var->error = error;  // poisons, or clears after a clean write
+    }
+    op->fn.reset();  // may delete variables or push ops (frees captured arrays)
+    complete(op);
+  }
+
+ private:
+  // Appends every use of `op` to its variable (all locked at once, in address
+  // order) and queues the op if all were granted.
+  void submit(Op* op) {
+    std::span<VarUse> uses = op->use_span();
+    op->pending_grants.store(static_cast<int32_t>(uses.size()) + 1, std::memory_order_relaxed);
+    for (VarUse& u : uses) u.var->lock.lock();
+    for (VarUse& u : uses) {
+      if (u.var->deleted) [[unlikely]] {  // a caller bug; caught while the record is not reused
+        for (VarUse& w : uses) w.var->lock.unlock();
+        std::string_view name = op->name;
+        RecordPool<Op>::free(op);
+        throw InternalError(fmt::format("internal error: {} uses an engine variable after delete_var", name));
+      }
+    }
+    if (!op->signal) {  // counted before any grant can let the op complete
+      counters_.pending.fetch_add(1, std::memory_order_relaxed);
+      if (op->bytes != 0) counters_.bytes.fetch_add(op->bytes, std::memory_order_relaxed);
+    }
+    int32_t granted = 0;
+    for (VarUse& u : uses) granted += append(u);
+    for (VarUse& u : uses) u.var->lock.unlock();
+    if (op->pending_grants.fetch_sub(granted + 1, std::memory_order_acq_rel) == granted + 1) dispatch(op);
+  }
+
+  // Grants `u` at once when nothing waits before it; else queues it.
+  static bool append(VarUse& u) {
+    Var* v = u.var;
+    if (v->head == nullptr) {
+      if (u.write && !v->active_writer && v->active_readers == 0) {
+        v->active_writer = true;
+        return true;
+      }
+      if (!u.write && !v->active_writer) {
+        ++v->active_readers;
+        return true;
+      }
+    }
+    u.next = nullptr;
+    if (v->tail) {
+      v->tail->next = &u;
+    } else {
+      v->head = &u;
+    }
+    v->tail = &u;
+    return false;
+  }
+
+  // Releases every use of `op`, frees the record, queues ops that became
+  // ready, and lets waiters know.
+  void complete(Op* op) {
+    bool counted = op->signal == nullptr;
+    int64_t bytes = op->bytes;
+    ReadyList ready;
+    for (VarUse& u : op->use_span()) release(u, ready);
+    RecordPool<Op>::free(op);
+    for (Op* r = ready.head; r;) {
+      Op* next = r->next;
+      r->next = nullptr;
+      dispatch(r);
+      r = next;
+    }
+    if (!counted) return;
+    if (bytes != 0) counters_.bytes.fetch_sub(bytes, std::memory_order_seq_cst);
+    counters_.pending.fetch_sub(1, std::memory_order_seq_cst);
+    if (progress_waiters_.load(std::memory_order_seq_cst) > 0) {
+      std::lock_guard<std::mutex> lock(progress_mutex_);
+      progress_cv_.notify_all();
+    }
+  }
+
+  // Ops made ready by one completion, in the order they were granted.
+  struct ReadyList {
+    Op* head = nullptr;
+    Op* tail = nullptr;
+    void add(Op* op) {
+      op->next = nullptr;
+      (tail ? tail->next : head) = op;
+      tail = op;
+    }
+  };
+
+  static void release(VarUse& u, ReadyList& ready) {
+    Var* v = u.var;
+    v->lock.lock();
+    if (u.write) {
+      v->active_writer = false;
+    } else {
+      --v->active_readers;
+    }
+    if (!v->active_writer && v->active_readers == 0) {
+      // Grant the run of readers at the head, or else the writer.
+      while (v->head && !v->head->write) {
+        ++v->active_readers;
+        grant(pop_head(v), ready);
+      }
+      if (v->active_readers == 0 && v->head) {
+        v->active_writer = true;
+        grant(pop_head(v), ready);
+      }
+    }
+    bool free_now = v->deleted && v->idle();
+    v->lock.unlock();
+    if (free_now) RecordPool<Var>::free(v);
+  }
+
+  static VarUse* pop_head(Var* v) {
+    VarUse* u = v->head;
+    v->head = u->next;
+    if (!v->head) v->tail = nullptr;
+    u->next = nullptr;
+    return u;
+  }
+
+  static void grant(VarUse* u, ReadyList& ready) {
+    Op* op = u->op;
+    if (op->pending_grants.fetch_sub(1, std::memory_order_acq_rel) == 1) ready.add(op);
+  }
+
+  void dispatch(Op* op) {
+    if (op->signal) {
+      finish_wait(op);
+    } else {
+      op->worker->enqueue(op);
+    }
+  }
+
+  // A wait_for_var marker holds read access: the variable's error is final.
+  void finish_wait(Op* op) {
+    WaitSignal* signal = op->signal;
+    std::exception_ptr error = op->uses[0].var->error;
+    complete(op);
+    std::lock_guard<std::mutex> lock(signal->mutex);
+    signal->error = std::move(error);
+    signal->done = true;
+    signal->cv.notify_one();
+  }
+
+  Worker* worker_for(Device device, Lane lane) {
+    check_engine_device(device);
+    int index = device_index(device) * kNumLanes + static_cast<int>(lane);
+    KILN_ASSERT(index >= 0 && index < static_cast<int>(workers_.size()));
+    Worker* w = workers_[index].load(std::memory_order_acquire);
+    if (w) return w;
+    std::lock_guard<std::mutex> lock(workers_mutex_);
+    w = workers_[index].load(std::memory_order_relaxed);
+    if (!w) {
+      w = new Worker(this, device, lane);
+      w->start();
+      workers_[index].store(w, std::memory_order_release);
+    }
+    return w;
+  }
+
+  // Back-pressure: blocks while too many output bytes are pending.
+  void throttle() {
+    auto over = [&] {
+      return counters_.bytes.load(std::memory_order_seq_cst) > max_pending_bytes_ &&
+             counters_.pending.load(std::memory_order_seq_cst) > 0;
+    };
+    if (!over()) return;
+    std::unique_lock<std::mutex> lock(progress_mutex_);
+    progress_waiters_.fetch_add(1, std::memory_order_seq_cst);
+    progress_cv_.wait(lock, [&] { return !over(); });
+    progress_waiters_.fetch_sub(1, std::memory_order_relaxed);
+  }
+
+  void wait_idle() {
+    if (counters_.pending.load(std::memory_order_acquire) == 0) return;
+    std::unique_lock<std::mutex> lock(progress_mutex_);
+    progress_waiters_.fetch_add(1, std::memory_order_seq_cst);
+    progress_cv_.wait(lock, [&] { return counters_.pending.load(std::memory_order_seq_cst) == 0; });
+    progress_waiters_.fetch_sub(1, std::memory_order_relaxed);
+  }
+
+  void check_not_worker(const char* what) const {
+    KILN_CHECK(tl_worker_engine != this, Error,
+               "engine::{} called from inside an engine operation: it would wait for itself", what);
+  }
+
+  void record_error(const std::exception_ptr& error) {
+    std::lock_guard<std::mutex> lock(error_mutex_);
+    if (!first_error_) first_error_ = error;
+  }
+
+  struct alignas(64) Counters {
+    std::atomic<int64_t> pending{0};
+    std::atomic<int64_t> bytes{0};
+  };
+  Counters counters_;
+  alignas(64) std::atomic<int> progress_waiters_{0};
+  std::mutex progress_mutex_;
+  std::condition_variable progress_cv_;
+
+  std::mutex error_mutex_;
+  std::exception_ptr first_error_;
+
+  std::mutex workers_mutex_;
+  std::array<std::atomic<Worker*>, kNumDeviceSlots * kNumLanes> workers_;
+  std::array<std::atomic<int>, kNumDeviceSlots> cpu_threads_;
+};
+
+void Worker::start() {
+  thread_ = std::thread([this] { main(); });
+}
+
+void Worker::stop_and_join() {
+  {
+    std::lock_guard<std::mutex> lock(sleep_mutex_);
+    stop_ = true;
+  }
+  wake_.notify_one();
+  if (thread_.joinable()) thread_.join();
+}
+
+void Worker::enqueue(Op* op) {
+  lock_.lock();
+  auto it = buckets_.begin();
+  while (it != buckets_.end() && it->priority > op->priority) ++it;
+  if (it != buckets_.end() && it->priority == op->priority) {
+    it->tail->next = op;
+    it->tail = op;
+  } else {
+    buckets_.insert(it, Bucket{op->priority, op, op});
+  }
+  size_.fetch_add(1, std::memory_order_seq_cst);
+  lock_.unlock();
+  if (sleeping_.load(std::memory_order_seq_cst)) {
+    std::lock_guard<std::mutex> lock(sleep_mutex_);
+    wake_.notify_one();
+  }
+}
+
+Op* Worker::pop() {
+  if (size_.load(std::memory_order_acquire) == 0) return nullptr;
+  lock_.lock();
+  Bucket& b = buckets_.front();
+  Op* op = b.head;
+  b.head = op->next;
+  if (!b.head) buckets_.erase(buckets_.begin());
+  size_.fetch_sub(1, std::memory_order_relaxed);
+  lock_.unlock();
+  op->next = nullptr;
+  return op;
+}
+
+bool Worker::spin_for_work() {
+  auto deadline = std::chrono::steady_clock::now() + kSpinTime;
+  for (int i = 1;; ++i) {
+    if (size_.load(std::memory_order_relaxed) > 0) return true;
+    cpu_relax();
+    if (i % 64 == 0 && std::chrono::steady_clock::now() > deadline) return false;
+  }
+}
+
+void Worker::main() {
+  ThreadedEngine* engine = engine_;
+  tl_worker_engine = engine;
+  for (;;) {
+    if (Op* op = pop()) {
+      engine->execute(op);
+      continue;
+    }
+    if (spin_for_work()) continue;
+    std::unique_lock<std::mutex> lock(sleep_mutex_);
+    sleeping_.store(true, std::memory_order_seq_cst);
+    while (size_.load(std::memory_order_seq_cst) == 0 && !stop_) wake_.wait(lock);
+    sleeping_.store(false, std::memory_order_relaxed);
+    if (stop_ && size_.load(std::memory_order_relaxed) == 0) return;
+  }
+}
+
+std::unique_ptr<Engine> make_threaded_engine() { return std::make_unique<ThreadedEngine>(); }
+
+}  // namespace kiln::engine::detail

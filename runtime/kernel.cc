@@ -1,0 +1,46 @@
+#include "runtime/kernel.h"
+
+#include <array>
+#include <mutex>
+
+namespace kiln {
+
+void register_cpu_kernels();   // backends/cpu/register.cc
+void register_cuda_kernels();  // backends/cuda, or a no-op without CUDA
+
+namespace {
+
+using Table = std::array<std::array<KernelFn, kNumDeviceKinds>, kNumOps>;
+
+Table& table_storage() {
+  static Table t{};
+  return t;
+}
+
+const Table& table() {
+  static const bool filled = [] {
+    register_cpu_kernels();
+    register_cuda_kernels();
+    return true;
+  }();
+  (void)filled;
+  return table_storage();
+}
+
+}  // namespace
+
+void register_kernel(OpId op, DeviceKind kind, KernelFn fn) {
+  table_storage()[static_cast<size_t>(op)][static_cast<size_t>(kind)] = fn;
+}
+
+KernelFn find_kernel(const OpDef& op, Device device) {
+  KernelFn fn = table()[static_cast<size_t>(op.id)][static_cast<size_t>(device.kind)];
+  KILN_CHECK(fn != nullptr, NotSupported, "{}: no kernel for {} in this build", op.name, device);
+  return fn;
+}
+
+bool has_kernel(OpId op, DeviceKind kind) {
+  return table()[static_cast<size_t>(op)][static_cast<size_t>(kind)] != nullptr;
+}
+
+}  // namespace kiln

@@ -1,0 +1,60 @@
+// Per-device caching pool allocator.
+//
+//   auto& pool = storage::pool(Device::cpu(0));
+//   storage::Block b = pool.alloc(1024);   // 64-byte aligned
+//   pool.free(b);                          // cached for reuse, not returned to the OS
+//   pool.stats().peak_in_use;  pool.release_cached();
+//
+// Sizes are rounded up to size classes (64-byte steps below 4 KiB, then
+// multiples of a quarter of the next power of two), and freed blocks are kept
+// per size class. When the system allocator fails, the pool releases its cache
+// and retries once, then throws OutOfMemory with the request and the pool's
+// state. Thread safe. Each device has its own pool; pools live until exit.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "ir/device.h"
+
+namespace kiln::storage {
+
+struct Block {
+  void* ptr = nullptr;
+  size_t size = 0;  // the rounded size actually reserved
+  Device device;
+};
+
+struct Stats {
+  int64_t in_use = 0;       // bytes in blocks handed out
+  int64_t cached = 0;       // bytes in free blocks kept for reuse
+  int64_t peak_in_use = 0;  // since start or reset_peak()
+  int64_t num_allocs = 0;   // alloc calls
+  int64_t num_cache_hits = 0;
+  int64_t num_system_allocs = 0;
+  std::string to_string() const;
+};
+
+class Pool {
+ public:
+  virtual ~Pool() = default;
+  // size 0 gives a valid unique block of the smallest class.
+  virtual Block alloc(size_t size) = 0;
+  virtual void free(Block block) = 0;
+  virtual Stats stats() const = 0;
+  virtual void reset_peak() = 0;
+  // Returns cached blocks to the system; returns the bytes released.
+  virtual int64_t release_cached() = 0;
+  // Test hook: make the next system allocations fail once the pool holds more
+  // than `bytes` from the system (negative: no limit).
+  virtual void set_system_limit(int64_t bytes) = 0;
+};
+
+Pool& pool(Device device);
+
+// Rounded size the pool reserves for a request of `size` bytes.
+size_t round_size(size_t size);
+
+}  // namespace kiln::storage

@@ -1,0 +1,179 @@
+// NDArray core: creation, random streams, views, copies, printing, errors.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <numeric>
+
+#include "frontend/invoke.h"
+#include "frontend/nd.h"
+#include "frontend/ndarray.h"
+
+namespace kiln {
+namespace {
+
+class NDArrayOnDevice : public ::testing::TestWithParam<int> {
+ protected:
+  Device dev() const { return Device::cpu(GetParam()); }
+};
+
+TEST_P(NDArrayOnDevice, ConstantFills) {
+  auto z = nd::zeros({2, 3}, {.device = dev()});
+  EXPECT_EQ(z.shape(), (Shape{2, 3}));
+  EXPECT_EQ(z.device(), dev());
+  EXPECT_EQ(z.to_vector<float>(), std::vector<float>(6, 0.0f));
+  EXPECT_EQ(nd::ones({4}, {.dtype = DType::kInt64, .device = dev()}).to_vector<int64_t>(),
+            std::vector<int64_t>(4, 1));
+  EXPECT_EQ(nd::full({3}, 2.5, {.dtype = DType::kFloat64, .device = dev()}).to_vector<double>(),
+            std::vector<double>(3, 2.5));
+  auto h = nd::full({2}, 1.5, {.dtype = DType::kFloat16, .device = dev()});
+  EXPECT_EQ(h.to_vector<float>(), (std::vector<float>{1.5f, 1.5f}));
+  EXPECT_EQ(nd::zeros({0, 3}, {.device = dev()}).to_vector<float>().size(), 0u);
+}
+
+TEST_P(NDArrayOnDevice, Arange) {
+  EXPECT_EQ(nd::arange(5, {.device = dev()}).to_vector<float>(), (std::vector<float>{0, 1, 2, 3, 4}));
+  EXPECT_EQ(nd::arange(1, 2, 0.25, {.device = dev()}).to_vector<double>(), (std::vector<double>{1, 1.25, 1.5, 1.75}));
+  EXPECT_EQ(nd::arange(3, 0, -1, {.dtype = DType::kInt32, .device = dev()}).to_vector<int32_t>(),
+            (std::vector<int32_t>{3, 2, 1}));
+  EXPECT_EQ(nd::arange(0, {.device = dev()}).size(), 0);
+  EXPECT_THROW(nd::arange(0, 1, 0), ValueError);
+}
+
+TEST_P(NDArrayOnDevice, ArrayFromHostValues) {
+  auto a = nd::array(std::vector<float>{1, 2, 3, 4, 5, 6}, {2, 3}, dev());
+  EXPECT_EQ(a.dtype(), DType::kFloat32);
+  EXPECT_EQ(a.to_vector<float>(), (std::vector<float>{1, 2, 3, 4, 5, 6}));
+  auto b = nd::array(std::vector<int64_t>{7, 8}, dev());
+  EXPECT_EQ(b.dtype(), DType::kInt64);
+  EXPECT_EQ(b.shape(), (Shape{2}));
+  EXPECT_THROW(b.item<int64_t>(), ValueError);
+}
+
+TEST_P(NDArrayOnDevice, RandomIsReproducibleAndWellDistributed) {
+  nd::random::seed(42);
+  auto a = nd::random::normal({1000, 1000}, 0, 1, {.device = dev()}).to_vector<double>();
+  auto u = nd::random::uniform({100000}, -2, 3, {.device = dev()}).to_vector<double>();
+  nd::random::seed(42);
+  auto b = nd::random::normal({1000, 1000}, 0, 1, {.device = dev()}).to_vector<double>();
+  EXPECT_EQ(a, b);
+  double mean = std::accumulate(a.begin(), a.end(), 0.0) / a.size();
+  double var = 0;
+  for (double v : a) var += (v - mean) * (v - mean);
+  var /= a.size();
+  EXPECT_NEAR(mean, 0.0, 0.005);
+  EXPECT_NEAR(var, 1.0, 0.005);
+  double umin = *std::min_element(u.begin(), u.end()), umax = *std::max_element(u.begin(), u.end());
+  EXPECT_GE(umin, -2.0);
+  EXPECT_LT(umax, 3.0);
+  EXPECT_NEAR(std::accumulate(u.begin(), u.end(), 0.0) / u.size(), 0.5, 0.02);
+  // The next draw continues the stream instead of repeating it.
+  auto c = nd::random::normal({4}, 0, 1, {.device = dev()}).to_vector<double>();
+  EXPECT_NE(c[0], a[0]);
+}
+INSTANTIATE_TEST_SUITE_P(Cpu, NDArrayOnDevice, ::testing::Values(0, 1),
+                         [](const auto& info) { return "cpu" + std::to_string(info.param); });
+
+TEST(NDArray, ItemNeedsOneElement) {
+  EXPECT_FLOAT_EQ(nd::full({1, 1}, 3.0).item(), 3.0f);
+  EXPECT_THROW(nd::zeros({2}).item(), ValueError);
+}
+
+TEST(NDArray, DevicesHaveIndependentStreams) {
+  nd::random::seed(7);
+  auto a = nd::random::uniform({8}, 0, 1, {.device = Device::cpu(0)}).to_vector<float>();
+  auto b = nd::random::uniform({8}, 0, 1, {.device = Device::cpu(1)}).to_vector<float>();
+  EXPECT_NE(a, b);
+}
+
+TEST(NDArray, AtIsAViewSharingStorage) {
+  auto a = nd::array(std::vector<float>{1, 2, 3, 4, 5, 6}, {3, 2});
+  auto row = a.at(1);
+  EXPECT_EQ(row.shape(), (Shape{2}));
+  EXPECT_EQ(row.to_vector<float>(), (std::vector<float>{3, 4}));
+  EXPECT_EQ(a.at(-1).to_vector<float>(), (std::vector<float>{5, 6}));
+  row.assign(9.0);  // writes through the view
+  EXPECT_EQ(a.to_vector<float>(), (std::vector<float>{1, 2, 9, 9, 5, 6}));
+  EXPECT_THROW(a.at(3), IndexError);
+  EXPECT_THROW(nd::full({}, 1.0).at(0), IndexError);
+}
+
+TEST(NDArray, CopyToAnotherDevice) {
+  auto a = nd::arange(6).reshape({2, 3});
+  auto b = a.copy_to(Device::cpu(1));
+  EXPECT_EQ(b.device(), Device::cpu(1));
+  EXPECT_EQ(b.shape(), (Shape{2, 3}));
+  a.assign(0.0);  // later writes to `a` do not reach the copy
+  EXPECT_EQ(b.to_vector<float>(), (std::vector<float>{0, 1, 2, 3, 4, 5}));
+  EXPECT_THROW(a.copy_to(Device::cuda(0)), DeviceError);
+}
+
+TEST(NDArray, ReshapeViewUsesMXNetSpecialValues) {
+  auto a = nd::arange(24).reshape({2, 3, 4});
+  EXPECT_EQ(a.reshape({-1}).shape(), (Shape{24}));
+  EXPECT_EQ(a.reshape({0, -1}).shape(), (Shape{2, 12}));
+  EXPECT_EQ(a.reshape({-3, 4}).shape(), (Shape{6, 4}));
+  EXPECT_THROW(a.reshape({5, -1}), ShapeError);
+  EXPECT_EQ(a.reshape({4, 6}).to_vector<float>()[23], 23.0f);
+}
+
+TEST(NDArray, PrintsLikeNumPyWithDevice) {
+  auto a = nd::array(std::vector<float>{1, 2, 3, 4, 5, 6}, {2, 3}, Device::cpu(1));
+  EXPECT_EQ(a.to_string(), "[[1. 2. 3.]\n [4. 5. 6.]]\n<NDArray 2x3 @cpu(1)>");
+  auto b = nd::array(std::vector<float>{0.5f, -1.25f});
+  EXPECT_EQ(b.to_string(), "[  0.5 -1.25]\n<NDArray 2 @cpu(0)>");
+  auto c = nd::array(std::vector<int32_t>{1, -20}, Device::cpu(0));
+  EXPECT_EQ(c.to_string(), "[  1 -20]\n<NDArray 2 int32 @cpu(0)>");
+  auto big = nd::zeros({100, 100});
+  std::string s = big.to_string();
+  EXPECT_NE(s.find("..."), std::string::npos);
+  EXPECT_LT(s.size(), 400u);
+  EXPECT_EQ(NDArray().to_string(), "<NDArray none>");
+}
+
+TEST(NDArray, ReadingAFailedValueRethrowsTheProducersError) {
+  auto a = nd::zeros({2});
+  engine::get().push([](engine::RunContext) { throw ValueError("the disk is on fire"); }, {}, {a.var()},
+                     {.device = a.device(), .name = "failing_producer"});
+  try {
+    a.to_vector<float>();
+    FAIL() << "expected the producer's error";
+  } catch (const ValueError& e) {
+    std::string msg = e.what();
+    EXPECT_NE(msg.find("failing_producer"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("the disk is on fire"), std::string::npos) << msg;
+  }
+  try {
+    engine::wait_all();
+  } catch (const Error&) {
+  }
+  // Unrelated arrays still work, and a clean overwrite clears the poison.
+  EXPECT_EQ(nd::ones({1}).item(), 1.0f);
+  a.assign(3.0);
+  EXPECT_EQ(a.to_vector<float>(), (std::vector<float>{3, 3}));
+}
+
+TEST(NDArray, NoneArraysAreRejectedClearly) {
+  NDArray none;
+  EXPECT_TRUE(none.is_none());
+  EXPECT_THROW(none.to_vector<float>(), ValueError);
+  EXPECT_THROW(none.wait_to_read(), ValueError);
+  EXPECT_THROW(none.copy(), ValueError);
+}
+
+TEST(NDArray, NegativeSizesAndUnknownDevicesAreClearErrors) {
+  EXPECT_THROW(nd::zeros({2, -3}), ShapeError);
+  EXPECT_THROW(nd::zeros({2}, {.device = Device::cpu(kMaxDevicesPerKind)}), DeviceError);
+  EXPECT_THROW(nd::array(std::vector<float>{1, 2, 3}, {2, 2}), ShapeError);
+}
+
+TEST(NDArray, FailedInferenceQueuesNothing) {
+  auto a = nd::zeros({2});
+  engine::wait_all();
+  int64_t before = engine::get().num_pending();
+  const OpDef& full = op_def(OpId::kFull);
+  EXPECT_THROW(invoke(OpId::kFull, {a}, full.parse_attrs(full.name, {{"value", "1"}})), ValueError);
+  EXPECT_EQ(engine::get().num_pending(), before);
+}
+
+}  // namespace
+}  // namespace kiln

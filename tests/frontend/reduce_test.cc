@@ -1,0 +1,339 @@
+// The reduce family (sum, mean, max, min, prod, argmax, argmin, norm) against
+// loops over double values, on cpu(0) and cpu(1).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <numeric>
+#include <string>
+
+#include "frontend/nd.h"
+#include "runtime/engine.h"
+
+namespace kiln {
+namespace {
+
+enum class Kind { kSum, kMean, kMax, kMin, kProd, kNorm1, kNorm2 };
+
+const char* kind_name(Kind k) {
+  switch (k) {
+    case Kind::kSum: return "sum";
+    case Kind::kMean: return "mean";
+    case Kind::kMax: return "max";
+    case Kind::kMin: return "min";
+    case Kind::kProd: return "prod";
+    case Kind::kNorm1: return "norm1";
+    case Kind::kNorm2: return "norm2";
+  }
+  return "?";
+}
+
+NDArray run(Kind k, const NDArray& x, const IntTuple& axes, bool keepdims, bool exclude = false) {
+  switch (k) {
+    case Kind::kSum: return nd::sum(x, axes, keepdims, exclude);
+    case Kind::kMean: return nd::mean(x, axes, keepdims, exclude);
+    case Kind::kMax: return nd::max(x, axes, keepdims, exclude);
+    case Kind::kMin: return nd::min(x, axes, keepdims, exclude);
+    case Kind::kProd: return nd::prod(x, axes, keepdims, exclude);
+    case Kind::kNorm1: return nd::norm(x, 1, axes, keepdims);
+    case Kind::kNorm2: return nd::norm(x, 2, axes, keepdims);
+  }
+  return {};
+}
+
+// Reduces `x` of `shape` over the axes in `mask` (bit i: axis i), the slow way:
+// every input element finds its output index.
+std::vector<double> reference(Kind k, const std::vector<double>& x, const Shape& shape, uint32_t mask) {
+  Shape out_shape;
+  for (int i = 0; i < shape.ndim(); ++i)
+    if (!(mask >> i & 1)) out_shape.push_back(shape[i]);
+  const int64_t outs = out_shape.size();
+  int64_t count = 1;
+  for (int i = 0; i < shape.ndim(); ++i)
+    if (mask >> i & 1) count *= shape[i];
+  double init = k == Kind::kProd ? 1 : k == Kind::kMax ? -INFINITY : k == Kind::kMin ? INFINITY : 0;
+  std::vector<double> acc(outs, init);
+  auto strides = shape.strides();
+  for (int64_t flat = 0; flat < shape.size(); ++flat) {
+    int64_t o = 0;
+    for (int i = 0; i < shape.ndim(); ++i) {
+      int64_t idx = flat / strides[i] % shape[i];
+      if (!(mask >> i & 1)) o = o * shape[i] + idx;
+    }
+    double v = x[flat];
+    double& a = acc[o];
+    switch (k) {
+      case Kind::kSum:
+      case Kind::kMean: a += v; break;
+      case Kind::kMax: a = std::max(a, v); break;
+      case Kind::kMin: a = std::min(a, v); break;
+      case Kind::kProd: a *= v; break;
+      case Kind::kNorm1: a += std::abs(v); break;
+      case Kind::kNorm2: a += v * v; break;
+    }
+  }
+  for (double& a : acc) {
+    if (k == Kind::kMean) a /= count;
+    if (k == Kind::kNorm2) a = std::sqrt(a);
+  }
+  return acc;
+}
+
+Shape reference_shape(const Shape& shape, uint32_t mask, bool keepdims) {
+  Shape out;
+  for (int i = 0; i < shape.ndim(); ++i) {
+    if (!(mask >> i & 1))
+      out.push_back(shape[i]);
+    else if (keepdims)
+      out.push_back(1);
+  }
+  return out;
+}
+
+void expect_close(const std::vector<double>& got, const std::vector<double>& want, double rtol,
+                  const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i)
+    ASSERT_NEAR(got[i], want[i], rtol * std::max(1.0, std::abs(want[i]))) << what << " at " << i;
+}
+
+class Reduce : public ::testing::TestWithParam<int> {
+ protected:
+  Device dev() const { return Device::cpu(GetParam()); }
+  NDArray normal(const Shape& s, DType t = DType::kFloat32) {
+    return nd::random::normal(s, 0, 1, {.dtype = t, .device = dev()});
+  }
+};
+
+constexpr Kind kAllKinds[] = {Kind::kSum, Kind::kMean, Kind::kMax, Kind::kMin, Kind::kProd, Kind::kNorm1, Kind::kNorm2};
+
+// Every subset of axes of 3-D inputs (with size-1 axes too), given as positive
+// and as negative axes, with and without keepdims; exclude gives the complement.
+TEST_P(Reduce, EveryAxisCombination3D) {
+  nd::random::seed(1);
+  for (Shape shape : {Shape{3, 4, 5}, Shape{2, 1, 7}, Shape{1, 6, 1}, Shape{40, 3, 300}}) {
+    NDArray x = nd::random::uniform(shape, 0.5, 1.5, {.device = dev()});  // prod stays finite
+    auto xv = x.to_vector<double>();
+    for (Kind k : kAllKinds) {
+      for (uint32_t mask = 0; mask < 8; ++mask) {
+        for (bool keepdims : {false, true}) {
+          IntTuple axes, negative;
+          for (int i = 0; i < 3; ++i)
+            if (mask >> i & 1) axes.push_back(i), negative.push_back(i - 3);
+          uint32_t effective = mask == 0 ? 7u : mask;  // no axes: every axis
+          std::string what = fmt::format("{} of {} over mask {} keepdims {}", kind_name(k), shape, mask, keepdims);
+          auto want = reference(k, xv, shape, effective);
+          for (const IntTuple& ax : {axes, negative}) {
+            NDArray y = run(k, x, ax, keepdims);
+            ASSERT_EQ(y.shape(), reference_shape(shape, effective, keepdims)) << what;
+            ASSERT_EQ(y.dtype(), DType::kFloat32);
+            expect_close(y.to_vector<double>(), want, 2e-5, what);
+          }
+          if (k == Kind::kNorm1 || k == Kind::kNorm2 || mask == 0) continue;
+          NDArray e = run(k, x, axes, keepdims, /*exclude=*/true);
+          ASSERT_EQ(e.shape(), reference_shape(shape, 7u & ~mask, keepdims)) << what << " exclude";
+          expect_close(e.to_vector<double>(), reference(k, xv, shape, 7u & ~mask), 2e-5, what + " exclude");
+        }
+      }
+    }
+  }
+}
+
+TEST_P(Reduce, FourDimensionalPatterns) {
+  nd::random::seed(2);
+  Shape shape{4, 3, 5, 6};
+  NDArray x = normal(shape, DType::kFloat64);
+  auto xv = x.to_vector<double>();
+  for (uint32_t mask = 1; mask < 16; ++mask) {
+    IntTuple axes;
+    for (int i = 0; i < 4; ++i)
+      if (mask >> i & 1) axes.push_back(i);
+    for (Kind k : {Kind::kSum, Kind::kMax, Kind::kNorm2}) {
+      NDArray y = run(k, x, axes, false);
+      EXPECT_EQ(y.dtype(), DType::kFloat64);
+      expect_close(y.to_vector<double>(), reference(k, xv, shape, mask), 1e-12,
+                   fmt::format("{} mask {}", kind_name(k), mask));
+    }
+  }
+}
+
+TEST_P(Reduce, ReducingEverythingGivesAScalar) {
+  NDArray x = nd::arange(24, {.device = dev()}).reshape({2, 3, 4});
+  NDArray s = nd::sum(x);
+  EXPECT_EQ(s.shape(), Shape{});
+  EXPECT_EQ(s.item<double>(), 276.0);
+  EXPECT_EQ(nd::sum(x, {}, true).shape(), (Shape{1, 1, 1}));
+  EXPECT_EQ(nd::max(x).item<double>(), 23.0);
+  EXPECT_EQ(nd::mean(x, {0, 1, 2}).item<double>(), 11.5);
+  // exclude of every axis reduces nothing.
+  EXPECT_EQ(nd::sum(x, {0, 1, 2}, false, true).to_vector<double>(), x.to_vector<double>());
+}
+
+TEST_P(Reduce, Integers) {
+  std::vector<int32_t> v32 = {3, -7, 12, 5, 0, 9, -2, 4, 11, -8, 6, 1};
+  std::vector<int64_t> v64(v32.begin(), v32.end());
+  v64[5] = int64_t{1} << 40;  // beyond int32
+  Shape shape{3, 4};
+  for (DType t : {DType::kInt32, DType::kInt64}) {
+    NDArray x = t == DType::kInt32 ? nd::array(v32, shape, dev()) : nd::array(v64, shape, dev());
+    auto xv = x.to_vector<double>();
+    for (Kind k : {Kind::kSum, Kind::kMax, Kind::kMin, Kind::kProd}) {
+      for (uint32_t mask : {1u, 2u, 3u}) {
+        IntTuple axes;
+        for (int i = 0; i < 2; ++i)
+          if (mask >> i & 1) axes.push_back(i);
+        NDArray y = run(k, x, axes, false);
+        EXPECT_EQ(y.dtype(), t);
+        auto want = reference(k, xv, shape, mask);
+        EXPECT_EQ(y.to_vector<double>(), want) << kind_name(k) << " " << dtype_name(t) << " mask " << mask;
+      }
+    }
+    NDArray am = nd::argmax(x, 1);
+    EXPECT_EQ(am.dtype(), t);
+    EXPECT_EQ(am.to_vector<double>(), (std::vector<double>{2, 1, 0}));
+    EXPECT_EQ(nd::argmin(x, 0).to_vector<double>(), (std::vector<double>{1, 2, 1, 2}));
+  }
+  // int32 sums wrap like int32 arithmetic.
+  NDArray big = nd::full({4}, 1 << 30, {.dtype = DType::kInt32, .device = dev()});
+  EXPECT_EQ(nd::sum(big).item<int32_t>(), 0);
+}
+
+TEST_P(Reduce, LargeInputsAreAccurateAndIndependentOfThreadCount) {
+  nd::random::seed(3);
+  auto& eng = engine::get();
+  const int threads = eng.cpu_threads(dev());
+  NDArray x = nd::random::uniform({1100, 1000}, 0, 1, {.device = dev()});  // all positive: a hard sum
+  auto xv = x.to_vector<double>();
+  Shape shape = x.shape();
+  NDArray x1 = x.reshape({1100000});
+  struct Case {
+    NDArray in;
+    IntTuple axes;
+    uint32_t mask;
+  };
+  std::vector<Case> cases = {{x1, {}, 1u}, {x, {1}, 2u}, {x, {0}, 1u}, {x.reshape({2, 550, 1000}), {1}, 2u},
+                             {x.reshape({1100000, 1}), {0}, 1u}, {x.reshape({2, 550000}), {0}, 1u}};
+  for (auto& c : cases) {
+    for (Kind k : {Kind::kSum, Kind::kMean, Kind::kMax, Kind::kNorm2}) {
+      std::string what = fmt::format("{} of {} over {}", kind_name(k), c.in.shape(), fmt::join(c.axes, ","));
+      eng.set_cpu_threads(dev(), 1);
+      auto one = run(k, c.in, c.axes, false).to_vector<float>();
+      eng.set_cpu_threads(dev(), 2);
+      auto two = run(k, c.in, c.axes, false).to_vector<float>();
+      eng.set_cpu_threads(dev(), threads);
+      EXPECT_EQ(one, two) << what;
+      Shape s = c.in.shape();
+      std::vector<double> got(one.begin(), one.end());
+      expect_close(got, reference(k, xv, s, c.mask), 1e-5, what);
+    }
+  }
+}
+
+TEST_P(Reduce, ArgmaxTiesNaNAndFlattening) {
+  // Rows with ties: the first occurrence wins.
+  NDArray x = nd::array(std::vector<float>{1, 3, 3, 2, 5, 5, 5, 5, 0, -1, -1, 0}, {3, 4}, dev());
+  EXPECT_EQ(nd::argmax(x, 1).to_vector<float>(), (std::vector<float>{1, 0, 0}));
+  EXPECT_EQ(nd::argmin(x, 1).to_vector<float>(), (std::vector<float>{0, 0, 1}));
+  EXPECT_EQ(nd::argmax(x, 0).to_vector<float>(), (std::vector<float>{1, 1, 1, 1}));
+  EXPECT_EQ(nd::argmax(x, -2).to_vector<float>(), (std::vector<float>{1, 1, 1, 1}));
+  EXPECT_EQ(nd::argmin(x, 0).to_vector<float>(), (std::vector<float>{2, 2, 2, 2}));
+  NDArray flat = nd::argmax(x);
+  EXPECT_EQ(flat.shape(), Shape{});
+  EXPECT_EQ(flat.item<float>(), 4.0f);
+  EXPECT_EQ(nd::argmax(x, std::nullopt, true).shape(), (Shape{1, 1}));
+  EXPECT_EQ(nd::argmax(x, 1, true).shape(), (Shape{3, 1}));
+  EXPECT_EQ(nd::argmin(x).item<float>(), 9.0f);
+  // NaN counts as the extremum (its first occurrence).
+  float nan = std::numeric_limits<float>::quiet_NaN();
+  NDArray n = nd::array(std::vector<float>{1, nan, 7, nan, 2, 9}, {2, 3}, dev());
+  EXPECT_EQ(nd::argmax(n, 1).to_vector<float>(), (std::vector<float>{1, 0}));
+  EXPECT_EQ(nd::argmin(n, 0).to_vector<float>(), (std::vector<float>{1, 0, 0}));
+  EXPECT_TRUE(std::isnan(nd::max(n).item<float>()));
+  EXPECT_TRUE(std::isnan(nd::min(n, {1}).to_vector<float>()[0]));
+}
+
+// Index of the first maximum (or minimum) along `axis` (-1: flattened).
+std::vector<double> arg_reference(const std::vector<float>& x, const Shape& shape, int axis, bool is_max) {
+  int64_t outer = 1, len = shape.size(), inner = 1;
+  if (axis >= 0) {
+    len = shape[axis];
+    for (int i = 0; i < axis; ++i) outer *= shape[i];
+    inner = shape.size() / outer / len;
+  }
+  std::vector<double> out;
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t j = 0; j < inner; ++j) {
+      int64_t best = 0;
+      for (int64_t r = 1; r < len; ++r) {
+        float v = x[(o * len + r) * inner + j], b = x[(o * len + best) * inner + j];
+        if (is_max ? v > b : v < b) best = r;
+      }
+      out.push_back(static_cast<double>(best));
+    }
+  return out;
+}
+
+TEST_P(Reduce, ArgmaxAgainstReferenceWithManyTies) {
+  uint32_t state = 12345;
+  for (Shape shape : {Shape{3, 4, 5}, Shape{7, 300, 9}, Shape{3, 70000}, Shape{70000, 3}, Shape{1 << 20}}) {
+    std::vector<float> v(static_cast<size_t>(shape.size()));
+    for (float& f : v) f = static_cast<float>((state = state * 1664525u + 1013904223u) >> 29);  // 0..7
+    NDArray x = nd::array(v, shape, dev());
+    for (int axis = -1; axis < shape.ndim(); ++axis) {
+      std::optional<int> ax = axis < 0 ? std::nullopt : std::optional<int>(axis);
+      EXPECT_EQ(nd::argmax(x, ax).to_vector<double>(), arg_reference(v, shape, axis, true))
+          << "argmax " << shape.to_string() << " axis " << axis;
+      EXPECT_EQ(nd::argmin(x, ax).to_vector<double>(), arg_reference(v, shape, axis, false))
+          << "argmin " << shape.to_string() << " axis " << axis;
+    }
+  }
+}
+
+TEST_P(Reduce, EmptyAxes) {
+  NDArray e = nd::zeros({0, 3}, {.device = dev()});
+  EXPECT_EQ(nd::sum(e, {0}).to_vector<float>(), (std::vector<float>{0, 0, 0}));
+  EXPECT_EQ(nd::prod(e, {0}).to_vector<float>(), (std::vector<float>{1, 1, 1}));
+  EXPECT_EQ(nd::norm(e, 2, {0}).to_vector<float>(), (std::vector<float>{0, 0, 0}));
+  EXPECT_EQ(nd::sum(e).item<float>(), 0.0f);
+  EXPECT_EQ(nd::max(e, {1}).shape(), Shape{0});  // nothing to compute
+  EXPECT_THROW(nd::mean(e, {0}), ValueError);
+  EXPECT_THROW(nd::max(e), ValueError);
+  EXPECT_THROW(nd::min(e, {0}), ValueError);
+  EXPECT_THROW(nd::argmax(e, 0), ValueError);
+  EXPECT_THROW(nd::argmin(e), ValueError);
+}
+
+TEST_P(Reduce, Errors) {
+  NDArray x = nd::zeros({2, 3, 4}, {.device = dev()});
+  for (auto [name, fn] : std::vector<std::pair<std::string, std::function<NDArray()>>>{
+           {"sum", [&] { return nd::sum(x, {3}); }},
+           {"mean", [&] { return nd::mean(x, {0, -4}); }},
+           {"max", [&] { return nd::max(x, {5}, false, true); }},
+           {"argmax", [&] { return nd::argmax(x, 3); }},
+           {"argmin", [&] { return nd::argmin(x, -4); }},
+           {"norm", [&] { return nd::norm(x, 2, {7}); }}}) {
+    try {
+      fn();
+      ADD_FAILURE() << name << ": expected IndexError";
+    } catch (const IndexError& e) {
+      std::string msg = e.what();
+      EXPECT_NE(msg.find(name), std::string::npos) << msg;
+      EXPECT_NE(msg.find("3 axes"), std::string::npos) << msg;
+      EXPECT_NE(msg.find("axis"), std::string::npos) << msg;
+    }
+  }
+  EXPECT_THROW(nd::sum(x, {1, -2}), ValueError);
+  EXPECT_THROW(nd::norm(x, 3), ValueError);
+  NDArray i = nd::zeros({4}, {.dtype = DType::kInt32, .device = dev()});
+  EXPECT_THROW(nd::mean(i), TypeError);
+  EXPECT_THROW(nd::norm(i), TypeError);
+  EXPECT_THROW(nd::sum(nd::zeros({4}, {.dtype = DType::kFloat16, .device = dev()})), TypeError);
+  EXPECT_THROW(nd::max(nd::zeros({4}, {.dtype = DType::kUint8, .device = dev()})), TypeError);
+}
+
+INSTANTIATE_TEST_SUITE_P(Cpu, Reduce, ::testing::Values(0, 1),
+                         [](const auto& info) { return "cpu" + std::to_string(info.param); });
+
+}  // namespace
+}  // namespace kiln

@@ -1,0 +1,67 @@
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "ir/error.h"
+#include "runtime/storage.h"
+
+namespace kiln::storage {
+namespace {
+
+TEST(Storage, RoundSize) {
+  EXPECT_EQ(round_size(0), 64u);
+  EXPECT_EQ(round_size(1), 64u);
+  EXPECT_EQ(round_size(65), 128u);
+  EXPECT_EQ(round_size(4096), 4096u);
+  for (size_t s : {4097ul, 10000ul, 1ul << 20, (1ul << 20) + 1, 123456789ul}) {
+    size_t r = round_size(s);
+    EXPECT_GE(r, s);
+    EXPECT_LE(r, s + s / 4 + 64) << s;  // at most 25% waste
+  }
+}
+
+TEST(Storage, CachesAndCountsOnItsOwnDevice) {
+  Pool& p = pool(Device::cpu(7));  // a device no other test uses
+  Stats before = p.stats();
+  Block a = p.alloc(1000);
+  ASSERT_NE(a.ptr, nullptr);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(a.ptr) % 64, 0u);
+  std::memset(a.ptr, 1, 1000);
+  EXPECT_EQ(p.stats().in_use, before.in_use + static_cast<int64_t>(a.size));
+  p.free(a);
+  EXPECT_EQ(p.stats().cached, before.cached + static_cast<int64_t>(a.size));
+  Block b = p.alloc(1000);
+  EXPECT_EQ(b.ptr, a.ptr);  // reused from the cache
+  EXPECT_EQ(p.stats().num_cache_hits, before.num_cache_hits + 1);
+  p.free(b);
+  EXPECT_GT(p.release_cached(), 0);
+  EXPECT_EQ(p.stats().cached, 0);
+  EXPECT_GE(p.stats().peak_in_use, static_cast<int64_t>(a.size));
+}
+
+TEST(Storage, OutOfMemoryFlushesCacheThenThrowsWithState) {
+  Pool& p = pool(Device::cpu(6));
+  p.release_cached();
+  p.set_system_limit(1 << 20);
+  Block a = p.alloc(600 << 10);
+  p.free(a);  // cached: 600 KiB held from the system
+  // Needs the cache flushed to fit under the limit.
+  Block b = p.alloc(700 << 10);
+  EXPECT_EQ(p.stats().cached, 0);
+  try {
+    p.alloc(900 << 10);
+    FAIL();
+  } catch (const OutOfMemory& e) {
+    std::string msg = e.what();
+    EXPECT_NE(msg.find("921600"), std::string::npos) << msg;  // the request
+    EXPECT_NE(msg.find("in use"), std::string::npos) << msg;  // the pool's state
+    EXPECT_NE(msg.find("cpu(6)"), std::string::npos) << msg;
+  }
+  p.free(b);
+  p.set_system_limit(-1);
+  EXPECT_NO_THROW(p.free(p.alloc(900 << 10)));  // works again afterwards
+}
+
+}  // namespace
+}  // namespace kiln::storage
