@@ -1,5 +1,6 @@
 // Engine benchmarks: per-op dispatch cost, and two CPU devices computing in
 // parallel (d2l 12.2.3 and 12.3 in numbers).
+#include <algorithm>
 #include <cmath>
 
 #include "bench/bench.h"

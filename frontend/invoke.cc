@@ -2,6 +2,8 @@
 
 #include <array>
 
+#include "frontend/autograd.h"
+#include "frontend/autograd_tape.h"
 #include "runtime/kernel.h"
 
 namespace kiln {
@@ -14,6 +16,7 @@ struct KernelCall {
   static constexpr int kInline = 4;
   KernelFn fn = nullptr;
   OpAttrs attrs;
+  bool is_train = false;
   int num_in = 0, num_out = 0;
   std::array<NDArray, kInline> inline_arrays;
   std::vector<NDArray> heap_arrays;
@@ -32,7 +35,7 @@ struct KernelCall {
     }
     NDArray* a = arrays();
     for (int i = 0; i < n; ++i) views[i] = TensorView{a[i].data(), a[i].shape(), a[i].dtype()};
-    KernelContext ctx{rc, attrs};
+    KernelContext ctx{rc, attrs, is_train};
     fn(ctx, {views, static_cast<size_t>(num_in)}, {views + num_in, static_cast<size_t>(num_out)});
   }
 };
@@ -100,6 +103,7 @@ std::vector<NDArray> invoke(OpId op, std::span<const NDArray> inputs, const OpAt
   auto call = std::make_unique<KernelCall>();
   call->fn = fn;
   call->attrs = attrs;
+  call->is_train = autograd::is_training();
   call->num_in = static_cast<int>(inputs.size());
   call->num_out = static_cast<int>(outputs.size());
   if (call->num_in + call->num_out > KernelCall::kInline)
@@ -135,6 +139,11 @@ std::vector<NDArray> invoke(OpId op, std::span<const NDArray> inputs, const OpAt
                       .priority = options.priority,
                       .name = def.name,
                       .bytes = new_bytes});
+  if (autograd::is_recording()) {
+    autograd::detail::record(def, attrs, inputs, outputs);
+    for (size_t i = 0; i < options.out.size(); ++i)
+      options.out[i].set_ag_entry(outputs[i].ag_node(), outputs[i].ag_index());
+  }
   return outputs;
 }
 

@@ -2,8 +2,11 @@
 // One header per op family; each function is a thin call to `invoke`.
 #pragma once
 
+#include "frontend/nd_conv.h"
 #include "frontend/nd_elemwise.h"
 #include "frontend/nd_init.h"
 #include "frontend/nd_linalg.h"
 #include "frontend/nd_matrix.h"
+#include "frontend/nd_nn.h"
+#include "frontend/nd_optimizer.h"
 #include "frontend/nd_reduce.h"

@@ -21,10 +21,18 @@ NDArray unary(OpId op, const NDArray& x) { return invoke1(op, {x}); }
 
 }  // namespace
 
-NDArray operator+(const NDArray& l, const NDArray& r) { return arithmetic(OpId::kElemwiseAdd, OpId::kBroadcastAdd, l, r); }
-NDArray operator-(const NDArray& l, const NDArray& r) { return arithmetic(OpId::kElemwiseSub, OpId::kBroadcastSub, l, r); }
-NDArray operator*(const NDArray& l, const NDArray& r) { return arithmetic(OpId::kElemwiseMul, OpId::kBroadcastMul, l, r); }
-NDArray operator/(const NDArray& l, const NDArray& r) { return arithmetic(OpId::kElemwiseDiv, OpId::kBroadcastDiv, l, r); }
+NDArray operator+(const NDArray& l, const NDArray& r) {
+  return arithmetic(OpId::kElemwiseAdd, OpId::kBroadcastAdd, l, r);
+}
+NDArray operator-(const NDArray& l, const NDArray& r) {
+  return arithmetic(OpId::kElemwiseSub, OpId::kBroadcastSub, l, r);
+}
+NDArray operator*(const NDArray& l, const NDArray& r) {
+  return arithmetic(OpId::kElemwiseMul, OpId::kBroadcastMul, l, r);
+}
+NDArray operator/(const NDArray& l, const NDArray& r) {
+  return arithmetic(OpId::kElemwiseDiv, OpId::kBroadcastDiv, l, r);
+}
 
 NDArray operator+(const NDArray& x, double s) { return scalar(OpId::kPlusScalar, x, s); }
 NDArray operator-(const NDArray& x, double s) { return scalar(OpId::kMinusScalar, x, s); }
@@ -86,7 +94,9 @@ NDArray where(const NDArray& condition, const NDArray& x, const NDArray& y) {
   return invoke1(OpId::kWhere, {condition, x, y});
 }
 
-NDArray cast(const NDArray& x, DType dtype) { return invoke1(OpId::kCast, {x}, OpAttrs::make(CastAttrs{.dtype = dtype})); }
+NDArray cast(const NDArray& x, DType dtype) {
+  return invoke1(OpId::kCast, {x}, OpAttrs::make(CastAttrs{.dtype = dtype}));
+}
 
 }  // namespace nd
 }  // namespace kiln

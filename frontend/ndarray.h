@@ -48,6 +48,13 @@ struct Chunk {
 };
 }  // namespace detail
 
+namespace autograd::detail {
+struct Node;
+}
+
+// How a gradient reaches an array's grad buffer (MXNet's grad_req).
+enum class GradReq : int8_t { kNull = 0, kWrite = 1, kAdd = 3 };
+
 struct ArrayOptions {
   DType dtype = DType::kFloat32;
   Device device = Device::cpu(0);
@@ -109,12 +116,30 @@ class NDArray {
   NDArray& operator*=(double v);
   NDArray& operator/=(double v);
 
+  // Autograd (frontend/autograd.h). attach_grad makes this array a leaf of
+  // the tape with a zero gradient buffer of the same shape; grad() returns
+  // that buffer (none before attach_grad). Copies of the handle share it.
+  void attach_grad(GradReq req = GradReq::kWrite);
+  NDArray grad() const;
+  GradReq grad_req() const;
+  // The same values without the tape: no gradient flows through the result.
+  NDArray detach() const;
+  // True for leaves with a gradient buffer and for results recorded on a tape.
+  bool requires_grad() const;
+
   // For invoke and backends: the storage chunk, byte offset of this view, raw
   // pointer (valid only while the engine orders the access).
   const std::shared_ptr<detail::Chunk>& chunk() const { return chunk_; }
   int64_t byte_offset() const { return offset_; }
   engine::Var* var() const { return chunk_ ? chunk_->var : nullptr; }
   void* data() const { return static_cast<char*>(chunk_->block.ptr) + offset_; }
+  // The tape entry: node and output index (null node: not on a tape).
+  const std::shared_ptr<autograd::detail::Node>& ag_node() const { return ag_node_; }
+  int ag_index() const { return ag_index_; }
+  void set_ag_entry(std::shared_ptr<autograd::detail::Node> node, int index) {
+    ag_node_ = std::move(node);
+    ag_index_ = index;
+  }
 
   // Rebinds this handle to `other`'s storage view (used by invoke for outputs).
   NDArray(std::shared_ptr<detail::Chunk> chunk, Shape shape, DType dtype, int64_t offset)
@@ -127,6 +152,8 @@ class NDArray {
   Shape shape_;
   DType dtype_ = DType::kFloat32;
   int64_t offset_ = 0;  // bytes into the chunk
+  std::shared_ptr<autograd::detail::Node> ag_node_;
+  int ag_index_ = 0;
 };
 
 std::ostream& operator<<(std::ostream& os, const NDArray& a);

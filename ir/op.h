@@ -23,6 +23,10 @@
 
 namespace kiln {
 
+class GradBuilder;
+struct GradArgs;
+struct GradValue;
+
 enum class OpId : uint16_t {
 #define KILN_OP(id, name) k##id,
 #include "ir/op_list.def"
@@ -61,9 +65,15 @@ struct OpDef {
   std::vector<int> mutate_inputs;
   // Elementwise ops whose output i may share storage with input j.
   std::vector<std::pair<int, int>> inplace;
-  // Filled by the autograd issue: how to differentiate. `differentiable`
-  // false means "has no gradient" (comparisons, argmax, init ops).
+  // How to differentiate (ir/grad.h): a small graph of ordinary ops.
+  // `differentiable` false means "has no gradient" (comparisons, argmax,
+  // init ops); a differentiable op must set `grad`.
   bool differentiable = true;
+  void (*grad)(GradBuilder& b, const GradArgs& args, std::span<GradValue> in_grads) = nullptr;
+  // What the gradient reads of the forward call: autograd keeps only these
+  // alive, and the memory planner frees the rest early.
+  bool grad_uses_inputs = true;
+  bool grad_uses_outputs = false;
 };
 
 const OpDef& op_def(OpId id);

@@ -13,6 +13,9 @@ void register_elemwise_ops(OpRegistry& r);
 void register_reduce_ops(OpRegistry& r);
 void register_linalg_ops(OpRegistry& r);
 void register_matrix_ops(OpRegistry& r);
+void register_conv_ops(OpRegistry& r);
+void register_nn_ops(OpRegistry& r);
+void register_optimizer_ops(OpRegistry& r);
 
 namespace {
 
@@ -65,6 +68,9 @@ const Registry& built_registry() {
     register_reduce_ops(builder);
     register_linalg_ops(builder);
     register_matrix_ops(builder);
+    register_conv_ops(builder);
+    register_nn_ops(builder);
+    register_optimizer_ops(builder);
     // Ops listed but not yet defined keep their name and id; tests/ir/op_registry_test.cc
     // checks that every op has inference and a CPU kernel.
     for (int i = 0; i < kNumOps; ++i) {

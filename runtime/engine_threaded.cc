@@ -6,9 +6,14 @@
 // use is granted. Completion releases each variable in turn, granting the
 // next waiters; ops whose last grant arrives are queued on their lanes.
 //
-// Hot path (no syscalls): a worker spins briefly when its queue runs dry and
-// only then sleeps on a condition variable, advertising it with `sleeping_`;
-// pushers take the mutex to wake it only when that flag is set. The pair
+// Errors: an op is skipped when a variable it reads (including one it also
+// writes) is poisoned; a pure write to a poisoned variable runs, and clears
+// the poison when it succeeds (so `x = fill()` recovers x, `x += 1` does not).
+//
+// Hot path (push makes no syscalls): a worker polls briefly when its queue
+// runs dry and only then sleeps on a condition variable, advertising it with
+// `sleeping_`; pushers take the mutex to wake it only when that flag is set.
+// wait_for_var and wait_all poll the same way before sleeping. The pair
 // (queue size, sleeping flag) is a Dekker handshake in sequentially consistent
 // order: either the pusher sees the flag or the worker sees the new op.
 #include <array>
@@ -19,6 +24,7 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <pthread.h>
 
 #include "ir/error.h"
 #include "runtime/engine_impl.h"
@@ -33,17 +39,52 @@ namespace {
 // The engine whose worker the current thread is (null on other threads).
 thread_local ThreadedEngine* tl_worker_engine = nullptr;
 
-// How long an idle worker polls its queue before sleeping.
+// How long an idle worker polls its queue, or a waiting thread its condition,
+// before sleeping: tiny ops finish well within it, and a sleep/wake pair
+// costs several microseconds of syscalls and scheduling. After the first
+// kPauseTime the poller yields between polls: on a machine with more runnable
+// threads than cores that hands the core to the thread it is waiting for
+// instead of burning the time slice; on an idle machine yield returns at once.
 constexpr auto kSpinTime = std::chrono::microseconds(20);
+constexpr auto kPauseTime = std::chrono::microseconds(2);
+
+// Polls `done` for up to kSpinTime; true when it came true.
+template <typename F>
+bool spin_until(F&& done) {
+  if (done()) return true;
+  auto start = std::chrono::steady_clock::now();
+  bool yielding = false;
+  for (int i = 1;; ++i) {
+    if (done()) return true;
+    if (yielding) {
+      std::this_thread::yield();
+    } else {
+      cpu_relax();
+    }
+    if (yielding || i % 32 == 0) {
+      auto spent = std::chrono::steady_clock::now() - start;
+      if (spent > kSpinTime) return false;
+      yielding = spent > kPauseTime;
+    }
+  }
+}
 
 }  // namespace
 
-// Set by wait_for_var's marker op once it is granted read access.
+// Completion of a wait_for_var marker, shared by the waiting thread and the
+// thread that runs the marker; whichever lets go last deletes it, so the
+// notifier may still touch it after the waiter has returned.
 struct WaitSignal {
+  enum : int { kWaiting, kSleeping, kDone };
+  std::atomic<int> state{kWaiting};
+  std::atomic<int> refs{2};
+  std::exception_ptr error;  // written before state becomes kDone
   std::mutex mutex;
   std::condition_variable cv;
-  bool done = false;
-  std::exception_ptr error;
+
+  void release() {
+    if (refs.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
+  }
 };
 
 // A (device, lane) queue of ready ops and the thread that runs them. Among
@@ -55,9 +96,6 @@ class Worker {
   void start();
   void stop_and_join();
   void enqueue(Op* op);
-
-  Device device() const { return device_; }
-  Lane lane() const { return lane_; }
 
  private:
   struct Bucket {
@@ -145,16 +183,28 @@ class ThreadedEngine final : public Engine {
     var->lock.unlock();
     // Queue a marker that reads `var`; it runs (inline, in whichever thread
     // grants it) once every earlier write has finished.
-    WaitSignal signal;
+    auto* signal = new WaitSignal;
     Op* op = RecordPool<Op>::alloc();
-    op->signal = &signal;
+    op->signal = signal;
     op->name = "wait_for_var";
     Var* const vars[1] = {var};
     op->set_uses(std::span<Var* const>(vars, 1), {});
-    submit(op);
-    std::unique_lock<std::mutex> lock(signal.mutex);
-    signal.cv.wait(lock, [&] { return signal.done; });
-    if (signal.error) std::rethrow_exception(signal.error);
+    try {
+      submit(op);
+    } catch (...) {
+      delete signal;
+      throw;
+    }
+    auto done = [&] { return signal->state.load(std::memory_order_acquire) == WaitSignal::kDone; };
+    if (!spin_until(done)) {
+      std::unique_lock<std::mutex> lock(signal->mutex);
+      int expected = WaitSignal::kWaiting;
+      if (signal->state.compare_exchange_strong(expected, WaitSignal::kSleeping, std::memory_order_acq_rel))
+        signal->cv.wait(lock, done);
+    }
+    std::exception_ptr error = std::move(signal->error);
+    signal->release();
+    if (error) std::rethrow_exception(error);
   }
 
   void wait_all() override {
@@ -339,12 +389,13 @@ class ThreadedEngine final : public Engine {
   // A wait_for_var marker holds read access: the variable's error is final.
   void finish_wait(Op* op) {
     WaitSignal* signal = op->signal;
-    std::exception_ptr error = op->uses[0].var->error;
+    signal->error = op->uses[0].var->error;
     complete(op);
-    std::lock_guard<std::mutex> lock(signal->mutex);
-    signal->error = std::move(error);
-    signal->done = true;
-    signal->cv.notify_one();
+    if (signal->state.exchange(WaitSignal::kDone, std::memory_order_acq_rel) == WaitSignal::kSleeping) {
+      std::lock_guard<std::mutex> lock(signal->mutex);
+      signal->cv.notify_one();
+    }
+    signal->release();
   }
 
   Worker* worker_for(Device device, Lane lane) {
@@ -377,7 +428,7 @@ class ThreadedEngine final : public Engine {
   }
 
   void wait_idle() {
-    if (counters_.pending.load(std::memory_order_acquire) == 0) return;
+    if (spin_until([&] { return counters_.pending.load(std::memory_order_acquire) == 0; })) return;
     std::unique_lock<std::mutex> lock(progress_mutex_);
     progress_waiters_.fetch_add(1, std::memory_order_seq_cst);
     progress_cv_.wait(lock, [&] { return counters_.pending.load(std::memory_order_seq_cst) == 0; });
@@ -456,17 +507,18 @@ Op* Worker::pop() {
 }
 
 bool Worker::spin_for_work() {
-  auto deadline = std::chrono::steady_clock::now() + kSpinTime;
-  for (int i = 1;; ++i) {
-    if (size_.load(std::memory_order_relaxed) > 0) return true;
-    cpu_relax();
-    if (i % 64 == 0 && std::chrono::steady_clock::now() > deadline) return false;
-  }
+  return spin_until([&] { return size_.load(std::memory_order_relaxed) > 0; });
 }
 
 void Worker::main() {
   ThreadedEngine* engine = engine_;
   tl_worker_engine = engine;
+#if defined(__linux__)
+  // "kiln cpu0 comp" in debuggers and profilers (at most 15 characters).
+  std::string name = fmt::format("kiln {}{} {}", device_.is_cpu() ? "cpu" : "gpu", device_.id,
+                                 lane_ == Lane::kCopy ? "copy" : "comp");
+  pthread_setname_np(pthread_self(), name.substr(0, 15).c_str());
+#endif
   for (;;) {
     if (Op* op = pop()) {
       engine->execute(op);

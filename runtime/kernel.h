@@ -36,6 +36,7 @@ struct TensorView {
 struct KernelContext {
   engine::RunContext run;
   const OpAttrs& attrs;
+  bool is_train = false;  // train mode at the call (Dropout, BatchNorm)
 };
 
 using KernelFn = void (*)(const KernelContext& ctx, std::span<const TensorView> in, std::span<const TensorView> out);

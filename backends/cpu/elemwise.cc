@@ -17,7 +17,8 @@ TensorView readable(const TensorView& in, const TensorView& out, std::unique_ptr
   auto* out_begin = static_cast<const char*>(out.data);
   size_t in_bytes = in.bytes(), out_bytes = out.bytes();
   bool overlap = in_begin < out_begin + out_bytes && out_begin < in_begin + in_bytes;
-  bool same_elements = in_begin == out_begin && in.size() == out.size() && dtype_size(in.dtype) == dtype_size(out.dtype);
+  bool same_elements =
+      in_begin == out_begin && in.size() == out.size() && dtype_size(in.dtype) == dtype_size(out.dtype);
   if (!overlap || same_elements) return in;
   scratch = std::make_unique<char[]>(in_bytes);
   std::memcpy(scratch.get(), in.data, in_bytes);

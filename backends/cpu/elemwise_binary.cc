@@ -14,24 +14,30 @@ namespace {
 struct AddOp {
   template <typename C>
   C operator()(C a, C b) const {
-    if constexpr (std::is_integral_v<C>) return cpu::wrap_add(a, b);
-    else return a + b;
+    if constexpr (std::is_integral_v<C>)
+      return cpu::wrap_add(a, b);
+    else
+      return a + b;
   }
 };
 
 struct SubOp {
   template <typename C>
   C operator()(C a, C b) const {
-    if constexpr (std::is_integral_v<C>) return cpu::wrap_sub(a, b);
-    else return a - b;
+    if constexpr (std::is_integral_v<C>)
+      return cpu::wrap_sub(a, b);
+    else
+      return a - b;
   }
 };
 
 struct MulOp {
   template <typename C>
   C operator()(C a, C b) const {
-    if constexpr (std::is_integral_v<C>) return cpu::wrap_mul(a, b);
-    else return a * b;
+    if constexpr (std::is_integral_v<C>)
+      return cpu::wrap_mul(a, b);
+    else
+      return a * b;
   }
 };
 
@@ -118,10 +124,15 @@ void scalar(const KernelContext& ctx, std::span<const TensorView> in, std::span<
   const double value = ctx.attrs.as<ScalarAttrs>().scalar;
   cpu::dispatch_numeric(in[0].dtype, [&](auto tag) {
     using T = decltype(tag);
+    if constexpr (std::is_same_v<Op, PowerOp> && !kReversed) {
+      if (value == 2) return cpu::binary_kernel<T>(ctx, in[0], in[0], out[0], MulOp{});  // x ** 2: no pow call
+    }
     T s = cpu::saturate_cast<T>(value);
     TensorView sv{&s, Shape{}, in[0].dtype};
-    if constexpr (kReversed) cpu::binary_kernel<T>(ctx, sv, in[0], out[0], Op{});
-    else cpu::binary_kernel<T>(ctx, in[0], sv, out[0], Op{});
+    if constexpr (kReversed)
+      cpu::binary_kernel<T>(ctx, sv, in[0], out[0], Op{});
+    else
+      cpu::binary_kernel<T>(ctx, in[0], sv, out[0], Op{});
   });
 }
 
@@ -158,10 +169,14 @@ void where_loop(const KernelContext& ctx, const TensorView& cond, const TensorVi
 template <typename Fn>
 void dispatch_bits(size_t bytes, Fn&& fn) {
   switch (bytes) {
-    case 1: return fn(uint8_t{});
-    case 2: return fn(uint16_t{});
-    case 4: return fn(uint32_t{});
-    case 8: return fn(uint64_t{});
+    case 1:
+      return fn(uint8_t{});
+    case 2:
+      return fn(uint16_t{});
+    case 4:
+      return fn(uint32_t{});
+    case 8:
+      return fn(uint64_t{});
   }
   throw InternalError(fmt::format("internal error: where: element size {}", bytes));
 }
@@ -177,9 +192,8 @@ void where(const KernelContext& ctx, std::span<const TensorView> in, std::span<c
     using CondBits = decltype(cond_tag);
     CondBits mask = static_cast<CondBits>(~CondBits{0});
     if (is_floating(cond.dtype)) mask = static_cast<CondBits>(mask >> 1);  // -0.0 is false
-    dispatch_bits(dtype_size(x.dtype), [&](auto value_tag) {
-      where_loop<CondBits, decltype(value_tag)>(ctx, cond, x, y, out[0], mask);
-    });
+    dispatch_bits(dtype_size(x.dtype),
+                  [&](auto value_tag) { where_loop<CondBits, decltype(value_tag)>(ctx, cond, x, y, out[0], mask); });
   });
 }
 

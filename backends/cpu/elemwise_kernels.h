@@ -15,11 +15,16 @@
 #pragma once
 
 #include <array>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <limits>
 #include <memory>
 #include <type_traits>
+
+#if defined(__F16C__)
+#include <immintrin.h>
+#endif
 
 #include "backends/cpu/parallel.h"
 #include "runtime/kernel.h"
@@ -46,18 +51,39 @@ using compute_t = typename ComputeType<T>::type;
 template <typename T>
 inline constexpr bool kIsHalfType = std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;
 
+// Same results as ir/dtype.h's conversions (NaN payloads aside), but inline
+// so that loops over bfloat16 vectorize and float16 uses F16C where present.
 template <typename T>
 inline compute_t<T> load(T v) {
-  if constexpr (std::is_same_v<T, Half>) return half_to_float(v);
-  else if constexpr (std::is_same_v<T, BFloat16>) return bf16_to_float(v);
-  else return v;
+  if constexpr (std::is_same_v<T, Half>) {
+#if defined(__F16C__)
+    return _cvtsh_ss(v.bits);
+#else
+    return half_to_float(v);
+#endif
+  } else if constexpr (std::is_same_v<T, BFloat16>) {
+    return std::bit_cast<float>(static_cast<uint32_t>(v.bits) << 16);
+  } else {
+    return v;
+  }
 }
 
 template <typename T>
 inline T store(compute_t<T> v) {
-  if constexpr (std::is_same_v<T, Half>) return float_to_half(v);
-  else if constexpr (std::is_same_v<T, BFloat16>) return float_to_bf16(v);
-  else return v;
+  if constexpr (std::is_same_v<T, Half>) {
+#if defined(__F16C__)
+    return Half{_cvtss_sh(v, _MM_FROUND_TO_NEAREST_INT)};
+#else
+    return float_to_half(v);
+#endif
+  } else if constexpr (std::is_same_v<T, BFloat16>) {
+    uint32_t x = std::bit_cast<uint32_t>(v);
+    uint32_t rounded = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;  // to nearest even
+    uint32_t quiet_nan = (x >> 16) | 0x40u;
+    return BFloat16{static_cast<uint16_t>((x & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded)};
+  } else {
+    return v;
+  }
 }
 
 // A double attribute (scalar, clip bound) as a T: integers truncate toward
@@ -98,11 +124,16 @@ inline C wrap_mul(C a, C b) {
 template <typename Fn>
 decltype(auto) dispatch_floating(DType t, Fn&& fn) {
   switch (t) {
-    case DType::kFloat32: return fn(float{});
-    case DType::kFloat64: return fn(double{});
-    case DType::kFloat16: return fn(Half{});
-    case DType::kBfloat16: return fn(BFloat16{});
-    default: break;
+    case DType::kFloat32:
+      return fn(float{});
+    case DType::kFloat64:
+      return fn(double{});
+    case DType::kFloat16:
+      return fn(Half{});
+    case DType::kBfloat16:
+      return fn(BFloat16{});
+    default:
+      break;
   }
   throw InternalError(fmt::format("internal error: elemwise kernel called with dtype {}", t));
 }
@@ -110,11 +141,16 @@ decltype(auto) dispatch_floating(DType t, Fn&& fn) {
 template <typename Fn>
 decltype(auto) dispatch_numeric(DType t, Fn&& fn) {
   switch (t) {
-    case DType::kUint8: return fn(uint8_t{});
-    case DType::kInt8: return fn(int8_t{});
-    case DType::kInt32: return fn(int32_t{});
-    case DType::kInt64: return fn(int64_t{});
-    default: return dispatch_floating(t, std::forward<Fn>(fn));
+    case DType::kUint8:
+      return fn(uint8_t{});
+    case DType::kInt8:
+      return fn(int8_t{});
+    case DType::kInt32:
+      return fn(int32_t{});
+    case DType::kInt64:
+      return fn(int64_t{});
+    default:
+      return dispatch_floating(t, std::forward<Fn>(fn));
   }
 }
 
@@ -232,10 +268,14 @@ void binary_kernel(const KernelContext& ctx, TensorView a, TensorView b, const T
       plan.for_each_row(s, e, [&](const std::array<int64_t, 2>& off, int64_t pos, int64_t len) {
         const T* x = pa + off[0];
         const T* y = pb + off[1];
-        if (ca && cb) binary_span<true, true>(x, y, po + pos, len, op);
-        else if (ca) binary_span<true, false>(x, y, po + pos, len, op);
-        else if (cb) binary_span<false, true>(x, y, po + pos, len, op);
-        else binary_span<false, false>(x, y, po + pos, len, op);
+        if (ca && cb)
+          binary_span<true, true>(x, y, po + pos, len, op);
+        else if (ca)
+          binary_span<true, false>(x, y, po + pos, len, op);
+        else if (cb)
+          binary_span<false, true>(x, y, po + pos, len, op);
+        else
+          binary_span<false, false>(x, y, po + pos, len, op);
       });
     });
   }

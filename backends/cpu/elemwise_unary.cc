@@ -56,8 +56,10 @@ struct SigmoidOp {
 struct SquareOp {
   template <typename C>
   C operator()(C a) const {
-    if constexpr (std::is_integral_v<C>) return cpu::wrap_mul(a, a);
-    else return a * a;
+    if constexpr (std::is_integral_v<C>)
+      return cpu::wrap_mul(a, a);
+    else
+      return a * a;
   }
 };
 
@@ -71,17 +73,22 @@ struct ReluOp {
 struct NegativeOp {
   template <typename C>
   C operator()(C a) const {
-    if constexpr (std::is_integral_v<C>) return cpu::wrap_sub(C{0}, a);
-    else return -a;
+    if constexpr (std::is_integral_v<C>)
+      return cpu::wrap_sub(C{0}, a);
+    else
+      return -a;
   }
 };
 
 struct AbsOp {
   template <typename C>
   C operator()(C a) const {
-    if constexpr (std::is_unsigned_v<C>) return a;
-    else if constexpr (std::is_integral_v<C>) return a < 0 ? cpu::wrap_sub(C{0}, a) : a;
-    else return std::abs(a);
+    if constexpr (std::is_unsigned_v<C>)
+      return a;
+    else if constexpr (std::is_integral_v<C>)
+      return a < 0 ? cpu::wrap_sub(C{0}, a) : a;
+    else
+      return std::abs(a);
   }
 };
 
@@ -146,18 +153,23 @@ void copy(const KernelContext& ctx, std::span<const TensorView> in, std::span<co
     return;
   }
   cpu::parallel_for(
-      ctx.run.num_threads, bytes, [&](int64_t s, int64_t e) { std::memcpy(dst + s, src + s, static_cast<size_t>(e - s)); },
-      cpu::kDefaultGrain * 4);
+      ctx.run.num_threads, bytes,
+      [&](int64_t s, int64_t e) { std::memcpy(dst + s, src + s, static_cast<size_t>(e - s)); }, cpu::kDefaultGrain * 4);
 }
 
 // One element of Cast: halves go through float, anything to bool is `!= 0`.
 template <typename O, typename I>
 inline O convert(I v) {
-  if constexpr (std::is_same_v<O, I>) return v;
-  else if constexpr (cpu::kIsHalfType<I>) return convert<O>(cpu::load(v));
-  else if constexpr (cpu::kIsHalfType<O>) return cpu::store<O>(static_cast<float>(v));
-  else if constexpr (std::is_same_v<O, bool>) return v != I{0};
-  else return static_cast<O>(v);
+  if constexpr (std::is_same_v<O, I>)
+    return v;
+  else if constexpr (cpu::kIsHalfType<I>)
+    return convert<O>(cpu::load(v));
+  else if constexpr (cpu::kIsHalfType<O>)
+    return cpu::store<O>(static_cast<float>(v));
+  else if constexpr (std::is_same_v<O, bool>)
+    return v != I{0};
+  else
+    return static_cast<O>(v);
 }
 
 void cast(const KernelContext& ctx, std::span<const TensorView> in, std::span<const TensorView> out) {

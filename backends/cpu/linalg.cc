@@ -3,7 +3,7 @@
 // float32 products run on oneDNN's matmul primitive, wrapping the operands'
 // storage without copies (transposes become strides). Creating a primitive
 // costs tens of microseconds, so primitives are cached per (dtype, batch, m,
-// k, n, transposes, threads) for the life of the process; the cache is shared
+// k, n, transposes, threads), up to kMaxCachedPlans of them; the cache is shared
 // by all engine workers (a mutex guards lookups; a primitive is executed
 // concurrently only with a per-call scratchpad, which each thread keeps).
 //
@@ -39,6 +39,8 @@ namespace {
 constexpr int64_t kSmallProduct = 8 * 1024;
 
 // ---- oneDNN matmul with a primitive cache
+
+constexpr size_t kMaxCachedPlans = 1024;
 
 struct MatmulKey {
   DType dtype;
@@ -102,6 +104,7 @@ std::shared_ptr<const MatmulPlan> find_plan(const MatmulKey& key) {
   }
   auto plan = create_plan(key);  // outside the lock: creation is slow and thread safe
   std::lock_guard lock(mutex);
+  if (cache.size() >= kMaxCachedPlans) cache.clear();  // many shapes: start over rather than grow
   return cache.emplace(key, std::move(plan)).first->second;
 }
 
@@ -229,11 +232,16 @@ template <MatmulDims (*kDims)(const Shape&, const Shape&, const DotAttrs&)>
 void product_kernel(const KernelContext& ctx, std::span<const TensorView> in, std::span<const TensorView> out) {
   MatmulDims d = kDims(in[0].shape, in[1].shape, ctx.attrs.as<DotAttrs>());
   switch (in[0].dtype) {
-    case DType::kFloat32: return matmul<float>(ctx, d, in[0], in[1], out[0]);
-    case DType::kFloat64: return matmul<double>(ctx, d, in[0], in[1], out[0]);
-    case DType::kInt32: return matmul<int32_t>(ctx, d, in[0], in[1], out[0]);
-    case DType::kInt64: return matmul<int64_t>(ctx, d, in[0], in[1], out[0]);
-    default: KILN_ASSERT(!"dot: dtype not admitted by inference");
+    case DType::kFloat32:
+      return matmul<float>(ctx, d, in[0], in[1], out[0]);
+    case DType::kFloat64:
+      return matmul<double>(ctx, d, in[0], in[1], out[0]);
+    case DType::kInt32:
+      return matmul<int32_t>(ctx, d, in[0], in[1], out[0]);
+    case DType::kInt64:
+      return matmul<int64_t>(ctx, d, in[0], in[1], out[0]);
+    default:
+      KILN_ASSERT(!"dot: dtype not admitted by inference");
   }
 }
 

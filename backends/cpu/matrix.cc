@@ -1,5 +1,6 @@
-// CPU kernels of the matrix family. Data movement goes through strided_copy
-// (backends/cpu/matrix_copy.h); take and one_hot convert their indices first.
+// CPU kernels of the matrix family and its backward ops. Data movement goes
+// through strided_copy (backends/cpu/matrix_copy.h); take, _backward_take and
+// one_hot convert their indices first.
 #include <cstring>
 #include <limits>
 #include <type_traits>
@@ -130,6 +131,62 @@ void broadcast_to_kernel(const KernelContext& ctx, std::span<const TensorView> i
   cpu::strided_copy(ctx.run.num_threads, elem_size(x), y.data, x.data, l);
 }
 
+// ---- backward of slice and slice_axis: zeros, then dy into the slice
+
+void zero_fill(int num_threads, const TensorView& t) {
+  auto* d = static_cast<char*>(t.data);
+  cpu::parallel_for(
+      num_threads, static_cast<int64_t>(t.bytes()), [&](int64_t b, int64_t e) { std::memset(d + b, 0, e - b); },
+      cpu::kDefaultGrain * 8);
+}
+
+// dx = zeros, dx[ranges[0], ranges[1], ...] = dy. Axes of negative step are
+// walked from their last element, so every destination stride is positive
+// (strided_copy allows negative strides on the source only).
+void scatter_slice(const KernelContext& ctx, const TensorView& dy, const TensorView& dx,
+                   const std::vector<SliceRange>& ranges) {
+  zero_fill(ctx.run.num_threads, dx);
+  if (dy.size() == 0) return;
+  auto xs = dx.shape.strides(), ys = dy.shape.strides();
+  StridedLayout l;
+  int64_t first_dst = 0, first_src = 0;
+  for (int k = 0; k < dx.shape.ndim(); ++k) {
+    int64_t begin = 0, step = 1, len = dy.shape[k];
+    if (k < static_cast<int>(ranges.size())) {
+      begin = ranges[k].begin;
+      step = ranges[k].step;
+    }
+    if (step > 0) {
+      first_dst += begin * xs[k];
+      l.push(len, xs[k] * step, ys[k]);
+    } else {
+      first_dst += (begin + (len - 1) * step) * xs[k];
+      first_src += (len - 1) * ys[k];
+      l.push(len, xs[k] * -step, -ys[k]);
+    }
+  }
+  cpu::strided_copy(ctx.run.num_threads, elem_size(dx), at(dx, first_dst), at(dy, first_src), l);
+}
+
+void slice_backward_kernel(const KernelContext& ctx, std::span<const TensorView> in, std::span<const TensorView> out) {
+  const auto& a = ctx.attrs.as<SliceBackwardAttrs>();
+  std::vector<SliceRange> ranges;
+  for (size_t i = 0; i < a.begin.size(); ++i) {
+    auto step = a.step.empty() ? std::nullopt : a.step[i];
+    ranges.push_back(slice_range(out[0].shape[static_cast<int>(i)], a.begin[i], a.end[i], step));
+  }
+  scatter_slice(ctx, in[0], out[0], ranges);
+}
+
+void slice_axis_backward_kernel(const KernelContext& ctx, std::span<const TensorView> in,
+                                std::span<const TensorView> out) {
+  const auto& a = ctx.attrs.as<SliceAxisBackwardAttrs>();
+  int axis = normalize_axis(a.axis, out[0].shape.ndim(), "slice_axis");
+  std::vector<SliceRange> ranges(static_cast<size_t>(axis) + 1, SliceRange{0, 1, 0});
+  ranges[axis] = slice_range(out[0].shape[axis], a.begin, a.end, 1);
+  scatter_slice(ctx, in[0], out[0], ranges);
+}
+
 // ---- indices
 
 template <typename T>
@@ -209,6 +266,76 @@ void take_kernel(const KernelContext& ctx, std::span<const TensorView> in, std::
   });
 }
 
+// dx[o, ids[j], i] += dy[o, j, i] for x seen as [outer, n, inner] and dy as
+// [outer, m, inner]. Work items are (o, block of destination rows, block of
+// i); each item scans all j in order, so every element sums its
+// contributions in the same order whatever the thread count. Row blocks exist
+// only to give threads work when outer and inner are small (taking from a
+// vector): each then rescans the indices, which costs m per thread.
+template <typename T>
+void scatter_add_rows(int num_threads, T* dx, const T* dy, const std::vector<int64_t>& ids, int64_t outer, int64_t n,
+                      int64_t inner) {
+  constexpr int64_t kInnerBlock = 1024;
+  auto m = static_cast<int64_t>(ids.size());
+  int64_t work = outer * m * inner;
+  int threads = work < cpu::kDefaultGrain ? 1 : num_threads;
+  int64_t inner_blocks = (inner + kInnerBlock - 1) / kInnerBlock;
+  int64_t row_blocks = outer * inner_blocks >= threads ? 1 : std::min<int64_t>(threads, n);
+  int64_t rows_per_block = (n + row_blocks - 1) / row_blocks;
+  cpu::parallel_for(
+      threads, outer * row_blocks * inner_blocks,
+      [&](int64_t b, int64_t e) {
+        for (int64_t w = b; w < e; ++w) {
+          int64_t ib = w % inner_blocks, rb = (w / inner_blocks) % row_blocks, o = w / (inner_blocks * row_blocks);
+          int64_t r0 = rb * rows_per_block, r1 = std::min(n, r0 + rows_per_block);
+          int64_t i0 = ib * kInnerBlock, i1 = std::min(inner, i0 + kInnerBlock);
+          for (int64_t j = 0; j < m; ++j) {
+            int64_t r = ids[static_cast<size_t>(j)];
+            if (r < r0 || r >= r1) continue;
+            T* d = dx + (o * n + r) * inner;
+            const T* s = dy + (o * m + j) * inner;
+            if constexpr (std::is_same_v<T, Half>) {
+              for (int64_t i = i0; i < i1; ++i) d[i] = float_to_half(half_to_float(d[i]) + half_to_float(s[i]));
+            } else if constexpr (std::is_same_v<T, BFloat16>) {
+              for (int64_t i = i0; i < i1; ++i) d[i] = float_to_bf16(bf16_to_float(d[i]) + bf16_to_float(s[i]));
+            } else {
+              for (int64_t i = i0; i < i1; ++i) d[i] += s[i];
+            }
+          }
+        }
+      },
+      1);
+}
+
+void take_backward_kernel(const KernelContext& ctx, std::span<const TensorView> in, std::span<const TensorView> out) {
+  const auto& a = ctx.attrs.as<TakeBackwardAttrs>();
+  const TensorView &dy = in[0], &indices = in[1], &dx = out[0];
+  int axis = normalize_axis(a.axis, dx.shape.ndim(), "take");
+  int64_t outer = 1, inner = 1, n = dx.shape[axis];
+  for (int d = 0; d < axis; ++d) outer *= dx.shape[d];
+  for (int d = axis + 1; d < dx.shape.ndim(); ++d) inner *= dx.shape[d];
+  zero_fill(ctx.run.num_threads, dx);
+  if (dy.size() == 0) return;
+  std::vector<int64_t> ids = load_indices(indices);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = resolve_index(ids[i], n, a.mode, i);
+  auto run = [&](auto tag) {
+    using T = decltype(tag);
+    scatter_add_rows(ctx.run.num_threads, dx.ptr<T>(), dy.ptr<T>(), ids, outer, n, inner);
+  };
+  switch (dx.dtype) {  // inference admits floating dtypes only
+    case DType::kFloat32:
+      return run(float{});
+    case DType::kFloat64:
+      return run(double{});
+    case DType::kFloat16:
+      return run(Half{});
+    case DType::kBfloat16:
+      return run(BFloat16{});
+    default:
+      KILN_ASSERT(false && "_backward_take: non-floating dtype passed inference");
+  }
+}
+
 template <typename T>
 T from_double(double v) {
   if constexpr (std::is_same_v<T, Half>) {
@@ -256,6 +383,9 @@ void register_cpu_matrix_kernels() {
   register_kernel(OpId::kBroadcastTo, DeviceKind::kCPU, broadcast_to_kernel);
   register_kernel(OpId::kTake, DeviceKind::kCPU, take_kernel);
   register_kernel(OpId::kOneHot, DeviceKind::kCPU, one_hot_kernel);
+  register_kernel(OpId::kSliceBackward, DeviceKind::kCPU, slice_backward_kernel);
+  register_kernel(OpId::kSliceAxisBackward, DeviceKind::kCPU, slice_axis_backward_kernel);
+  register_kernel(OpId::kTakeBackward, DeviceKind::kCPU, take_backward_kernel);
 }
 
 }  // namespace kiln

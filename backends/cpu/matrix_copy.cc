@@ -25,13 +25,6 @@ int64_t StridedLayout::size() const {
   return n;
 }
 
-StridedLayout dense_layout(const Shape& shape) {
-  StridedLayout l;
-  auto strides = shape.strides();
-  for (int i = 0; i < shape.ndim(); ++i) l.push(shape[i], strides[i], strides[i]);
-  return l;
-}
-
 void parallel_memcpy(int num_threads, void* dst, const void* src, size_t bytes) {
   auto* d = static_cast<char*>(dst);
   const auto* s = static_cast<const char*>(src);
@@ -143,7 +136,6 @@ inline void transpose8x8(const float* s, int64_t ss, float* d, int64_t ds) {
 // a power-of-two-sized matrix all map to the same cache sets.
 template <typename U>
 constexpr int64_t kTile = 128 / sizeof(U);
-constexpr int64_t kGroup = 8;
 
 // d[i * da + j] = buf[j * bs + i] for i < ni, j < nj, in 8 x 8 blocks (in
 // registers for 4-byte units with AVX2).
@@ -183,11 +175,7 @@ void copy_tiled(int num_threads, U* dst, const U* src, const StridedLayout& l, i
       [&](int64_t begin, int64_t end) {
         U buf[T][T];  // buf[j][i]: source row j of the tile
         for (int64_t w = begin; w < end; ++w) {
-          // Tiles go in groups of kGroup along b, each group swept along a, so
-          // the source rows of a group stay in cache and TLB between tiles.
-          int64_t r = w % (tiles_a * tiles_b), gb = r / (kGroup * tiles_a), rem = r - gb * kGroup * tiles_a;
-          int64_t group = std::min(kGroup, tiles_b - gb * kGroup);
-          int64_t ta = rem / group, tb = gb * kGroup + rem % group;
+          int64_t tb = w % tiles_b, ta = (w / tiles_b) % tiles_a;
           Odometer od(outer, outer.ndim, w / (tiles_a * tiles_b));
           int64_t i0 = ta * T, ni = std::min(na - i0, T);
           int64_t j0 = tb * T, nj = std::min(nb - j0, T);

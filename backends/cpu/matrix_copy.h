@@ -33,9 +33,6 @@ struct StridedLayout {
   int64_t size() const;
 };
 
-// A layout that copies a dense array of `shape` into dense storage.
-StridedLayout dense_layout(const Shape& shape);
-
 void strided_copy(int num_threads, size_t elem_size, void* dst, const void* src, StridedLayout layout);
 
 // Calls fn(U{}) with the unsigned integer type U of `elem_size` bytes (1, 2, 4

@@ -33,7 +33,9 @@ namespace {
 
 constexpr int64_t kBlock = 4096;     // elements per float-lane block (accuracy)
 constexpr int64_t kPiece = 1 << 15;  // elements per unit of parallel work (determinism)
-constexpr int64_t kTile = 256;       // outputs per column-path work item
+constexpr int64_t kTile = 4096;      // outputs per column-path work item (accumulators stay in L1/L2)
+constexpr int64_t kMaxPieces = 16;   // column path: pieces of rows per output tile, at most
+constexpr int64_t kPack = 16;        // column path: rows folded side by side when the kept axis is short
 constexpr int kVecBytes = 32;        // AVX2
 
 // ---- vectors (GCC/Clang vector extensions; the build targets -march=native)
@@ -163,6 +165,10 @@ typename R::Acc reduce_run(const T* x, int64_t n) {
   using A = typename R::Acc;
   constexpr int64_t W = kWidth<L>;
   A acc = R::template init<A>();
+  if (n < 4 * W) {  // short rows: vectors cost more than they save
+    for (int64_t i = 0; i < n; ++i) acc = R::step(acc, static_cast<A>(x[i]));
+    return acc;
+  }
   for (int64_t b = 0; b < n; b += kBlock) {
     const T* p = x + b;
     const int64_t len = std::min(kBlock, n - b);
@@ -255,12 +261,22 @@ Layout coalesce(const Shape& in, uint32_t mask) {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// A buffer of n values of A owned by the calling thread, reused across calls.
+template <typename A>
+A* scratch(size_t n) {
+  thread_local std::vector<A> buffer;
+  if (buffer.size() < n) buffer.resize(n);
+  return buffer.data();
+}
+
 // ---- the two paths
 
 // Folds elements [lo, hi) of one output's reduced index space: rows of `row`
 // contiguous elements at the offsets `red` walks from `base`.
+// `red` is scratch: it is repositioned first.
 template <typename R, typename T>
-typename R::Acc reduce_rows_range(const T* base, Walk red, int64_t row, int64_t lo, int64_t hi) {
+typename R::Acc reduce_rows_range(const T* base, Walk& red, int64_t row, int64_t lo, int64_t hi) {
+  if (red.n == 0) return reduce_run<R>(base + lo, hi - lo);  // one row
   auto acc = R::template init<typename R::Acc>();
   int64_t c = lo % row;
   red.seek(lo / row);
@@ -285,10 +301,14 @@ void reduce_rows(int threads, const T* x, T* y, const Layout& l, int64_t count) 
     cpu::parallel_for(
         threads, outs,
         [&](int64_t b, int64_t e) {
-          Walk k = kept;
+          if (red.n == 0 && kept.n <= 1) {  // [rows, row]: outputs walk the rows in order
+            for (int64_t o = b; o < e; ++o) y[o] = R::finish(reduce_run<R>(x + o * row, row), count);
+            return;
+          }
+          Walk k = kept, r = red;
           k.seek(b);
           for (int64_t o = b; o < e; ++o, k.next())
-            y[o] = R::finish(reduce_rows_range<R>(x + k.offset, red, row, 0, count), count);
+            y[o] = R::finish(reduce_rows_range<R>(x + k.offset, r, row, 0, count), count);
         },
         std::max<int64_t>(1, kPiece / count));
     return;
@@ -297,11 +317,11 @@ void reduce_rows(int threads, const T* x, T* y, const Layout& l, int64_t count) 
   cpu::parallel_for(
       threads, outs * pieces,
       [&](int64_t b, int64_t e) {
-        Walk k = kept;
+        Walk k = kept, r = red;
         for (int64_t it = b; it < e; ++it) {
           int64_t o = it / pieces, p = it % pieces;
           k.seek(o);
-          partial[it] = reduce_rows_range<R>(x + k.offset, red, row, p * kPiece, std::min(count, (p + 1) * kPiece));
+          partial[it] = reduce_rows_range<R>(x + k.offset, r, row, p * kPiece, std::min(count, (p + 1) * kPiece));
         }
       },
       1);
@@ -327,8 +347,10 @@ void accumulate_row(typename R::Acc* acc, const T* x, int64_t w) {
   for (; j < w; ++j) acc[j] = R::step(acc[j], static_cast<A>(x[j]));
 }
 
-// The last axis is kept: tiles of kTile outputs along it, each folding whole
-// rows (pieces of `group` rows when there are many).
+// The last axis is kept: tiles of up to kTile outputs along it, each folding
+// whole rows, in at most kMaxPieces pieces of `group` rows. When the kept axis
+// is short and the rows of a piece are contiguous, kPack rows are folded side
+// by side as one longer row, and the kPack partial accumulators merged last.
 template <typename R, typename T>
 void reduce_columns(int threads, const T* x, T* y, const Layout& l, int64_t count) {
   using A = typename R::Acc;
@@ -336,14 +358,26 @@ void reduce_columns(int threads, const T* x, T* y, const Layout& l, int64_t coun
   l.outer_walks(kept, red);
   const int64_t inner = l.size[l.n - 1], outer = kept.total();
   const int64_t tw = std::min(inner, kTile), tiles = ceil_div(inner, tw);
-  const int64_t group = std::max<int64_t>(1, kPiece / tw), pieces = ceil_div(count, group);
-  // Folds rows [r0, r1) of tile `t` of outer index `o` into acc.
+  const int64_t group = std::max(ceil_div(kPiece, tw), ceil_div(count, kMaxPieces)), pieces = ceil_div(count, group);
+  const bool pack = inner < kPack && red.n == 1 && red.stride[0] == inner;
+  // Folds rows [r0, r1) of tile `t` of outer index `o` into acc[0, w); returns w.
   auto fold = [&](int64_t o, int64_t t, int64_t r0, int64_t r1, A* acc) {
     Walk k = kept, r = red;
     k.seek(o);
     r.seek(r0);
     const T* base = x + k.offset + t * tw;
     const int64_t w = std::min(tw, inner - t * tw);
+    if (pack) {  // rows r0.. are contiguous: fold kPack of them at a time
+      const int64_t wide = kPack * w;
+      std::fill(acc, acc + wide, R::template init<A>());
+      const T* p = base + r.offset;
+      int64_t i = r0;
+      for (; i + kPack <= r1; i += kPack, p += wide) accumulate_row<R>(acc, p, wide);
+      for (; i < r1; ++i, p += w) accumulate_row<R>(acc, p, w);
+      for (int64_t q = 1; q < kPack; ++q)
+        for (int64_t j = 0; j < w; ++j) acc[j] = R::merge(acc[j], acc[q * w + j]);
+      return w;
+    }
     std::fill(acc, acc + w, R::template init<A>());
     for (int64_t i = r0; i < r1; ++i, r.next()) accumulate_row<R>(acc, base + r.offset, w);
     return w;
@@ -352,7 +386,7 @@ void reduce_columns(int threads, const T* x, T* y, const Layout& l, int64_t coun
     cpu::parallel_for(
         threads, outer * tiles,
         [&](int64_t b, int64_t e) {
-          A acc[kTile];
+          A* acc = scratch<A>(static_cast<size_t>(std::max(tw, kPack * kPack)));
           for (int64_t it = b; it < e; ++it) {
             int64_t o = it / tiles, t = it % tiles;
             int64_t w = fold(o, t, 0, count, acc);
@@ -363,21 +397,22 @@ void reduce_columns(int threads, const T* x, T* y, const Layout& l, int64_t coun
         std::max<int64_t>(1, kPiece / (count * tw)));
     return;
   }
-  std::vector<A> partial(static_cast<size_t>(outer * tiles * pieces * tw));
+  const int64_t stride = std::max(tw, kPack * kPack);  // room for a packed fold
+  std::vector<A> partial(static_cast<size_t>(outer * tiles * pieces * stride));
   cpu::parallel_for(
       threads, outer * tiles * pieces,
       [&](int64_t b, int64_t e) {
         for (int64_t it = b; it < e; ++it) {
           int64_t p = it % pieces, ot = it / pieces;
-          fold(ot / tiles, ot % tiles, p * group, std::min(count, (p + 1) * group), partial.data() + it * tw);
+          fold(ot / tiles, ot % tiles, p * group, std::min(count, (p + 1) * group), partial.data() + it * stride);
         }
       },
       1);
   for (int64_t ot = 0; ot < outer * tiles; ++ot) {
     int64_t o = ot / tiles, t = ot % tiles, w = std::min(tw, inner - t * tw);
-    A* acc = partial.data() + ot * pieces * tw;
+    A* acc = partial.data() + ot * pieces * stride;
     for (int64_t p = 1; p < pieces; ++p)
-      for (int64_t j = 0; j < w; ++j) acc[j] = R::merge(acc[j], acc[p * tw + j]);
+      for (int64_t j = 0; j < w; ++j) acc[j] = R::merge(acc[j], acc[p * stride + j]);
     T* out = y + o * inner + t * tw;
     for (int64_t j = 0; j < w; ++j) out[j] = R::finish(acc[j], count);
   }
@@ -434,6 +469,32 @@ ArgResult<T> arg_run(const T* p, int64_t n) {
   return {m, i};
 }
 
+// Rows [r0, r1) of a column tile of width w (rows `inner` apart): best[j]
+// and idx[j] (the row, as T) end at the first extremum of column j.
+template <typename T, bool kMax>
+void arg_fold_rows(const T* base, int64_t inner, int64_t r0, int64_t r1, int64_t w, T* best, T* idx) {
+  constexpr int64_t W = kWidth<T>;
+  std::copy(base + r0 * inner, base + r0 * inner + w, best);
+  std::fill(idx, idx + w, static_cast<T>(r0));
+  for (int64_t r = r0 + 1; r < r1; ++r) {
+    const T* p = base + r * inner;
+    const Vec<T> rv = splat(static_cast<T>(r));
+    int64_t j = 0;
+    for (; j + W <= w; j += W) {
+      Vec<T> v = load<T>(p + j), b, i;
+      std::memcpy(&b, best + j, sizeof b);
+      std::memcpy(&i, idx + j, sizeof i);
+      auto take = (kMax ? (v > b) : (v < b)) | ((v != v) & (b == b));
+      b = take ? v : b;
+      i = take ? rv : i;
+      std::memcpy(best + j, &b, sizeof b);
+      std::memcpy(idx + j, &i, sizeof i);
+    }
+    for (; j < w; ++j)
+      if (better<T, kMax>(p[j], best[j])) best[j] = p[j], idx[j] = static_cast<T>(r);
+  }
+}
+
 template <typename T, bool kMax>
 void arg_reduce(int threads, const TensorView& in, const TensorView& out, std::optional<int> axis) {
   const T* x = in.ptr<T>();
@@ -468,29 +529,30 @@ void arg_reduce(int threads, const TensorView& in, const TensorView& out, std::o
     }
     return;
   }
+  // Columns: tiles of the kept inner axis, rows in pieces, partials merged in order.
   const int64_t tw = std::min(inner, kTile), tiles = ceil_div(inner, tw);
+  const int64_t group = std::max(ceil_div(kPiece, tw), ceil_div(len, kMaxPieces)), pieces = ceil_div(len, group);
+  const int64_t items = outer * tiles * pieces;
+  std::vector<T> best(static_cast<size_t>(items * tw)), idx(best.size());
   cpu::parallel_for(
-      threads, outer * tiles,
+      threads, items,
       [&](int64_t b, int64_t e) {
-        T best[kTile], idx[kTile];
         for (int64_t it = b; it < e; ++it) {
-          int64_t o = it / tiles, t = it % tiles, w = std::min(tw, inner - t * tw);
-          const T* base = x + o * len * inner + t * tw;
-          for (int64_t j = 0; j < w; ++j) best[j] = base[j], idx[j] = 0;
-          for (int64_t r = 1; r < len; ++r) {
-            const T* p = base + r * inner;
-            const T rt = static_cast<T>(r);
-#pragma omp simd
-            for (int64_t j = 0; j < w; ++j) {
-              bool take = better<T, kMax>(p[j], best[j]);
-              best[j] = take ? p[j] : best[j];
-              idx[j] = take ? rt : idx[j];
-            }
-          }
-          std::copy(idx, idx + w, y + o * inner + t * tw);
+          int64_t p = it % pieces, ot = it / pieces, o = ot / tiles, t = ot % tiles;
+          arg_fold_rows<T, kMax>(x + o * len * inner + t * tw, inner, p * group, std::min(len, (p + 1) * group),
+                                 std::min(tw, inner - t * tw), best.data() + it * tw, idx.data() + it * tw);
         }
       },
-      std::max<int64_t>(1, kPiece / (len * tw)));
+      std::max<int64_t>(1, kPiece / (group * tw)));
+  for (int64_t ot = 0; ot < outer * tiles; ++ot) {
+    int64_t o = ot / tiles, t = ot % tiles, w = std::min(tw, inner - t * tw);
+    T* b0 = best.data() + ot * pieces * tw;
+    T* i0 = idx.data() + ot * pieces * tw;
+    for (int64_t p = 1; p < pieces; ++p)
+      for (int64_t j = 0; j < w; ++j)
+        if (better<T, kMax>(b0[p * tw + j], b0[j])) b0[j] = b0[p * tw + j], i0[j] = i0[p * tw + j];
+    std::copy(i0, i0 + w, y + o * inner + t * tw);
+  }
 }
 
 // ---- kernels

@@ -6,6 +6,9 @@ void register_cpu_elemwise_kernels();
 void register_cpu_reduce_kernels();
 void register_cpu_linalg_kernels();
 void register_cpu_matrix_kernels();
+void register_cpu_conv_kernels();
+void register_cpu_nn_kernels();
+void register_cpu_optimizer_kernels();
 
 void register_cpu_kernels() {
   register_cpu_init_kernels();
@@ -13,6 +16,9 @@ void register_cpu_kernels() {
   register_cpu_reduce_kernels();
   register_cpu_linalg_kernels();
   register_cpu_matrix_kernels();
+  register_cpu_conv_kernels();
+  register_cpu_nn_kernels();
+  register_cpu_optimizer_kernels();
 }
 
 }  // namespace kiln

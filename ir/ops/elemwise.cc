@@ -17,8 +17,10 @@ bool is_numeric(DType t) {
     case DType::kUint8:
     case DType::kInt8:
     case DType::kInt32:
-    case DType::kInt64: return true;
-    default: return false;
+    case DType::kInt64:
+      return true;
+    default:
+      return false;
   }
 }
 
@@ -37,8 +39,7 @@ void infer_same_shape(const OpAttrs&, std::span<const TensorType> in, std::vecto
   check_same_dtype(in[0], in[1], "lhs and rhs");
   check_numeric(in[0].dtype);
   KILN_CHECK(in[0].shape == in[1].shape, ShapeError,
-             "lhs shape {} and rhs shape {} must be equal (the broadcast_* ops broadcast)", in[0].shape,
-             in[1].shape);
+             "lhs shape {} and rhs shape {} must be equal (the broadcast_* ops broadcast)", in[0].shape, in[1].shape);
   out.push_back(in[0]);
 }
 

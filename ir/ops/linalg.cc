@@ -55,8 +55,7 @@ MatmulDims dot_dims(const Shape& a, const Shape& b, const DotAttrs& attrs) {
     d.n = product(b, 1, b.ndim());
     for (int i = 1; i < b.ndim(); ++i) d.out.push_back(b[i]);
   }
-  KILN_CHECK(ka == kb, ShapeError, "{} contract axes of different lengths ({} vs {})", describe(a, b, attrs), ka,
-             kb);
+  KILN_CHECK(ka == kb, ShapeError, "{} contract axes of different lengths ({} vs {})", describe(a, b, attrs), ka, kb);
   d.k = ka;
   return d;
 }
@@ -67,8 +66,7 @@ MatmulDims batch_dot_dims(const Shape& a, const Shape& b, const DotAttrs& attrs)
              "expected two arrays with the same number of axes (at least 3), got {}", describe(a, b, attrs));
   MatmulDims d;
   for (int i = 0; i < nd - 2; ++i) {
-    KILN_CHECK(a[i] == b[i], ShapeError, "batch axis {} differs ({} vs {}): {}", i, a[i], b[i],
-               describe(a, b, attrs));
+    KILN_CHECK(a[i] == b[i], ShapeError, "batch axis {} differs ({} vs {}): {}", i, a[i], b[i], describe(a, b, attrs));
     d.out.push_back(a[i]);
   }
   d.batch = product(a, 0, nd - 2);
@@ -78,8 +76,7 @@ MatmulDims batch_dot_dims(const Shape& a, const Shape& b, const DotAttrs& attrs)
   int64_t ka = d.ta ? a[nd - 2] : a[nd - 1];
   d.n = d.tb ? b[nd - 2] : b[nd - 1];
   int64_t kb = d.tb ? b[nd - 1] : b[nd - 2];
-  KILN_CHECK(ka == kb, ShapeError, "{} contract axes of different lengths ({} vs {})", describe(a, b, attrs), ka,
-             kb);
+  KILN_CHECK(ka == kb, ShapeError, "{} contract axes of different lengths ({} vs {})", describe(a, b, attrs), ka, kb);
   d.k = ka;
   d.out.push_back(d.m);
   d.out.push_back(d.n);

@@ -3,7 +3,10 @@
 #include <algorithm>
 #include <charconv>
 
+#include "ir/grad.h"
 #include "ir/op.h"
+#include "ir/ops/init.h"
+#include "ir/ops/reduce.h"
 
 namespace kiln {
 
@@ -376,6 +379,178 @@ void infer_broadcast_to(const OpAttrs& attrs, std::span<const TensorType> in, st
   out.push_back({o, in[0].dtype});
 }
 
+// ---- inference of the backward ops: out_grad must be what the forward op
+// makes of data_shape; the result is data_shape.
+
+void check_out_grad(const TensorType& out_grad, const TensorType& expected, const Shape& data_shape) {
+  KILN_CHECK(out_grad.shape == expected.shape, ShapeError,
+             "out_grad has shape {}, but the forward op maps data_shape {} to {}", out_grad.shape, data_shape,
+             expected.shape);
+}
+
+void infer_slice_backward(const OpAttrs& attrs, std::span<const TensorType> in, std::vector<TensorType>& out) {
+  const auto& a = attrs.as<SliceBackwardAttrs>();
+  TensorType data{a.data_shape, in[0].dtype};
+  std::vector<TensorType> fwd;
+  infer_slice(OpAttrs::make(SliceAttrs{a.begin, a.end, a.step}), {&data, 1}, fwd);
+  check_out_grad(in[0], fwd[0], a.data_shape);
+  out.push_back(data);
+}
+
+void infer_slice_axis_backward(const OpAttrs& attrs, std::span<const TensorType> in, std::vector<TensorType>& out) {
+  const auto& a = attrs.as<SliceAxisBackwardAttrs>();
+  TensorType data{a.data_shape, in[0].dtype};
+  std::vector<TensorType> fwd;
+  infer_slice_axis(OpAttrs::make(SliceAxisAttrs{a.axis, a.begin, a.end}), {&data, 1}, fwd);
+  check_out_grad(in[0], fwd[0], a.data_shape);
+  out.push_back(data);
+}
+
+void infer_take_backward(const OpAttrs& attrs, std::span<const TensorType> in, std::vector<TensorType>& out) {
+  const auto& a = attrs.as<TakeBackwardAttrs>();
+  DType t = in[0].dtype;
+  KILN_CHECK(t == DType::kFloat32 || t == DType::kFloat64 || t == DType::kFloat16 || t == DType::kBfloat16, TypeError,
+             "out_grad must be float32, float64, float16 or bfloat16, got {}", t);
+  TensorType fwd_in[2] = {{a.data_shape, t}, in[1]};
+  std::vector<TensorType> fwd;
+  infer_take(OpAttrs::make(TakeAttrs{a.axis, a.mode}), fwd_in, fwd);
+  check_out_grad(in[0], fwd[0], a.data_shape);
+  out.push_back(fwd_in[0]);
+}
+
+// ---- gradients: layout ops again, or the backward ops above
+
+// dy reshaped to `s`. A zero-size `s` cannot always be spelled as a Reshape
+// spec (0 means "copy an input dim" there): one zero dim is inferred with -1,
+// several give fresh zeros.
+GradValue reshape_to(GradBuilder& b, GradValue v, const Shape& s) {
+  TensorType t = b.type(v);
+  if (t.shape == s) return v;
+  ReshapeAttrs a;
+  a.shape = s.to_vector();
+  if (s.size() == 0) {
+    auto zeros = std::count(a.shape.begin(), a.shape.end(), int64_t{0});
+    if (zeros > 1) return b.op(OpId::kZeros, {}, OpAttrs::make(InitAttrs{s, t.dtype}));
+    *std::find(a.shape.begin(), a.shape.end(), int64_t{0}) = -1;
+  }
+  return b.op(OpId::kReshape, {v}, OpAttrs::make(a));
+}
+
+void grad_reshape(GradBuilder& b, const GradArgs& g, std::span<GradValue> in_grads) {
+  if (!g.needs_grad[0]) return;
+  in_grads[0] = reshape_to(b, g.out_grads[0], b.type(g.inputs[0]).shape);
+}
+
+void grad_expand_dims(GradBuilder& b, const GradArgs& g, std::span<GradValue> in_grads) {
+  if (!g.needs_grad[0]) return;
+  std::vector<int64_t> dims = b.type(g.out_grads[0]).shape.to_vector();
+  int axis = normalize_axis(g.attrs.as<ExpandDimsAttrs>().axis, static_cast<int>(dims.size()), "expand_dims");
+  dims.erase(dims.begin() + axis);
+  in_grads[0] = reshape_to(b, g.out_grads[0], Shape(dims));
+}
+
+void grad_transpose(GradBuilder& b, const GradArgs& g, std::span<GradValue> in_grads) {
+  if (!g.needs_grad[0]) return;
+  std::vector<int> perm = transpose_axes(g.attrs.as<TransposeAttrs>().axes, b.type(g.out_grads[0]).shape.ndim());
+  TransposeAttrs inverse;
+  inverse.axes.resize(perm.size());
+  for (size_t k = 0; k < perm.size(); ++k) inverse.axes[static_cast<size_t>(perm[k])] = static_cast<int64_t>(k);
+  in_grads[0] = b.op(OpId::kTranspose, {g.out_grads[0]}, OpAttrs::make(inverse));
+}
+
+void grad_broadcast_to(GradBuilder& b, const GradArgs& g, std::span<GradValue> in_grads) {
+  if (!g.needs_grad[0]) return;
+  const Shape& s = b.type(g.inputs[0]).shape;
+  // A zero-size input broadcasts to a zero-size output: nothing to sum.
+  in_grads[0] = s.size() == 0 ? reshape_to(b, g.out_grads[0], s) : unbroadcast(b, g.out_grads[0], s);
+}
+
+void grad_slice(GradBuilder& b, const GradArgs& g, std::span<GradValue> in_grads) {
+  if (!g.needs_grad[0]) return;
+  const auto& a = g.attrs.as<SliceAttrs>();
+  SliceBackwardAttrs back{a.begin, a.end, a.step, b.type(g.inputs[0]).shape};
+  in_grads[0] = b.op(OpId::kSliceBackward, {g.out_grads[0]}, OpAttrs::make(back));
+}
+
+void grad_slice_axis(GradBuilder& b, const GradArgs& g, std::span<GradValue> in_grads) {
+  if (!g.needs_grad[0]) return;
+  const auto& a = g.attrs.as<SliceAxisAttrs>();
+  SliceAxisBackwardAttrs back{a.axis, a.begin, a.end, b.type(g.inputs[0]).shape};
+  in_grads[0] = b.op(OpId::kSliceAxisBackward, {g.out_grads[0]}, OpAttrs::make(back));
+}
+
+void grad_concat(GradBuilder& b, const GradArgs& g, std::span<GradValue> in_grads) {
+  int ndim = b.type(g.out_grads[0]).shape.ndim();
+  int axis = normalize_axis(g.attrs.as<ConcatAttrs>().dim, ndim, "Concat");
+  int64_t offset = 0;
+  for (size_t i = 0; i < g.inputs.size(); ++i) {
+    int64_t len = b.type(g.inputs[i]).shape[axis];
+    if (g.needs_grad[i])
+      in_grads[i] = b.op(OpId::kSliceAxis, {g.out_grads[0]}, OpAttrs::make(SliceAxisAttrs{axis, offset, offset + len}));
+    offset += len;
+  }
+}
+
+void grad_stack(GradBuilder& b, const GradArgs& g, std::span<GradValue> in_grads) {
+  if (std::none_of(g.needs_grad.begin(), g.needs_grad.end(), [](bool n) { return n; })) return;
+  const auto& a = g.attrs.as<StackAttrs>();
+  int axis = normalize_axis(a.axis, b.type(g.out_grads[0]).shape.ndim(), "stack");
+  SplitAttrs split{a.num_args, axis, true};
+  GradValue dy = g.out_grads[0];
+  std::vector<GradValue> parts = b.apply(OpId::kSplit, {&dy, 1}, OpAttrs::make(split));
+  for (size_t i = 0; i < in_grads.size(); ++i)
+    if (g.needs_grad[i]) in_grads[i] = parts[i];
+}
+
+// Concat (or stack, for squeezed parts) of the output gradients; an output
+// without one contributes zeros (all parts have one type).
+void grad_split(GradBuilder& b, const GradArgs& g, std::span<GradValue> in_grads) {
+  if (!g.needs_grad[0]) return;
+  const auto& a = g.attrs.as<SplitAttrs>();
+  auto given = std::find_if(g.out_grads.begin(), g.out_grads.end(), [](GradValue v) { return !v.is_none(); });
+  if (given == g.out_grads.end()) return;
+  TensorType part = b.type(*given);
+  std::vector<GradValue> parts(g.out_grads.begin(), g.out_grads.end());
+  for (GradValue& p : parts)
+    if (p.is_none()) p = b.op(OpId::kZeros, {}, OpAttrs::make(InitAttrs{part.shape, part.dtype}));
+  int ndim = part.shape.ndim() + (a.squeeze_axis ? 1 : 0);
+  int axis = normalize_axis(a.axis, ndim, "SliceChannel");
+  int n = static_cast<int>(parts.size());
+  if (a.squeeze_axis) {
+    in_grads[0] = b.apply(OpId::kStack, parts, OpAttrs::make(StackAttrs{axis, n}))[0];
+  } else if (n == 1) {
+    in_grads[0] = parts[0];
+  } else {
+    in_grads[0] = b.apply(OpId::kConcat, parts, OpAttrs::make(ConcatAttrs{n, axis}))[0];
+  }
+}
+
+void grad_take(GradBuilder& b, const GradArgs& g, std::span<GradValue> in_grads) {
+  if (!g.needs_grad[0]) return;  // indices never get a gradient
+  const auto& a = g.attrs.as<TakeAttrs>();
+  TakeBackwardAttrs back{a.axis, a.mode, b.type(g.inputs[0]).shape};
+  in_grads[0] = b.op(OpId::kTakeBackward, {g.out_grads[0], g.inputs[1]}, OpAttrs::make(back));
+}
+
+// The backward ops are linear in out_grad; their gradient is the forward op.
+void grad_slice_backward(GradBuilder& b, const GradArgs& g, std::span<GradValue> in_grads) {
+  if (!g.needs_grad[0]) return;
+  const auto& a = g.attrs.as<SliceBackwardAttrs>();
+  in_grads[0] = b.op(OpId::kSlice, {g.out_grads[0]}, OpAttrs::make(SliceAttrs{a.begin, a.end, a.step}));
+}
+
+void grad_slice_axis_backward(GradBuilder& b, const GradArgs& g, std::span<GradValue> in_grads) {
+  if (!g.needs_grad[0]) return;
+  const auto& a = g.attrs.as<SliceAxisBackwardAttrs>();
+  in_grads[0] = b.op(OpId::kSliceAxis, {g.out_grads[0]}, OpAttrs::make(SliceAxisAttrs{a.axis, a.begin, a.end}));
+}
+
+void grad_take_backward(GradBuilder& b, const GradArgs& g, std::span<GradValue> in_grads) {
+  if (!g.needs_grad[0]) return;
+  const auto& a = g.attrs.as<TakeBackwardAttrs>();
+  in_grads[0] = b.op(OpId::kTake, {g.out_grads[0], g.inputs[1]}, OpAttrs::make(TakeAttrs{a.axis, a.mode}));
+}
+
 OpDef& define(OpRegistry& r, OpId id, std::string_view doc, std::vector<std::string_view> inputs, InferFn infer,
               ParseAttrsFn parse) {
   OpDef& d = r.define(id, doc);
@@ -388,28 +563,61 @@ OpDef& define(OpRegistry& r, OpId id, std::string_view doc, std::vector<std::str
 
 }  // namespace
 
+// `grad_uses_inputs` is false where the gradient needs nothing of the forward
+// call beyond out_grad. Where it is true only for input shapes (Reshape,
+// broadcast_to, slice, slice_axis, Concat, take's `a`), the inputs stay alive
+// until backward: GradArgs offers no input types without the inputs.
 void register_matrix_ops(OpRegistry& r) {
-  define(r, OpId::kReshape, "Gives the input a new shape with the same elements (MXNet's special values allowed).",
-         {"data"}, infer_reshape_op, parse_attrs_as<ReshapeAttrs>);
-  define(r, OpId::kTranspose, "Permutes the axes (reverses them when axes is empty).", {"data"}, infer_transpose,
-         parse_attrs_as<TransposeAttrs>);
-  define(r, OpId::kSlice, "Takes a strided slice along the leading axes.", {"data"}, infer_slice,
-         parse_attrs_as<SliceAttrs>);
-  define(r, OpId::kSliceAxis, "Takes [begin, end) along one axis.", {"data"}, infer_slice_axis,
-         parse_attrs_as<SliceAxisAttrs>);
-  define(r, OpId::kConcat, "Joins arrays along an existing axis.", {}, infer_concat, parse_attrs_as<ConcatAttrs>);
-  define(r, OpId::kStack, "Joins same-shape arrays along a new axis.", {}, infer_stack, parse_attrs_as<StackAttrs>);
-  define(r, OpId::kSplit, "Splits an array into equal parts along an axis.", {"data"}, infer_split,
-         parse_attrs_as<SplitAttrs>);
-  define(r, OpId::kTake, "Picks sub-arrays along an axis by index.", {"a", "indices"}, infer_take,
-         parse_attrs_as<TakeAttrs>);
+  auto differentiable = [](OpDef& d, GradFn grad, bool uses_inputs) {
+    d.grad = grad;
+    d.grad_uses_inputs = uses_inputs;
+    d.grad_uses_outputs = false;
+  };
+  differentiable(
+      define(r, OpId::kReshape, "Gives the input a new shape with the same elements (MXNet's special values allowed).",
+             {"data"}, infer_reshape_op, parse_attrs_as<ReshapeAttrs>),
+      grad_reshape, true);
+  differentiable(define(r, OpId::kTranspose, "Permutes the axes (reverses them when axes is empty).", {"data"},
+                        infer_transpose, parse_attrs_as<TransposeAttrs>),
+                 grad_transpose, false);
+  differentiable(define(r, OpId::kSlice, "Takes a strided slice along the leading axes.", {"data"}, infer_slice,
+                        parse_attrs_as<SliceAttrs>),
+                 grad_slice, true);
+  differentiable(define(r, OpId::kSliceAxis, "Takes [begin, end) along one axis.", {"data"}, infer_slice_axis,
+                        parse_attrs_as<SliceAxisAttrs>),
+                 grad_slice_axis, true);
+  differentiable(
+      define(r, OpId::kConcat, "Joins arrays along an existing axis.", {}, infer_concat, parse_attrs_as<ConcatAttrs>),
+      grad_concat, true);
+  differentiable(
+      define(r, OpId::kStack, "Joins same-shape arrays along a new axis.", {}, infer_stack, parse_attrs_as<StackAttrs>),
+      grad_stack, false);
+  differentiable(define(r, OpId::kSplit, "Splits an array into equal parts along an axis.", {"data"}, infer_split,
+                        parse_attrs_as<SplitAttrs>),
+                 grad_split, false);
+  differentiable(define(r, OpId::kTake, "Picks sub-arrays along an axis by index.", {"a", "indices"}, infer_take,
+                        parse_attrs_as<TakeAttrs>),
+                 grad_take, true);
   define(r, OpId::kOneHot, "One-hot encodes integer indices along a new last axis.", {"indices"}, infer_one_hot,
          parse_attrs_as<OneHotAttrs>)
       .differentiable = false;
-  define(r, OpId::kExpandDims, "Inserts an axis of length 1.", {"data"}, infer_expand_dims,
-         parse_attrs_as<ExpandDimsAttrs>);
-  define(r, OpId::kBroadcastTo, "Broadcasts an array to a larger shape.", {"data"}, infer_broadcast_to,
-         parse_attrs_as<BroadcastToAttrs>);
+  differentiable(define(r, OpId::kExpandDims, "Inserts an axis of length 1.", {"data"}, infer_expand_dims,
+                        parse_attrs_as<ExpandDimsAttrs>),
+                 grad_expand_dims, false);
+  differentiable(define(r, OpId::kBroadcastTo, "Broadcasts an array to a larger shape.", {"data"}, infer_broadcast_to,
+                        parse_attrs_as<BroadcastToAttrs>),
+                 grad_broadcast_to, true);
+  differentiable(define(r, OpId::kSliceBackward, "Gradient of slice: out_grad placed into zeros of data_shape.",
+                        {"out_grad"}, infer_slice_backward, parse_attrs_as<SliceBackwardAttrs>),
+                 grad_slice_backward, false);
+  differentiable(
+      define(r, OpId::kSliceAxisBackward, "Gradient of slice_axis: out_grad placed into zeros of data_shape.",
+             {"out_grad"}, infer_slice_axis_backward, parse_attrs_as<SliceAxisBackwardAttrs>),
+      grad_slice_axis_backward, false);
+  differentiable(
+      define(r, OpId::kTakeBackward, "Gradient of take: out_grad added into zeros of data_shape at the picked rows.",
+             {"out_grad", "indices"}, infer_take_backward, parse_attrs_as<TakeBackwardAttrs>),
+      grad_take_backward, true);
   r.alias("reshape", OpId::kReshape);
   r.alias("concat", OpId::kConcat);
   r.alias("split", OpId::kSplit);

@@ -1,7 +1,13 @@
 // Attributes and shape rules of the matrix family: layout and indexing ops
 // (Reshape, transpose, slice, slice_axis, Concat, stack, SliceChannel, take,
-// one_hot, expand_dims, broadcast_to). Attribute names and defaults are
-// MXNet's, so exported graphs round-trip.
+// one_hot, expand_dims, broadcast_to) and their gradients. Attribute names
+// and defaults are MXNet's, so exported graphs round-trip.
+//
+// Every op but one_hot is differentiable; the gradients (ir/ops/matrix.cc)
+// are layout ops again (Reshape, transpose, slice_axis, Concat, stack,
+// SliceChannel, sum) except for slice, slice_axis and take, whose gradients
+// are the backward ops declared below. Those are linear in out_grad and
+// differentiable too, so higher-order gradients pass through them.
 //
 //   Shape s = infer_reshape(Shape{2, 3, 4}, {-4, 1, 2, -2}, false);   // [1,2,3,4]
 //   auto r = slice_range(10, std::nullopt, std::nullopt, int64_t{-2}); // 9, 7, 5, 3, 1
@@ -178,6 +184,54 @@ struct BroadcastToAttrs {
   template <typename V>
   void fields(V& v) {
     v("shape", shape);
+  }
+};
+
+// ---- backward ops: the gradients that are not plain layout ops. Each takes
+// the forward op's attributes plus the forward input's shape, and writes dy
+// into zeros of that shape.
+
+// _backward_slice(out_grad): zeros of data_shape with out_grad at the slice.
+struct SliceBackwardAttrs {
+  OptIntTuple begin, end, step;
+  Shape data_shape;
+  template <typename V>
+  void fields(V& v) {
+    v("begin", begin, kRequired);
+    v("end", end, kRequired);
+    v("step", step);
+    v("data_shape", data_shape, kRequired);
+  }
+};
+
+// _backward_slice_axis(out_grad): zeros of data_shape with out_grad at
+// [begin, end) along axis.
+struct SliceAxisBackwardAttrs {
+  int axis = 0;
+  int64_t begin = 0;
+  std::optional<int64_t> end;
+  Shape data_shape;
+  template <typename V>
+  void fields(V& v) {
+    v("axis", axis, kRequired);
+    v("begin", begin, kRequired);
+    v("end", end, kRequired);
+    v("data_shape", data_shape, kRequired);
+  }
+};
+
+// _backward_take(out_grad, indices): zeros of data_shape into which each
+// sub-array of out_grad is added at the row its index picked (resolved by
+// `mode` as in take), so repeated indices accumulate. Floating dtypes only.
+struct TakeBackwardAttrs {
+  int axis = 0;
+  TakeMode mode = TakeMode::kClip;
+  Shape data_shape;
+  template <typename V>
+  void fields(V& v) {
+    v("axis", axis);
+    v("mode", mode);
+    v("data_shape", data_shape, kRequired);
   }
 };
 

@@ -13,8 +13,7 @@ uint32_t reduce_axes_mask(const Shape& in, const std::optional<IntTuple>& axis, 
     KILN_CHECK(a >= -ndim && a < ndim, IndexError,
                "axis {} is out of range for an array with {} axes (expected {}..{})", a, ndim, -ndim, ndim - 1);
     int i = static_cast<int>(a < 0 ? a + ndim : a);
-    KILN_CHECK(!(mask & (1u << i)), ValueError, "axis {} appears more than once in axis={}", i,
-               print_attr(*axis));
+    KILN_CHECK(!(mask & (1u << i)), ValueError, "axis {} appears more than once in axis={}", i, print_attr(*axis));
     mask |= 1u << i;
   }
   return exclude ? (all & ~mask) : mask;
@@ -57,8 +56,7 @@ void check_dtype(OpId op, DType t) {
 void check_not_empty(OpId op, const Shape& in, uint32_t mask, const Shape& out) {
   bool needs_values = op != OpId::kSum && op != OpId::kProd && op != OpId::kNorm;
   KILN_CHECK(!needs_values || reduce_count(in, mask) > 0 || out.size() == 0, ValueError,
-             "cannot reduce over an empty axis (input shape {}, reduced axes of size 0): the result has no value",
-             in);
+             "cannot reduce over an empty axis (input shape {}, reduced axes of size 0): the result has no value", in);
 }
 
 template <OpId kOp>

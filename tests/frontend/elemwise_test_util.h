@@ -26,13 +26,20 @@ inline NDArray make_array(const std::vector<double>& values, const Shape& shape,
     return nd::array(std::vector<T>(values.begin(), values.end()), shape, device);
   };
   switch (dtype) {
-    case DType::kFloat32: return as(float{});
-    case DType::kFloat64: return as(double{});
-    case DType::kInt32: return as(int32_t{});
-    case DType::kInt64: return as(int64_t{});
-    case DType::kUint8: return as(uint8_t{});
-    case DType::kInt8: return as(int8_t{});
-    default: return nd::cast(as(double{}), dtype);  // halves, bool: through Cast
+    case DType::kFloat32:
+      return as(float{});
+    case DType::kFloat64:
+      return as(double{});
+    case DType::kInt32:
+      return as(int32_t{});
+    case DType::kInt64:
+      return as(int64_t{});
+    case DType::kUint8:
+      return as(uint8_t{});
+    case DType::kInt8:
+      return as(int8_t{});
+    default:
+      return nd::cast(as(double{}), dtype);  // halves, bool: through Cast
   }
 }
 
@@ -80,14 +87,17 @@ inline Shape reference_broadcast_shape(const Shape& a, const Shape& b) {
   return Shape(dims);
 }
 
-inline std::vector<double> reference_binary(const std::vector<double>& a, const Shape& sa,
-                                            const std::vector<double>& b, const Shape& sb,
-                                            const std::function<double(double, double)>& f) {
+inline std::vector<double> reference_binary(const std::vector<double>& a, const Shape& sa, const std::vector<double>& b,
+                                            const Shape& sb, const std::function<double(double, double)>& f) {
   Shape out = reference_broadcast_shape(sa, sb);
   std::vector<double> r(static_cast<size_t>(out.size()));
+  if (sa == sb) {
+    for (size_t i = 0; i < r.size(); ++i) r[i] = f(a[i], b[i]);
+    return r;
+  }
   for (int64_t i = 0; i < out.size(); ++i)
-    r[static_cast<size_t>(i)] = f(a[static_cast<size_t>(broadcast_index(sa, out, i))],
-                                  b[static_cast<size_t>(broadcast_index(sb, out, i))]);
+    r[static_cast<size_t>(i)] =
+        f(a[static_cast<size_t>(broadcast_index(sa, out, i))], b[static_cast<size_t>(broadcast_index(sb, out, i))]);
   return r;
 }
 
@@ -108,11 +118,16 @@ inline void expect_all_near(const std::vector<double>& got, const std::vector<do
 // Tolerance for results computed in `dtype` against a double reference.
 inline double tolerance(DType dtype) {
   switch (dtype) {
-    case DType::kFloat32: return 2e-6;
-    case DType::kFloat64: return 1e-12;
-    case DType::kFloat16: return 2e-3;
-    case DType::kBfloat16: return 1.6e-2;
-    default: return 0;
+    case DType::kFloat32:
+      return 2e-6;
+    case DType::kFloat64:
+      return 1e-12;
+    case DType::kFloat16:
+      return 2e-3;
+    case DType::kBfloat16:
+      return 1.6e-2;
+    default:
+      return 0;
   }
 }
 

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <string>
 
+#include "frontend/invoke.h"
 #include "frontend/nd.h"
 
 namespace kiln {
@@ -29,8 +30,8 @@ std::vector<double> gemm(const std::vector<double>& a, const std::vector<double>
   return c;
 }
 
-void expect_product(const NDArray& got, const std::vector<double>& want, const std::vector<double>& scale,
-                    double rtol, const std::string& what) {
+void expect_product(const NDArray& got, const std::vector<double>& want, const std::vector<double>& scale, double rtol,
+                    const std::string& what) {
   auto g = got.to_vector<double>();
   ASSERT_EQ(g.size(), want.size()) << what;
   for (size_t i = 0; i < g.size(); ++i)
@@ -47,6 +48,12 @@ class Linalg : public ::testing::TestWithParam<int> {
 
 TEST_P(Linalg, DotOfMatricesWithTransposes) {
   nd::random::seed(10);
+  struct Case {
+    NDArray a, b, c;
+    int64_t m, k, n;
+    bool ta, tb;
+  };
+  std::vector<Case> cases;  // queued first, checked after
   for (int64_t m : {1, 7, 33, 100})
     for (int64_t k : {1, 7, 33, 100})
       for (int64_t n : {1, 7, 33, 100})
@@ -54,13 +61,15 @@ TEST_P(Linalg, DotOfMatricesWithTransposes) {
           for (bool tb : {false, true}) {
             NDArray a = normal(ta ? Shape{k, m} : Shape{m, k});
             NDArray b = normal(tb ? Shape{n, k} : Shape{k, n});
-            NDArray c = nd::dot(a, b, ta, tb);
-            std::string what = fmt::format("m={} k={} n={} ta={} tb={}", m, k, n, ta, tb);
-            ASSERT_EQ(c.shape(), (Shape{m, n})) << what;
-            std::vector<double> scale;
-            auto want = gemm(a.to_vector<double>(), b.to_vector<double>(), 1, m, k, n, ta, tb, &scale);
-            expect_product(c, want, scale, 1e-4, what);
+            cases.push_back({a, b, nd::dot(a, b, ta, tb), m, k, n, ta, tb});
           }
+  for (auto& c : cases) {
+    std::string what = fmt::format("m={} k={} n={} ta={} tb={}", c.m, c.k, c.n, c.ta, c.tb);
+    ASSERT_EQ(c.c.shape(), (Shape{c.m, c.n})) << what;
+    std::vector<double> scale;
+    auto want = gemm(c.a.to_vector<double>(), c.b.to_vector<double>(), 1, c.m, c.k, c.n, c.ta, c.tb, &scale);
+    expect_product(c.c, want, scale, 1e-4, what);
+  }
 }
 
 TEST_P(Linalg, DotLargeThroughOneDNN) {
@@ -88,13 +97,13 @@ TEST_P(Linalg, DotOfVectorsAndNDArrays) {
   NDArray a = normal({5, 7}), w = normal({7});
   NDArray av = nd::dot(a, w);
   EXPECT_EQ(av.shape(), Shape{5});
-  expect_product(av, gemm(a.to_vector<double>(), w.to_vector<double>(), 1, 5, 7, 1, false, false, &scale), scale,
-                 1e-4, "matrix . vector");
+  expect_product(av, gemm(a.to_vector<double>(), w.to_vector<double>(), 1, 5, 7, 1, false, false, &scale), scale, 1e-4,
+                 "matrix . vector");
   NDArray r = normal({5});
   NDArray va = nd::dot(r, a);
   EXPECT_EQ(va.shape(), Shape{7});
-  expect_product(va, gemm(r.to_vector<double>(), a.to_vector<double>(), 1, 1, 5, 7, false, false, &scale), scale,
-                 1e-4, "vector . matrix");
+  expect_product(va, gemm(r.to_vector<double>(), a.to_vector<double>(), 1, 1, 5, 7, false, false, &scale), scale, 1e-4,
+                 "vector . matrix");
   // transpose of a 1-D operand is moot; transpose of the matrix is not.
   expect_product(nd::dot(w, a, false, true),
                  gemm(w.to_vector<double>(), a.to_vector<double>(), 1, 1, 7, 5, false, true, &scale), scale, 1e-4,
@@ -104,8 +113,8 @@ TEST_P(Linalg, DotOfVectorsAndNDArrays) {
   NDArray x = normal({2, 3, 4}), y = normal({4, 5, 2});
   NDArray xy = nd::dot(x, y);
   EXPECT_EQ(xy.shape(), (Shape{2, 3, 5, 2}));
-  expect_product(xy, gemm(x.to_vector<double>(), y.to_vector<double>(), 1, 6, 4, 10, false, false, &scale), scale,
-                 1e-4, "N-D");
+  expect_product(xy, gemm(x.to_vector<double>(), y.to_vector<double>(), 1, 6, 4, 10, false, false, &scale), scale, 1e-4,
+                 "N-D");
   // transpose_a on N-D: the first axis contracts, the rest stay.
   NDArray xt = normal({4, 2, 3});
   NDArray xty = nd::dot(xt, y, true);
@@ -147,8 +156,8 @@ TEST_P(Linalg, OtherDtypes) {
 
 TEST_P(Linalg, BatchDot) {
   nd::random::seed(14);
-  for (auto [batch, m, k, n] : {std::tuple{1, 1, 1, 1}, std::tuple{3, 7, 33, 1}, std::tuple{4, 33, 7, 100},
-                                std::tuple{2, 100, 100, 33}}) {
+  for (auto [batch, m, k, n] :
+       {std::tuple{1, 1, 1, 1}, std::tuple{3, 7, 33, 1}, std::tuple{4, 33, 7, 100}, std::tuple{2, 100, 100, 33}}) {
     for (bool ta : {false, true})
       for (bool tb : {false, true}) {
         NDArray a = normal(ta ? Shape{batch, k, m} : Shape{batch, m, k});
@@ -166,8 +175,8 @@ TEST_P(Linalg, BatchDot) {
   NDArray c = nd::batch_dot(a, b);
   EXPECT_EQ(c.shape(), (Shape{2, 3, 4, 6}));
   std::vector<double> scale;
-  expect_product(c, gemm(a.to_vector<double>(), b.to_vector<double>(), 6, 4, 5, 6, false, false, &scale), scale,
-                 1e-4, "4-D batch_dot");
+  expect_product(c, gemm(a.to_vector<double>(), b.to_vector<double>(), 6, 4, 5, 6, false, false, &scale), scale, 1e-4,
+                 "4-D batch_dot");
 }
 
 TEST_P(Linalg, EmptyOperands) {
@@ -242,6 +251,18 @@ TEST_P(Linalg, Errors) {
   EXPECT_THROW(nd::batch_dot(nd::zeros({2, 3, 4}), nd::zeros({2, 5, 4})), ShapeError);
   EXPECT_THROW(nd::batch_dot(nd::zeros({3, 4}), nd::zeros({4, 5})), ShapeError);
   EXPECT_NO_THROW(nd::batch_dot(nd::zeros({2, 3, 4}), nd::zeros({2, 5, 4}), false, true));
+}
+
+TEST_P(Linalg, ParsesMXNetAttributes) {
+  NDArray a = nd::arange(6, {.device = dev()}).reshape({3, 2}), b = nd::arange(6, {.device = dev()}).reshape({2, 3});
+  const OpDef& dot = op_def(OpId::kDot);
+  OpAttrs attrs =
+      dot.parse_attrs(dot.name, {{"transpose_a", "True"}, {"transpose_b", "True"}, {"forward_stype", "None"}});
+  NDArray c = invoke1(OpId::kDot, {a, b}, attrs);  // a^T [2,3] . b^T [3,2]
+  EXPECT_EQ(c.shape(), (Shape{2, 2}));
+  EXPECT_EQ(c.to_vector<double>(), gemm(a.to_vector<double>(), b.to_vector<double>(), 1, 2, 3, 2, true, true));
+  EXPECT_THROW(invoke1(OpId::kDot, {a, b}, dot.parse_attrs(dot.name, {{"forward_stype", "csr"}})), NotSupported);
+  EXPECT_EQ(find_op("batch_dot"), &op_def(OpId::kBatchDot));
 }
 
 INSTANTIATE_TEST_SUITE_P(Cpu, Linalg, ::testing::Values(0, 1),

@@ -136,6 +136,27 @@ TEST_P(EngineTest, ReadersSeeTheLastEarlierWrite) {
   engine_->delete_var(v);
 }
 
+TEST_P(EngineTest, WaitAfterEveryOpSeesItsResult) {
+  // Mostly tiny ops (the waiter spins), some slow ones (the waiter sleeps).
+  Var* v = engine_->new_var();
+  int value = -1;
+  for (int i = 0; i < 2000; ++i) {
+    engine_->push(
+        [&value, i](RunContext) {
+          if (i % 97 == 0) std::this_thread::sleep_for(200us);
+          value = i;
+        },
+        {}, {v}, {.device = Device::cpu(i % 3)});
+    if (i % 2 == 0) {
+      engine_->wait_for_var(v);
+    } else {
+      engine_->wait_all();
+    }
+    ASSERT_EQ(value, i);
+  }
+  engine_->delete_var(v);
+}
+
 TEST_P(EngineTest, DuplicateAndOverlappingVarsDoNotDeadlock) {
   Var* a = engine_->new_var();
   Var* b = engine_->new_var();

@@ -1,0 +1,197 @@
+// CPU kernels of Convolution and its backward ops, on oneDNN.
+//
+// The primitives choose their layouts (format_tag::any: blocked formats such
+// as nChw8c on AVX2), which run several times faster than plain NCHW (oneDNN
+// falls back to im2col + GEMM there, and its backward-weights GEMM path is
+// slower still). User arrays stay NCHW, so each call reorders its operands
+// into the chosen layouts and the result back. Weights are reordered on every
+// call too: training changes them each step, and a cache keyed by pointer
+// would go stale.
+//
+// Plans (primitive descriptors, primitives and the reorders around them) are
+// cached per (shapes, window, groups, bias, thread count). The bias gradient
+// is not computed here: the GradFn sums out_grad with the `sum` op.
+#include <cstring>
+
+#include "backends/cpu/onednn_util.h"
+#include "ir/ops/conv.h"
+#include "runtime/kernel.h"
+
+namespace kiln {
+namespace {
+
+namespace dn = cpu::onednn;
+using dnnl::memory;
+
+// One convolution problem in oneDNN's terms.
+struct ConvProblem {
+  memory::dims src, weights, bias, dst, strides, dilates, pad_l, pad_r;
+  bool has_bias = false;
+  std::string key;  // everything above plus the thread count
+
+  dnnl::convolution_forward::desc forward_desc() const {
+    auto s = dn::any_desc(src), w = dn::any_desc(weights), d = dn::any_desc(dst);
+    if (has_bias)
+      return {dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, s, w, dn::plain_desc(bias), d,
+              strides, dilates, pad_l, pad_r};
+    return {dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, s, w, d, strides, dilates, pad_l,
+            pad_r};
+  }
+};
+
+ConvProblem make_problem(const ConvolutionAttrs& a, const Shape& data, int threads) {
+  WindowGeometry g = convolution_geometry(a, data);
+  ConvProblem p;
+  p.src = dn::to_dims(data);
+  p.dst = dn::to_dims(g.out_shape(data[0], a.num_filter));
+  // MXNet's [num_filter, C / groups, k...] is oneDNN's goihw with the group split off.
+  if (a.num_group > 1) p.weights = {a.num_group, a.num_filter / a.num_group, data[1] / a.num_group};
+  else p.weights = {a.num_filter, data[1]};
+  for (int i = 0; i < g.nsp; ++i) {
+    p.weights.push_back(g.kernel[i]);
+    p.strides.push_back(g.stride[i]);
+    p.dilates.push_back(g.dilate[i] - 1);  // oneDNN counts the gaps
+    p.pad_l.push_back(g.pad_l[i]);
+    p.pad_r.push_back(g.pad_r[i]);
+  }
+  p.has_bias = !a.no_bias;
+  if (p.has_bias) p.bias = {a.num_filter};
+  for (const auto* d : {&p.src, &p.weights, &p.dst, &p.strides, &p.dilates, &p.pad_l, &p.pad_r})
+    dn::append_key(p.key, *d);
+  p.key += fmt::format("{}|{}", p.has_bias, threads);
+  return p;
+}
+
+struct ForwardPlan {
+  dnnl::convolution_forward prim;
+  size_t scratchpad = 0;
+  dn::Conversion src, weights, dst;
+  memory::desc bias;
+};
+
+struct BackwardDataPlan {
+  dnnl::convolution_backward_data prim;
+  size_t scratchpad = 0;
+  dn::Conversion diff_dst, weights, diff_src;
+};
+
+struct BackwardWeightsPlan {
+  dnnl::convolution_backward_weights prim;
+  size_t scratchpad = 0;
+  dn::Conversion src, diff_dst, diff_weights;
+};
+
+dnnl::convolution_forward::primitive_desc forward_pd(const ConvProblem& p) {
+  return {p.forward_desc(), dn::scratchpad_attr(), dn::engine()};
+}
+
+ForwardPlan make_forward_plan(const ConvProblem& p) {
+  auto pd = forward_pd(p);
+  ForwardPlan plan;
+  plan.prim = dnnl::convolution_forward(pd);
+  plan.scratchpad = dn::scratchpad_bytes(pd);
+  plan.src = {dn::plain_desc(p.src), pd.src_desc()};
+  plan.weights = {dn::plain_desc(p.weights), pd.weights_desc()};
+  plan.dst = {pd.dst_desc(), dn::plain_desc(p.dst)};
+  if (p.has_bias) plan.bias = dn::plain_desc(p.bias);
+  return plan;
+}
+
+BackwardDataPlan make_backward_data_plan(const ConvProblem& p) {
+  dnnl::convolution_backward_data::desc desc(dnnl::algorithm::convolution_direct, dn::any_desc(p.src),
+                                             dn::any_desc(p.weights), dn::any_desc(p.dst), p.strides, p.dilates,
+                                             p.pad_l, p.pad_r);
+  dnnl::convolution_backward_data::primitive_desc pd(desc, dn::scratchpad_attr(), dn::engine(), forward_pd(p));
+  BackwardDataPlan plan;
+  plan.prim = dnnl::convolution_backward_data(pd);
+  plan.scratchpad = dn::scratchpad_bytes(pd);
+  plan.diff_dst = {dn::plain_desc(p.dst), pd.diff_dst_desc()};
+  plan.weights = {dn::plain_desc(p.weights), pd.weights_desc()};
+  plan.diff_src = {pd.diff_src_desc(), dn::plain_desc(p.src)};
+  return plan;
+}
+
+BackwardWeightsPlan make_backward_weights_plan(const ConvProblem& p) {
+  dnnl::convolution_backward_weights::desc desc(dnnl::algorithm::convolution_direct, dn::any_desc(p.src),
+                                                dn::any_desc(p.weights), dn::any_desc(p.dst), p.strides,
+                                                p.dilates, p.pad_l, p.pad_r);
+  dnnl::convolution_backward_weights::primitive_desc pd(desc, dn::scratchpad_attr(), dn::engine(), forward_pd(p));
+  BackwardWeightsPlan plan;
+  plan.prim = dnnl::convolution_backward_weights(pd);
+  plan.scratchpad = dn::scratchpad_bytes(pd);
+  plan.src = {dn::plain_desc(p.src), pd.src_desc()};
+  plan.diff_dst = {dn::plain_desc(p.dst), pd.diff_dst_desc()};
+  plan.diff_weights = {pd.diff_weights_desc(), dn::plain_desc(p.weights)};
+  return plan;
+}
+
+bool any_empty(std::span<const TensorView> in, std::span<const TensorView> out) {
+  for (const TensorView& t : in)
+    if (t.size() == 0) return true;
+  for (const TensorView& t : out)
+    if (t.size() == 0) return true;
+  return false;
+}
+
+// Zero-sized batches or channels: the sums are empty.
+void zero_outputs(std::span<const TensorView> out) {
+  for (const TensorView& t : out)
+    if (t.size() > 0) std::memset(t.data, 0, t.bytes());
+}
+
+// (data, weight[, bias]) -> out
+void convolution_forward(const KernelContext& ctx, std::span<const TensorView> in, std::span<const TensorView> out) {
+  if (any_empty(in, out)) return zero_outputs(out);
+  const auto& a = ctx.attrs.as<ConvolutionAttrs>();
+  dn::Call call(ctx.run);
+  ConvProblem p = make_problem(a, in[0].shape, call.threads());
+  auto plan = dn::cached<ForwardPlan>("conv_fwd|" + p.key, [&] { return make_forward_plan(p); });
+  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, call.in(plan->src, in[0].data)},
+                                       {DNNL_ARG_WEIGHTS, call.in(plan->weights, in[1].data)},
+                                       {DNNL_ARG_DST, call.out(plan->dst, out[0].data)}};
+  if (p.has_bias) args.emplace(DNNL_ARG_BIAS, call.wrap(plan->bias, in[2].data));
+  call.run(plan->prim, plan->scratchpad, std::move(args));
+  call.finish();
+}
+
+// (out_grad, weight) -> d_data
+void convolution_backward_data(const KernelContext& ctx, std::span<const TensorView> in,
+                               std::span<const TensorView> out) {
+  if (any_empty(in, out)) return zero_outputs(out);
+  const auto& a = ctx.attrs.as<ConvolutionBackwardDataAttrs>();
+  dn::Call call(ctx.run);
+  ConvProblem p = make_problem(a, a.data_shape, call.threads());
+  auto plan = dn::cached<BackwardDataPlan>("conv_bwd_data|" + p.key, [&] { return make_backward_data_plan(p); });
+  call.run(plan->prim, plan->scratchpad,
+           {{DNNL_ARG_DIFF_DST, call.in(plan->diff_dst, in[0].data)},
+            {DNNL_ARG_WEIGHTS, call.in(plan->weights, in[1].data)},
+            {DNNL_ARG_DIFF_SRC, call.out(plan->diff_src, out[0].data)}});
+  call.finish();
+}
+
+// (out_grad, data) -> d_weight
+void convolution_backward_weight(const KernelContext& ctx, std::span<const TensorView> in,
+                                 std::span<const TensorView> out) {
+  if (any_empty(in, out)) return zero_outputs(out);
+  ConvolutionAttrs a = ctx.attrs.as<ConvolutionAttrs>();
+  a.no_bias = true;  // the bias gradient is a `sum` in the GradFn
+  dn::Call call(ctx.run);
+  ConvProblem p = make_problem(a, in[1].shape, call.threads());
+  auto plan =
+      dn::cached<BackwardWeightsPlan>("conv_bwd_weights|" + p.key, [&] { return make_backward_weights_plan(p); });
+  call.run(plan->prim, plan->scratchpad,
+           {{DNNL_ARG_SRC, call.in(plan->src, in[1].data)},
+            {DNNL_ARG_DIFF_DST, call.in(plan->diff_dst, in[0].data)},
+            {DNNL_ARG_DIFF_WEIGHTS, call.out(plan->diff_weights, out[0].data)}});
+  call.finish();
+}
+
+}  // namespace
+
+void register_cpu_convolution_kernels() {
+  register_kernel(OpId::kConvolution, DeviceKind::kCPU, convolution_forward);
+  register_kernel(OpId::kConvolutionBackwardData, DeviceKind::kCPU, convolution_backward_data);
+  register_kernel(OpId::kConvolutionBackwardWeight, DeviceKind::kCPU, convolution_backward_weight);
+}
+
+}  // namespace kiln

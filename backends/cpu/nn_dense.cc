@@ -1,0 +1,112 @@
+// CPU kernels: FullyConnected, Flatten, add_n.
+//
+// FullyConnected runs the dot kernel (backends/cpu/linalg.cc: oneDNN matmul
+// for float32, loops for float64) on the operands seen as data [m, k] and
+// weight [n, k] transposed, then adds the bias in a second pass over the
+// output. (Fusing the bias into the oneDNN call would need linalg.cc to expose
+// its matmul helper with a bias argument.)
+#include <algorithm>
+#include <cstring>
+
+#include "backends/cpu/nn_kernels.h"
+#include "backends/cpu/parallel.h"
+#include "ir/ops/linalg.h"
+#include "ir/ops/nn.h"
+
+namespace kiln::cpu {
+namespace {
+
+// ---- FullyConnected
+
+template <typename T>
+void add_bias(int threads, T* out, const T* bias, int64_t m, int64_t n) {
+  parallel_for(
+      threads, m,
+      [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) {
+          T* row = out + r * n;
+#pragma omp simd
+          for (int64_t j = 0; j < n; ++j) row[j] += bias[j];
+        }
+      },
+      std::max<int64_t>(1, kDefaultGrain / std::max<int64_t>(n, 1)));
+}
+
+void fully_connected_kernel(const KernelContext& ctx, std::span<const TensorView> in, std::span<const TensorView> out) {
+  static const KernelFn dot_kernel = find_kernel(op_def(OpId::kDot), Device::cpu(0));
+  static const OpAttrs dot_nt = OpAttrs::make(DotAttrs{.transpose_b = true});
+  const auto& a = ctx.attrs.as<FullyConnectedAttrs>();
+  FullyConnectedDims d = fully_connected_dims(in[0].shape, in[1].shape, a);
+  const TensorView operands[] = {{in[0].data, Shape{d.m, d.k}, in[0].dtype},
+                                 {in[1].data, Shape{d.n, d.k}, in[1].dtype}};
+  const TensorView product[] = {{out[0].data, Shape{d.m, d.n}, out[0].dtype}};
+  KernelContext dot_ctx{ctx.run, dot_nt, ctx.is_train};
+  dot_kernel(dot_ctx, std::span<const TensorView>(operands, 2), std::span<const TensorView>(product, 1));
+  if (a.no_bias) return;
+  dispatch_float(out[0].dtype, [&](auto tag) {
+    using T = decltype(tag);
+    add_bias(ctx.run.num_threads, out[0].ptr<T>(), in[2].ptr<T>(), d.m, d.n);
+  });
+}
+
+// ---- Flatten
+
+void flatten_kernel(const KernelContext& ctx, std::span<const TensorView> in, std::span<const TensorView> out) {
+  if (in[0].data == out[0].data) return;
+  const char* src = static_cast<const char*>(in[0].data);
+  char* dst = static_cast<char*>(out[0].data);
+  const int64_t bytes = static_cast<int64_t>(in[0].bytes());
+  parallel_for(
+      ctx.run.num_threads, bytes,
+      [&](int64_t b, int64_t e) { std::memcpy(dst + b, src + b, static_cast<size_t>(e - b)); }, int64_t{1} << 20);
+}
+
+// ---- add_n
+
+// Blocks of kBlock elements are summed in a local buffer and then stored, so
+// the output may be any one of the inputs.
+template <typename T>
+void add_n_typed(int threads, std::span<const TensorView> in, T* out, int64_t n) {
+  constexpr int64_t kBlock = 1024;
+  parallel_for(threads, n, [&](int64_t b, int64_t e) {
+    T acc[kBlock];
+    for (int64_t s = b; s < e; s += kBlock) {
+      const int64_t len = std::min(kBlock, e - s);
+      const T* first = in[0].ptr<T>() + s;
+      std::copy(first, first + len, acc);
+      for (size_t k = 1; k < in.size(); ++k) {
+        const T* x = in[k].ptr<T>() + s;
+#pragma omp simd
+        for (int64_t i = 0; i < len; ++i) acc[i] += x[i];
+      }
+      std::copy(acc, acc + len, out + s);
+    }
+  });
+}
+
+void add_n_kernel(const KernelContext& ctx, std::span<const TensorView> in, std::span<const TensorView> out) {
+  const int threads = ctx.run.num_threads;
+  const int64_t n = out[0].size();
+  switch (out[0].dtype) {
+    case DType::kFloat32:
+      return add_n_typed(threads, in, out[0].ptr<float>(), n);
+    case DType::kFloat64:
+      return add_n_typed(threads, in, out[0].ptr<double>(), n);
+    case DType::kInt32:
+      return add_n_typed(threads, in, out[0].ptr<int32_t>(), n);
+    case DType::kInt64:
+      return add_n_typed(threads, in, out[0].ptr<int64_t>(), n);
+    default:
+      KILN_ASSERT(!"add_n: dtype not admitted by inference");
+  }
+}
+
+}  // namespace
+
+void register_nn_dense_kernels() {
+  register_kernel(OpId::kFullyConnected, DeviceKind::kCPU, fully_connected_kernel);
+  register_kernel(OpId::kFlatten, DeviceKind::kCPU, flatten_kernel);
+  register_kernel(OpId::kAddN, DeviceKind::kCPU, add_n_kernel);
+}
+
+}  // namespace kiln::cpu

@@ -1,0 +1,359 @@
+// CPU kernels: softmax, log_softmax, pick, _kiln_softmax_cross_entropy and
+// their backward ops (the pieces of classification losses).
+//
+// An array reduced along `axis` is seen as [outer, n, inner]. Rows are
+// independent, so work splits over outer (inner == 1: contiguous rows) or
+// over outer blocks of inner columns. Every result subtracts the row maximum
+// before exponentiating. Index-like inputs (pick's index, the labels) are
+// read into int64 first and checked serially, so a bad label throws before
+// any parallel region starts.
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "backends/cpu/elemwise_math.h"
+#include "backends/cpu/nn_kernels.h"
+#include "backends/cpu/parallel.h"
+#include "ir/ops/nn.h"
+
+namespace kiln::cpu {
+namespace {
+
+// ---- helpers
+
+// y[j] = exp(x[j] * s - shift[j * shift_stride]) for j < n (shift_stride 0 or 1). y may be x.
+template <typename T>
+void exp_scaled(const T* x, T s, const T* shift, int64_t shift_stride, T* y, int64_t n) {
+  int64_t j = 0;
+  if constexpr (std::is_same_v<T, float>) {
+    for (; j + kVecWidth <= n; j += kVecWidth) {
+      VecF sh = shift_stride ? load_vec(shift + j) : splat(shift[0]);
+      store_vec(y + j, vec_exp(load_vec(x + j) * s - sh));
+    }
+  }
+  for (; j < n; ++j) y[j] = std::exp(x[j] * s - shift[j * shift_stride]);
+}
+
+template <typename T>
+double sum_of(const T* x, int64_t n) {
+  double s = 0;
+#pragma omp simd reduction(+ : s)
+  for (int64_t j = 0; j < n; ++j) s += static_cast<double>(x[j]);
+  return s;
+}
+
+template <typename T>
+T max_scaled(const T* x, T s, int64_t n) {
+  T m = -std::numeric_limits<T>::infinity();
+  for (int64_t j = 0; j < n; ++j) m = std::max(m, x[j] * s);
+  return m;
+}
+
+// Calls fn(outer index, inner begin, inner end) over the [outer, n, inner] view in parallel.
+template <typename F>
+void for_rows(int threads, const AxisSplit& d, F fn) {
+  const int64_t per_row = std::max<int64_t>(1, d.n);
+  if (d.inner == 1) {
+    parallel_for(
+        threads, d.outer,
+        [&](int64_t b, int64_t e) {
+          for (int64_t o = b; o < e; ++o) fn(o, 0, 1);
+        },
+        std::max<int64_t>(1, kDefaultGrain / per_row));
+    return;
+  }
+  // Column blocks of inner, so each thread keeps per-column state in a small buffer.
+  constexpr int64_t kCols = 256;
+  const int64_t blocks = (d.inner + kCols - 1) / kCols;
+  parallel_for(
+      threads, d.outer * blocks,
+      [&](int64_t b, int64_t e) {
+        for (int64_t t = b; t < e; ++t) {
+          int64_t o = t / blocks, c0 = (t % blocks) * kCols;
+          fn(o, c0, std::min(d.inner, c0 + kCols));
+        }
+      },
+      std::max<int64_t>(1, kDefaultGrain / (per_row * kCols)));
+}
+
+double inverse_temperature(const SoftmaxAttrs& a) { return a.temperature ? 1.0 / *a.temperature : 1.0; }
+
+// ---- softmax, log_softmax
+
+template <typename T, bool kLog>
+void softmax_typed(const KernelContext& ctx, const TensorView& x, const TensorView& y) {
+  const auto& a = ctx.attrs.as<SoftmaxAttrs>();
+  const AxisSplit d = split_at_axis(x.shape, normalize_axis(a.axis, x.shape.ndim(), "softmax"));
+  const T s = static_cast<T>(inverse_temperature(a));
+  for_rows(ctx.run.num_threads, d, [&](int64_t o, int64_t c0, int64_t c1) {
+    const T* xb = x.ptr<T>() + o * d.n * d.inner;
+    T* yb = y.ptr<T>() + o * d.n * d.inner;
+    if (d.inner == 1) {
+      T m = max_scaled(xb, s, d.n);
+      exp_scaled(xb, s, &m, 0, yb, d.n);
+      double total = sum_of(yb, d.n);
+      if constexpr (kLog) {
+        T shift = m + static_cast<T>(std::log(total));
+        for (int64_t j = 0; j < d.n; ++j) yb[j] = xb[j] * s - shift;
+      } else {
+        T inv = static_cast<T>(1.0 / total);
+        for (int64_t j = 0; j < d.n; ++j) yb[j] *= inv;
+      }
+      return;
+    }
+    const int64_t w = c1 - c0;
+    std::vector<T> m(static_cast<size_t>(w), -std::numeric_limits<T>::infinity());
+    std::vector<double> total(static_cast<size_t>(w), 0.0);
+    for (int64_t i = 0; i < d.n; ++i)
+      for (int64_t c = 0; c < w; ++c) m[c] = std::max(m[c], xb[i * d.inner + c0 + c] * s);
+    for (int64_t i = 0; i < d.n; ++i) {
+      T* yr = yb + i * d.inner + c0;
+      exp_scaled(xb + i * d.inner + c0, s, m.data(), 1, yr, w);
+      for (int64_t c = 0; c < w; ++c) total[c] += yr[c];
+    }
+    for (int64_t c = 0; c < w; ++c) total[c] = kLog ? static_cast<double>(m[c]) + std::log(total[c]) : 1.0 / total[c];
+    for (int64_t i = 0; i < d.n; ++i) {
+      const T* xr = xb + i * d.inner + c0;
+      T* yr = yb + i * d.inner + c0;
+      for (int64_t c = 0; c < w; ++c)
+        yr[c] = kLog ? xr[c] * s - static_cast<T>(total[c]) : yr[c] * static_cast<T>(total[c]);
+    }
+  });
+}
+
+template <bool kLog>
+void softmax_kernel(const KernelContext& ctx, std::span<const TensorView> in, std::span<const TensorView> out) {
+  dispatch_float(in[0].dtype, [&](auto tag) { softmax_typed<decltype(tag), kLog>(ctx, in[0], out[0]); });
+}
+
+// softmax: dx = s * y * (dy - sum(dy * y));  log_softmax: dx = s * (dy - exp(y) * sum(dy)).
+template <typename T, bool kLog>
+void softmax_backward_typed(const KernelContext& ctx, const TensorView& dy, const TensorView& y, const TensorView& dx) {
+  const auto& a = ctx.attrs.as<SoftmaxAttrs>();
+  const AxisSplit d = split_at_axis(y.shape, normalize_axis(a.axis, y.shape.ndim(), "softmax"));
+  const T s = static_cast<T>(inverse_temperature(a));
+  for_rows(ctx.run.num_threads, d, [&](int64_t o, int64_t c0, int64_t c1) {
+    const int64_t base = o * d.n * d.inner;
+    const T* g = dy.ptr<T>() + base;
+    const T* yb = y.ptr<T>() + base;
+    T* gx = dx.ptr<T>() + base;
+    if (d.inner == 1) {
+      double dot = 0;
+      for (int64_t i = 0; i < d.n; ++i) dot += kLog ? static_cast<double>(g[i]) : static_cast<double>(g[i]) * yb[i];
+      const T sum = static_cast<T>(dot);
+      for (int64_t i = 0; i < d.n; ++i) gx[i] = kLog ? s * (g[i] - std::exp(yb[i]) * sum) : s * yb[i] * (g[i] - sum);
+      return;
+    }
+    const int64_t w = c1 - c0;
+    std::vector<double> dot(static_cast<size_t>(w), 0.0);
+    for (int64_t i = 0; i < d.n; ++i)
+      for (int64_t c = 0; c < w; ++c) {
+        const int64_t k = i * d.inner + c0 + c;
+        dot[c] += kLog ? static_cast<double>(g[k]) : static_cast<double>(g[k]) * yb[k];
+      }
+    for (int64_t i = 0; i < d.n; ++i) {
+      for (int64_t c = 0; c < w; ++c) {
+        const int64_t k = i * d.inner + c0 + c;
+        const T sum = static_cast<T>(dot[c]);
+        gx[k] = kLog ? s * (g[k] - std::exp(yb[k]) * sum) : s * yb[k] * (g[k] - sum);
+      }
+    }
+  });
+}
+
+template <bool kLog>
+void softmax_backward_kernel(const KernelContext& ctx, std::span<const TensorView> in,
+                             std::span<const TensorView> out) {
+  dispatch_float(in[0].dtype,
+                 [&](auto tag) { softmax_backward_typed<decltype(tag), kLog>(ctx, in[0], in[1], out[0]); });
+}
+
+// ---- index inputs
+
+// The values of an index array truncated toward zero (NaN reads as 0).
+std::vector<int64_t> read_indices(const TensorView& v) {
+  std::vector<int64_t> out(static_cast<size_t>(v.size()));
+  auto copy = [&](const auto* p) {
+    for (size_t i = 0; i < out.size(); ++i) {
+      double x = static_cast<double>(p[i]);
+      out[i] = std::isnan(x) ? 0 : static_cast<int64_t>(std::clamp(x, -9.2e18, 9.2e18));
+    }
+  };
+  switch (v.dtype) {
+    case DType::kFloat32:
+      copy(v.ptr<float>());
+      break;
+    case DType::kFloat64:
+      copy(v.ptr<double>());
+      break;
+    case DType::kInt32:
+      copy(v.ptr<int32_t>());
+      break;
+    case DType::kInt64:
+      copy(v.ptr<int64_t>());
+      break;
+    case DType::kUint8:
+      copy(v.ptr<uint8_t>());
+      break;
+    case DType::kInt8:
+      copy(v.ptr<int8_t>());
+      break;
+    default:
+      KILN_ASSERT(!"index dtype not admitted by inference");
+  }
+  return out;
+}
+
+// Maps each index into [0, n) by `mode`; raise throws IndexError naming the first bad one.
+void resolve_indices(std::vector<int64_t>& idx, int64_t n, TakeMode mode) {
+  for (size_t i = 0; i < idx.size(); ++i) {
+    int64_t& k = idx[i];
+    switch (mode) {
+      case TakeMode::kClip:
+        k = std::clamp<int64_t>(k, 0, std::max<int64_t>(n - 1, 0));
+        break;
+      case TakeMode::kWrap:
+        k = n > 0 ? ((k % n) + n) % n : 0;
+        break;
+      case TakeMode::kRaise:
+        KILN_CHECK(k >= -n && k < n, IndexError, "index {} at position {} is out of range for axis length {}", k, i, n);
+        if (k < 0) k += n;
+        break;
+    }
+  }
+}
+
+// ---- pick
+
+template <typename T>
+void pick_typed(int threads, const AxisSplit& d, const std::vector<int64_t>& idx, const T* x, T* y) {
+  parallel_for(threads, d.outer * d.inner, [&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t) {
+      int64_t o = t / d.inner, c = t % d.inner;
+      y[t] = x[(o * d.n + idx[static_cast<size_t>(t)]) * d.inner + c];
+    }
+  });
+}
+
+void pick_kernel(const KernelContext& ctx, std::span<const TensorView> in, std::span<const TensorView> out) {
+  const auto& a = ctx.attrs.as<PickAttrs>();
+  const AxisSplit d = split_at_axis(in[0].shape, normalize_axis(*a.axis, in[0].shape.ndim(), "pick"));
+  std::vector<int64_t> idx = read_indices(in[1]);
+  resolve_indices(idx, d.n, a.mode);
+  if (d.n == 0) KILN_CHECK(idx.empty(), IndexError, "pick: cannot pick from an empty axis");
+  const int threads = ctx.run.num_threads;
+  switch (in[0].dtype) {
+    case DType::kFloat32:
+      return pick_typed(threads, d, idx, in[0].ptr<float>(), out[0].ptr<float>());
+    case DType::kFloat64:
+      return pick_typed(threads, d, idx, in[0].ptr<double>(), out[0].ptr<double>());
+    case DType::kInt32:
+      return pick_typed(threads, d, idx, in[0].ptr<int32_t>(), out[0].ptr<int32_t>());
+    case DType::kInt64:
+      return pick_typed(threads, d, idx, in[0].ptr<int64_t>(), out[0].ptr<int64_t>());
+    case DType::kUint8:
+      return pick_typed(threads, d, idx, in[0].ptr<uint8_t>(), out[0].ptr<uint8_t>());
+    case DType::kInt8:
+      return pick_typed(threads, d, idx, in[0].ptr<int8_t>(), out[0].ptr<int8_t>());
+    default:
+      KILN_ASSERT(!"pick: dtype not admitted by inference");
+  }
+}
+
+void pick_backward_kernel(const KernelContext& ctx, std::span<const TensorView> in, std::span<const TensorView> out) {
+  const auto& a = ctx.attrs.as<PickBackwardAttrs>();
+  const AxisSplit d = split_at_axis(a.data_shape, normalize_axis(*a.axis, a.data_shape.ndim(), "pick"));
+  std::vector<int64_t> idx = read_indices(in[1]);
+  resolve_indices(idx, d.n, a.mode);
+  dispatch_float(out[0].dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const T* g = in[0].ptr<T>();
+    T* gx = out[0].ptr<T>();
+    parallel_for(
+        ctx.run.num_threads, d.outer,
+        [&](int64_t b, int64_t e) {
+          std::fill(gx + b * d.n * d.inner, gx + e * d.n * d.inner, T(0));
+          for (int64_t o = b; o < e; ++o)
+            for (int64_t c = 0; c < d.inner; ++c) {
+              const int64_t t = o * d.inner + c;
+              gx[(o * d.n + idx[static_cast<size_t>(t)]) * d.inner + c] = g[t];
+            }
+        },
+        std::max<int64_t>(1, kDefaultGrain / std::max<int64_t>(1, d.n * d.inner)));
+  });
+}
+
+// ---- softmax cross-entropy
+
+// Labels as row indices into [0, classes); throws ValueError for the first label outside.
+std::vector<int64_t> read_labels(const TensorView& label, int64_t classes) {
+  std::vector<int64_t> idx = read_indices(label);
+  for (size_t i = 0; i < idx.size(); ++i) {
+    if (idx[i] >= 0 && idx[i] < classes) continue;
+    double value = 0;
+    dispatch_dtype(label.dtype, [&](auto tag) {
+      using L = decltype(tag);
+      if constexpr (std::is_arithmetic_v<L>) value = static_cast<double>(label.ptr<L>()[i]);
+    });
+    throw ValueError(fmt::format("label {} at position {} is out of range for {} classes (expected 0 to {})", value, i,
+                                 classes, classes - 1));
+  }
+  return idx;
+}
+
+template <typename T>
+void cross_entropy_typed(const KernelContext& ctx, const TensorView& x, const std::vector<int64_t>& label,
+                         const TensorView* dy, const TensorView& out) {
+  const int64_t rows = x.shape[0], classes = x.shape[1];
+  parallel_for(
+      ctx.run.num_threads, rows,
+      [&](int64_t b, int64_t e) {
+        std::vector<T> buf(static_cast<size_t>(classes));
+        const T one = 1;
+        for (int64_t r = b; r < e; ++r) {
+          const T* xr = x.ptr<T>() + r * classes;
+          T m = max_scaled(xr, one, classes);
+          T* er = dy ? out.ptr<T>() + r * classes : buf.data();  // the backward writes exps into its output row
+          exp_scaled(xr, one, &m, 0, er, classes);
+          const double total = sum_of(er, classes);
+          const int64_t k = label[static_cast<size_t>(r)];
+          if (!dy) {
+            out.ptr<T>()[r] = static_cast<T>(static_cast<double>(m) + std::log(total) - static_cast<double>(xr[k]));
+            continue;
+          }
+          const T g = dy->ptr<T>()[r];
+          const T scale = static_cast<T>(static_cast<double>(g) / total);
+          for (int64_t c = 0; c < classes; ++c) er[c] *= scale;
+          er[k] -= g;
+        }
+      },
+      std::max<int64_t>(1, kDefaultGrain / std::max<int64_t>(classes, 1)));
+}
+
+void cross_entropy_kernel(const KernelContext& ctx, std::span<const TensorView> in, std::span<const TensorView> out) {
+  std::vector<int64_t> label = read_labels(in[1], in[0].shape[1]);
+  dispatch_float(in[0].dtype,
+                 [&](auto tag) { cross_entropy_typed<decltype(tag)>(ctx, in[0], label, nullptr, out[0]); });
+}
+
+// (out_grad [N], data [N, C], label) -> (softmax(data) - onehot(label)) * out_grad[:, None]
+void cross_entropy_backward_kernel(const KernelContext& ctx, std::span<const TensorView> in,
+                                   std::span<const TensorView> out) {
+  std::vector<int64_t> label = read_labels(in[2], in[1].shape[1]);
+  dispatch_float(in[1].dtype, [&](auto tag) { cross_entropy_typed<decltype(tag)>(ctx, in[1], label, &in[0], out[0]); });
+}
+
+}  // namespace
+
+void register_nn_softmax_kernels() {
+  register_kernel(OpId::kSoftmax, DeviceKind::kCPU, softmax_kernel<false>);
+  register_kernel(OpId::kLogSoftmax, DeviceKind::kCPU, softmax_kernel<true>);
+  register_kernel(OpId::kSoftmaxBackward, DeviceKind::kCPU, softmax_backward_kernel<false>);
+  register_kernel(OpId::kLogSoftmaxBackward, DeviceKind::kCPU, softmax_backward_kernel<true>);
+  register_kernel(OpId::kPick, DeviceKind::kCPU, pick_kernel);
+  register_kernel(OpId::kPickBackward, DeviceKind::kCPU, pick_backward_kernel);
+  register_kernel(OpId::kSoftmaxCrossEntropy, DeviceKind::kCPU, cross_entropy_kernel);
+  register_kernel(OpId::kSoftmaxCrossEntropyBackward, DeviceKind::kCPU, cross_entropy_backward_kernel);
+}
+
+}  // namespace kiln::cpu

@@ -1,0 +1,141 @@
+#include "backends/cpu/onednn_util.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <mutex>
+
+#include "ir/error.h"
+
+namespace kiln::cpu::onednn {
+
+const dnnl::engine& engine() {
+  static const dnnl::engine e(dnnl::engine::kind::cpu, 0);
+  return e;
+}
+
+namespace {
+
+dnnl::stream& thread_stream() {
+  thread_local dnnl::stream s(engine());
+  return s;
+}
+
+memory::dims row_major_strides(const memory::dims& dims) {
+  memory::dims strides(dims.size(), 1);
+  for (size_t i = dims.size(); i-- > 1;) strides[i - 1] = strides[i] * std::max<memory::dim>(dims[i], 1);
+  return strides;
+}
+
+}  // namespace
+
+memory::desc plain_desc(const memory::dims& dims) {
+  return memory::desc(dims, memory::data_type::f32, row_major_strides(dims));
+}
+
+memory::desc any_desc(const memory::dims& dims) {
+  return memory::desc(dims, memory::data_type::f32, memory::format_tag::any);
+}
+
+memory::dims to_dims(const Shape& s) { return memory::dims(s.begin(), s.end()); }
+
+void append_key(std::string& key, const memory::dims& dims) {
+  for (auto d : dims) {
+    key += std::to_string(d);
+    key += 'x';
+  }
+  key += '|';
+}
+
+dnnl::primitive_attr scratchpad_attr() {
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  return attr;
+}
+
+namespace detail {
+namespace {
+
+struct Cache {
+  std::mutex mutex;
+  std::unordered_map<std::string, std::shared_ptr<const void>> plans;
+};
+
+Cache& cache() {
+  static Cache* c = new Cache;  // leaked: plans may be used by threads still running at exit
+  return *c;
+}
+
+}  // namespace
+
+std::shared_ptr<const void> cache_find(const std::string& key) {
+  Cache& c = cache();
+  std::lock_guard lock(c.mutex);
+  auto it = c.plans.find(key);
+  return it == c.plans.end() ? nullptr : it->second;
+}
+
+std::shared_ptr<const void> cache_insert(const std::string& key, std::shared_ptr<const void> value) {
+  Cache& c = cache();
+  std::lock_guard lock(c.mutex);
+  return c.plans.emplace(key, std::move(value)).first->second;
+}
+
+}  // namespace detail
+
+Conversion::Conversion(const memory::desc& from_desc, const memory::desc& to_desc) : from(from_desc), to(to_desc) {
+  if (from != to) reorder.emplace(dnnl::reorder::primitive_desc(engine(), from, engine(), to));
+}
+
+Call::Call(const engine::RunContext& run) : run_(run), threads_(std::max(1, run.num_threads)) {
+  omp_set_num_threads(threads_);
+}
+
+Call::~Call() {
+  storage::Pool& pool = storage::pool(run_.device);
+  for (const storage::Block& b : temps_) pool.free(b);
+}
+
+memory Call::wrap(const memory::desc& desc, const void* data) const {
+  return memory(desc, engine(), const_cast<void*>(data));
+}
+
+memory Call::temp(const memory::desc& desc) {
+  storage::Block b = storage::pool(run_.device).alloc(desc.get_size());
+  temps_.push_back(b);
+  return memory(desc, engine(), b.ptr);
+}
+
+memory Call::in(const Conversion& c, const void* data) {
+  memory user = wrap(c.from, data);
+  if (!c.reorder) return user;
+  memory converted = temp(c.to);
+  c.reorder->execute(thread_stream(), user, converted);
+  return converted;
+}
+
+memory Call::out(const Conversion& c, void* data) {
+  memory user = wrap(c.to, data);
+  if (!c.reorder) return user;
+  memory produced = temp(c.from);
+  pending_.push_back({&*c.reorder, {produced, user}});
+  return produced;
+}
+
+void Call::run(const dnnl::primitive& p, size_t scratchpad, std::unordered_map<int, memory> args) {
+  thread_local std::vector<char> scratch;
+  if (scratchpad > 0) {
+    if (scratch.size() < scratchpad) scratch.resize(scratchpad);
+    memory::desc pad_desc({static_cast<memory::dim>(scratchpad)}, memory::data_type::u8, memory::format_tag::a);
+    args.emplace(DNNL_ARG_SCRATCHPAD, memory(pad_desc, engine(), scratch.data()));
+  }
+  p.execute(thread_stream(), args);
+}
+
+void Call::finish() {
+  for (auto& [reorder, mems] : pending_) reorder->execute(thread_stream(), mems.first, mems.second);
+  pending_.clear();
+  thread_stream().wait();
+}
+
+}  // namespace kiln::cpu::onednn

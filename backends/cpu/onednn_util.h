@@ -1,0 +1,111 @@
+// oneDNN plumbing for CPU kernels: the engine, per-thread streams and
+// scratchpads, a process-wide plan cache, layout conversions and temporaries.
+//
+//   struct ConvPlan { dnnl::convolution_forward prim; size_t scratchpad = 0; onednn::Conversion src, dst; };
+//   auto plan = onednn::cached<ConvPlan>(key, [&] { return make_plan(...); });
+//   onednn::Call call(ctx.run);                       // sets the OpenMP thread count
+//   call.run(plan->prim, plan->scratchpad,
+//            {{DNNL_ARG_SRC, call.in(plan->src, x.data)}, {DNNL_ARG_DST, call.out(plan->dst, y.data)}});
+//   call.finish();                                    // reorders outputs into the user's buffers
+//
+// Plans (primitives plus the layouts they chose) are created once per key and
+// kept for the life of the process; lookups are thread safe, and creation runs
+// outside the lock. Keys are strings that start with the plan kind ("conv_fwd|")
+// and must hold everything the plan depends on, including the thread count:
+// oneDNN fixes its work split when it creates a primitive. Primitives run with
+// a user scratchpad kept per thread, so engine workers of different devices
+// may execute one cached primitive at once.
+//
+// User arrays are dense, row-major float32 ("plain" layouts). A Conversion
+// describes how a user array maps to a layout a primitive picked (blocked
+// formats, format_tag::any); `Call` reorders through temporaries from the
+// device's storage pool, freed when the Call ends.
+#pragma once
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "ir/shape.h"
+#include "runtime/engine.h"
+#include "runtime/storage.h"
+
+namespace kiln::cpu::onednn {
+
+using dnnl::memory;
+
+const dnnl::engine& engine();
+
+// f32 descriptors: row-major `dims`, or format_tag::any (the primitive chooses).
+memory::desc plain_desc(const memory::dims& dims);
+memory::desc any_desc(const memory::dims& dims);
+memory::dims to_dims(const Shape& s);
+
+// Appends "d0x d1x ..|" to a key.
+void append_key(std::string& key, const memory::dims& dims);
+
+// Primitive attributes with a user-managed scratchpad (what Call::run expects).
+dnnl::primitive_attr scratchpad_attr();
+template <typename PrimitiveDesc>
+size_t scratchpad_bytes(const PrimitiveDesc& pd) {
+  return pd.scratchpad_desc().get_size();
+}
+
+namespace detail {
+std::shared_ptr<const void> cache_find(const std::string& key);
+// Returns the value now stored under `key` (an earlier insert wins a race).
+std::shared_ptr<const void> cache_insert(const std::string& key, std::shared_ptr<const void> value);
+}  // namespace detail
+
+// The plan stored under `key`, created by `make()` (returning T) on first use.
+template <typename T, typename Make>
+std::shared_ptr<const T> cached(const std::string& key, Make&& make) {
+  if (auto found = detail::cache_find(key)) return std::static_pointer_cast<const T>(found);
+  std::shared_ptr<const void> made = std::make_shared<const T>(make());
+  return std::static_pointer_cast<const T>(detail::cache_insert(key, std::move(made)));
+}
+
+// `from` -> `to` layouts of one array, with the reorder between them (none
+// when the layouts are equal). Inputs convert user -> primitive, outputs
+// primitive -> user.
+struct Conversion {
+  memory::desc from, to;
+  std::optional<dnnl::reorder> reorder;
+  Conversion() = default;
+  Conversion(const memory::desc& from, const memory::desc& to);
+};
+
+// One kernel call: thread count, temporaries, pending output reorders.
+class Call {
+ public:
+  explicit Call(const engine::RunContext& run);
+  ~Call();
+  Call(const Call&) = delete;
+  Call& operator=(const Call&) = delete;
+
+  int threads() const { return threads_; }
+  // User data in layout `desc`, wrapped without copying.
+  memory wrap(const memory::desc& desc, const void* data) const;
+  // An input: the user's buffer (layout c.from) as layout c.to.
+  memory in(const Conversion& c, const void* data);
+  // An output: memory in layout c.from that finish() leaves in `data` (layout c.to).
+  memory out(const Conversion& c, void* data);
+  // A temporary in layout `desc`, valid until the Call ends.
+  memory temp(const memory::desc& desc);
+  void run(const dnnl::primitive& p, size_t scratchpad, std::unordered_map<int, memory> args);
+  // Runs the pending output reorders and waits for the stream.
+  void finish();
+
+ private:
+  engine::RunContext run_;
+  int threads_;
+  std::vector<storage::Block> temps_;
+  std::vector<std::pair<const dnnl::reorder*, std::pair<memory, memory>>> pending_;
+};
+
+}  // namespace kiln::cpu::onednn

@@ -1,0 +1,267 @@
+#include "frontend/autograd.h"
+
+#include <unordered_map>
+#include <unordered_set>
+
+#include "frontend/autograd_tape.h"
+#include "frontend/invoke.h"
+#include "frontend/nd_elemwise.h"
+#include "frontend/nd_init.h"
+#include "ir/grad.h"
+
+namespace kiln {
+
+// ---- NDArray's autograd members
+
+void NDArray::attach_grad(GradReq req) {
+  KILN_CHECK(!is_none(), ValueError, "attach_grad: the NDArray is empty (none)");
+  auto leaf = std::make_shared<autograd::detail::Node>();
+  leaf->req = req;
+  leaf->grad = nd::zeros(shape_, {dtype_, device()});
+  leaf->output_types = {{shape_, dtype_}};
+  set_ag_entry(std::move(leaf), 0);
+}
+
+NDArray NDArray::grad() const {
+  return ag_node_ && ag_node_->is_leaf() ? ag_node_->grad : NDArray();
+}
+
+GradReq NDArray::grad_req() const {
+  return ag_node_ && ag_node_->is_leaf() ? ag_node_->req : GradReq::kNull;
+}
+
+NDArray NDArray::detach() const { return NDArray(chunk_, shape_, dtype_, offset_); }
+
+bool NDArray::requires_grad() const { return ag_node_ && ag_node_->needs_grad(); }
+
+namespace autograd {
+namespace {
+
+thread_local bool t_recording = false;
+thread_local bool t_training = false;
+
+}  // namespace
+
+bool is_recording() { return t_recording; }
+bool is_training() { return t_training; }
+bool set_recording(bool on) { return std::exchange(t_recording, on); }
+bool set_training(bool on) { return std::exchange(t_training, on); }
+
+Record::Record(bool train_mode) : prev_recording_(set_recording(true)), prev_training_(set_training(train_mode)) {}
+Record::~Record() {
+  set_recording(prev_recording_);
+  set_training(prev_training_);
+}
+Pause::Pause(bool train_mode) : prev_recording_(set_recording(false)), prev_training_(set_training(train_mode)) {}
+Pause::~Pause() {
+  set_recording(prev_recording_);
+  set_training(prev_training_);
+}
+TrainMode::TrainMode() : prev_(set_training(true)) {}
+TrainMode::~TrainMode() { set_training(prev_); }
+PredictMode::PredictMode() : prev_(set_training(false)) {}
+PredictMode::~PredictMode() { set_training(prev_); }
+
+namespace detail {
+
+void record(const OpDef& def, const OpAttrs& attrs, std::span<const NDArray> inputs, std::span<NDArray> outputs) {
+  bool any = false;
+  for (const NDArray& x : inputs) any = any || x.requires_grad();
+  if (!any || !def.differentiable) return;
+  KILN_CHECK(def.grad != nullptr, NotSupported,
+             "{}: recorded for autograd, but the op has no gradient definition", def.name);
+  auto node = std::make_shared<Node>();
+  node->def = &def;
+  node->attrs = attrs;
+  node->is_train = is_training();
+  node->inputs.reserve(inputs.size());
+  for (const NDArray& x : inputs) {
+    node->inputs.push_back(x.requires_grad() ? Edge{x.ag_node(), x.ag_index()} : Edge{});
+    node->input_types.push_back({x.shape(), x.dtype()});
+    if (def.grad_uses_inputs) node->saved_inputs.push_back(x.detach());
+  }
+  for (NDArray& y : outputs) {
+    node->output_types.push_back({y.shape(), y.dtype()});
+    if (def.grad_uses_outputs) node->saved_outputs.push_back(y.detach());
+  }
+  for (size_t i = 0; i < outputs.size(); ++i) outputs[i].set_ag_entry(node, static_cast<int>(i));
+}
+
+// Runs GradFns eagerly: each value is an NDArray, each op goes through invoke.
+class EagerGradBuilder final : public GradBuilder {
+ public:
+  GradValue add(NDArray a) {
+    values_.push_back(std::move(a));
+    return GradValue{static_cast<int>(values_.size()) - 1};
+  }
+  const NDArray& value(GradValue v) const { return values_[static_cast<size_t>(v.index)]; }
+
+  std::vector<GradValue> apply(OpId op, std::span<const GradValue> inputs, const OpAttrs& attrs) override {
+    std::vector<NDArray> in;
+    in.reserve(inputs.size());
+    for (GradValue v : inputs) {
+      KILN_ASSERT(!v.is_none());
+      in.push_back(value(v));
+    }
+    std::vector<GradValue> out;
+    for (NDArray& y : invoke(op, in, attrs)) out.push_back(add(std::move(y)));
+    return out;
+  }
+
+  TensorType type(GradValue v) const override { return {value(v).shape(), value(v).dtype()}; }
+
+ private:
+  std::vector<NDArray> values_;
+};
+
+NDArray add_grads(const NDArray& a, const NDArray& b) { return a.is_none() ? b : a + b; }
+
+// Nodes reachable from the heads, each after everything it depends on.
+std::vector<Node*> topological_order(std::span<const NDArray> heads) {
+  std::vector<Node*> order;
+  std::unordered_set<Node*> seen;
+  std::vector<std::pair<Node*, size_t>> stack;
+  for (const NDArray& h : heads) {
+    Node* root = h.ag_node().get();
+    if (!root || !seen.insert(root).second) continue;
+    stack.push_back({root, 0});
+    while (!stack.empty()) {
+      auto& [node, next] = stack.back();
+      if (next < node->inputs.size()) {
+        Node* child = node->inputs[next++].node.get();
+        if (child && seen.insert(child).second) stack.push_back({child, 0});
+      } else {
+        order.push_back(node);
+        stack.pop_back();
+      }
+    }
+  }
+  return order;
+}
+
+// The core of backward and grad: returns the gradient reaching each node output.
+std::unordered_map<Node*, std::vector<NDArray>> run_backward(std::span<const NDArray> heads,
+                                                             std::span<const NDArray> head_grads,
+                                                             bool retain_graph, bool create_graph,
+                                                             bool train_mode,
+                                                             const std::unordered_set<Node*>& keep = {}) {
+  KILN_CHECK(head_grads.empty() || head_grads.size() == heads.size(), ValueError,
+             "backward: {} head gradients for {} heads", head_grads.size(), heads.size());
+  std::unordered_map<Node*, std::vector<NDArray>> grads;
+  auto slot = [&](Node* n) -> std::vector<NDArray>& {
+    auto& g = grads[n];
+    if (g.empty()) g.resize(n->output_types.size());
+    return g;
+  };
+  bool prev_recording = set_recording(create_graph);
+  bool prev_training = set_training(train_mode);
+  struct Restore {
+    bool r, t;
+    ~Restore() {
+      set_recording(r);
+      set_training(t);
+    }
+  } restore{prev_recording, prev_training};
+
+  for (size_t i = 0; i < heads.size(); ++i) {
+    const NDArray& h = heads[i];
+    KILN_CHECK(h.requires_grad(), ValueError,
+               "backward: head {} ({}{}) is not on a tape; compute it inside autograd::Record from arrays "
+               "that have attach_grad()",
+               i, dtype_short_name(h.dtype()), h.shape());
+    NDArray hg = head_grads.empty() ? nd::ones_like(h) : head_grads[i];
+    KILN_CHECK(hg.shape() == h.shape(), ShapeError, "backward: head gradient {} has shape {}, head has {}", i,
+               hg.shape(), h.shape());
+    auto& g = slot(h.ag_node().get())[static_cast<size_t>(h.ag_index())];
+    g = add_grads(g, hg);
+  }
+
+  std::vector<Node*> order = topological_order(heads);
+  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+    Node* node = *it;
+    if (node->is_leaf()) continue;
+    auto found = grads.find(node);
+    if (found == grads.end()) continue;
+    KILN_CHECK(!node->freed, ValueError,
+               "backward: the tape through {} was freed by an earlier backward; pass retain_graph = true to "
+               "differentiate twice",
+               node->def->name);
+    std::vector<NDArray>& out_grads = found->second;
+    EagerGradBuilder b;
+    std::vector<GradValue> in_vals, out_vals, og_vals;
+    for (const NDArray& x : node->saved_inputs) in_vals.push_back(b.add(x));
+    for (const NDArray& y : node->saved_outputs) out_vals.push_back(b.add(y));
+    for (size_t k = 0; k < out_grads.size(); ++k) {
+      // Outputs nobody used get zero gradients when a sibling output has one.
+      NDArray g = out_grads[k].is_none()
+                      ? nd::zeros(node->output_types[k].shape, {node->output_types[k].dtype, heads[0].device()})
+                      : out_grads[k];
+      og_vals.push_back(b.add(g));
+    }
+    size_t n_in = node->inputs.size();
+    std::unique_ptr<bool[]> needs(new bool[n_in]);  // not vector<bool>: GradArgs needs contiguous bools
+    for (size_t k = 0; k < n_in; ++k) needs[k] = node->inputs[k].node && node->inputs[k].node->needs_grad();
+    std::vector<GradValue> in_grads(n_in);
+    GradArgs args{node->attrs, in_vals, out_vals, og_vals, {needs.get(), n_in}};
+    {
+      bool prev = set_training(node->is_train);
+      try {
+        node->def->grad(b, args, in_grads);
+      } catch (Error& e) {
+        set_training(prev);
+        e.add_context(fmt::format("backward of {}", node->def->name));
+        throw;
+      }
+      set_training(prev);
+    }
+    for (size_t k = 0; k < node->inputs.size(); ++k) {
+      const Edge& e = node->inputs[k];
+      if (!e.node || !needs[k] || in_grads[k].is_none()) continue;
+      auto& g = slot(e.node.get())[static_cast<size_t>(e.index)];
+      g = add_grads(g, b.value(in_grads[k]));
+    }
+    if (!retain_graph) {
+      node->saved_inputs.clear();
+      node->saved_outputs.clear();
+      node->freed = true;
+    }
+    if (!keep.contains(node)) grads.erase(node);  // consumed: free the memory early
+  }
+  return grads;
+}
+
+}  // namespace detail
+
+void backward(std::span<const NDArray> heads, std::span<const NDArray> head_grads, const BackwardOptions& options) {
+  auto grads = detail::run_backward(heads, head_grads, options.retain_graph, false, options.train_mode);
+  Pause pause;
+  for (auto& [node, g] : grads) {
+    if (!node->is_leaf() || node->req == GradReq::kNull || g[0].is_none()) continue;
+    if (node->req == GradReq::kAdd) {
+      node->grad += g[0];
+    } else {
+      node->grad.assign(g[0]);
+    }
+  }
+}
+
+std::vector<NDArray> grad(std::span<const NDArray> heads, std::span<const NDArray> variables,
+                          std::span<const NDArray> head_grads, bool retain_graph, bool create_graph) {
+  for (size_t i = 0; i < variables.size(); ++i) {
+    KILN_CHECK(variables[i].requires_grad(), ValueError,
+               "grad: variable {} has no gradient buffer; call attach_grad() before recording", i);
+  }
+  std::unordered_set<detail::Node*> keep;
+  for (const NDArray& v : variables) keep.insert(v.ag_node().get());
+  auto grads = detail::run_backward(heads, head_grads, retain_graph || create_graph, create_graph, true, keep);
+  std::vector<NDArray> out;
+  for (const NDArray& v : variables) {
+    auto it = grads.find(v.ag_node().get());
+    NDArray g = it == grads.end() ? NDArray() : it->second[static_cast<size_t>(v.ag_index())];
+    out.push_back(g.is_none() ? nd::zeros_like(v) : g);
+  }
+  return out;
+}
+
+}  // namespace autograd
+}  // namespace kiln

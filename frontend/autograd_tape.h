@@ -1,0 +1,43 @@
+// Internal to autograd and invoke: the tape's node and the recording hook.
+#pragma once
+
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "frontend/ndarray.h"
+#include "ir/op.h"
+
+namespace kiln::autograd::detail {
+
+struct Edge {
+  std::shared_ptr<Node> node;  // null: the input is a constant for autograd
+  int index = 0;               // which output of `node`
+};
+
+// One recorded op, or a leaf (def == nullptr) holding a gradient buffer.
+struct Node {
+  const OpDef* def = nullptr;
+  OpAttrs attrs;
+  bool is_train = false;
+  std::vector<Edge> inputs;
+  std::vector<NDArray> saved_inputs;   // detached; empty unless def->grad_uses_inputs
+  std::vector<NDArray> saved_outputs;  // detached; empty unless def->grad_uses_outputs
+  std::vector<TensorType> input_types;
+  std::vector<TensorType> output_types;
+  bool freed = false;  // saved arrays released by a backward without retain_graph
+
+  // Leaves only.
+  NDArray grad;
+  GradReq req = GradReq::kNull;
+
+  bool is_leaf() const { return def == nullptr; }
+  bool needs_grad() const { return !is_leaf() || req != GradReq::kNull; }
+};
+
+// Called by invoke after pushing `def` when recording: appends a node if the
+// op is differentiable and some input needs a gradient, and sets the outputs'
+// tape entries.
+void record(const OpDef& def, const OpAttrs& attrs, std::span<const NDArray> inputs, std::span<NDArray> outputs);
+
+}  // namespace kiln::autograd::detail

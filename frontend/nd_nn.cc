@@ -1,0 +1,98 @@
+#include "frontend/nd_nn.h"
+
+#include <mutex>
+#include <tuple>
+#include <unordered_map>
+
+#include "frontend/autograd.h"
+#include "frontend/invoke.h"
+
+namespace kiln::nd {
+
+NDArray fully_connected(const NDArray& x, const NDArray& w, const NDArray& b, int64_t num_hidden, bool flatten) {
+  FullyConnectedAttrs a{.num_hidden = num_hidden, .no_bias = b.is_none(), .flatten = flatten};
+  if (b.is_none()) return invoke1(OpId::kFullyConnected, {x, w}, OpAttrs::make(a));
+  return invoke1(OpId::kFullyConnected, {x, w, b}, OpAttrs::make(a));
+}
+
+NDArray activation(const NDArray& x, ActType act_type) {
+  return invoke1(OpId::kActivation, {x}, OpAttrs::make(ActivationAttrs{act_type}));
+}
+
+NDArray leaky_relu(const NDArray& x, LeakyType act_type, double slope) {
+  return invoke1(OpId::kLeakyReLU, {x}, OpAttrs::make(LeakyReLUAttrs{.act_type = act_type, .slope = slope}));
+}
+
+namespace {
+
+// Per-device dropout streams: the seed and how many mask elements were drawn.
+// Advanced at the call, so masks do not depend on scheduling.
+struct DropoutStreams {
+  std::mutex mu;
+  uint64_t seed = 0;
+  std::unordered_map<Device, int64_t> drawn;
+
+  std::pair<int64_t, int64_t> next(Device d, int64_t n) {
+    std::lock_guard lock(mu);
+    int64_t& offset = drawn[d];
+    int64_t start = offset;
+    offset += n;
+    // Distinct from nd::random's streams for the same seed and device.
+    uint64_t s = (seed ^ 0xd1b54a32d192ed03ull) * 0x9e3779b97f4a7c15ull + static_cast<uint64_t>(d.kind) * 1000003u +
+                 static_cast<uint64_t>(d.id);
+    return {static_cast<int64_t>(s), start};
+  }
+};
+
+DropoutStreams& dropout_streams() {
+  static DropoutStreams s;
+  return s;
+}
+
+}  // namespace
+
+void dropout_seed(uint64_t seed) {
+  auto& st = dropout_streams();
+  std::lock_guard lock(st.mu);
+  st.seed = seed;
+  st.drawn.clear();
+}
+
+NDArray dropout(const NDArray& x, double p, const IntTuple& axes, DropoutMode mode) {
+  DropoutAttrs a{.p = p, .mode = mode, .axes = axes};
+  // Draw only when a mask will be made; the mask's size is x's with `axes` at 1.
+  if (!x.is_none() && p > 0 && (mode == DropoutMode::kAlways || autograd::is_training())) {
+    int64_t n = x.size();
+    for (int64_t axis : axes) {
+      int ax = static_cast<int>(axis < 0 ? axis + x.ndim() : axis);
+      if (ax >= 0 && ax < x.ndim() && x.shape()[ax] > 0) n /= x.shape()[ax];
+    }
+    std::tie(a.seed, a.offset) = dropout_streams().next(x.device(), n);
+  }
+  return invoke(OpId::kDropout, {x}, OpAttrs::make(a))[0];
+}
+
+NDArray flatten(const NDArray& x) { return invoke1(OpId::kFlatten, {x}); }
+
+NDArray softmax(const NDArray& x, int axis, std::optional<double> temperature) {
+  return invoke1(OpId::kSoftmax, {x}, OpAttrs::make(SoftmaxAttrs{.axis = axis, .temperature = temperature}));
+}
+
+NDArray log_softmax(const NDArray& x, int axis, std::optional<double> temperature) {
+  return invoke1(OpId::kLogSoftmax, {x}, OpAttrs::make(SoftmaxAttrs{.axis = axis, .temperature = temperature}));
+}
+
+NDArray pick(const NDArray& x, const NDArray& index, int axis, bool keepdims, TakeMode mode) {
+  return invoke1(OpId::kPick, {x, index}, OpAttrs::make(PickAttrs{.axis = axis, .keepdims = keepdims, .mode = mode}));
+}
+
+NDArray softmax_cross_entropy(const NDArray& logits, const NDArray& labels) {
+  return invoke1(OpId::kSoftmaxCrossEntropy, {logits, labels});
+}
+
+NDArray add_n(std::span<const NDArray> arrays) {
+  KILN_CHECK(!arrays.empty(), ValueError, "add_n: expected at least one array");
+  return invoke1(OpId::kAddN, arrays, OpAttrs::make(AddNAttrs{static_cast<int>(arrays.size())}));
+}
+
+}  // namespace kiln::nd

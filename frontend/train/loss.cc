@@ -1,0 +1,45 @@
+#include "frontend/train/loss.h"
+
+#include "frontend/nd.h"
+
+namespace kiln::loss {
+namespace {
+
+// Mean over every axis but the first: one value per sample.
+NDArray per_sample_mean(const NDArray& x) {
+  if (x.ndim() <= 1) return x;
+  return nd::mean(x, {0}, false, /*exclude=*/true);
+}
+
+NDArray reshape_like(const NDArray& label, const NDArray& pred) {
+  return label.shape() == pred.shape() ? label : label.reshape(pred.shape().to_vector());
+}
+
+}  // namespace
+
+NDArray SoftmaxCrossEntropy::operator()(const NDArray& pred, const NDArray& label) const {
+  return nd::softmax_cross_entropy(pred, label);
+}
+
+NDArray L2Loss::operator()(const NDArray& pred, const NDArray& label) const {
+  NDArray d = pred - reshape_like(label, pred);
+  return per_sample_mean(nd::square(d) * (0.5 * weight));
+}
+
+NDArray L1Loss::operator()(const NDArray& pred, const NDArray& label) const {
+  return per_sample_mean(nd::abs(pred - reshape_like(label, pred)) * weight);
+}
+
+NDArray SigmoidBinaryCrossEntropy::operator()(const NDArray& pred, const NDArray& label) const {
+  NDArray z = reshape_like(label, pred);
+  if (from_sigmoid) {
+    constexpr double kEps = 1e-12;
+    NDArray l = -(nd::log(pred + kEps) * z + nd::log(1.0 - pred + kEps) * (1.0 - z));
+    return per_sample_mean(l);
+  }
+  // Stable form: max(x, 0) - x * z + log(1 + exp(-|x|)).
+  NDArray l = nd::relu(pred) - pred * z + nd::log(nd::exp(-nd::abs(pred)) + 1.0);
+  return per_sample_mean(l);
+}
+
+}  // namespace kiln::loss

@@ -1,0 +1,95 @@
+#include "frontend/train/optimizer.h"
+
+#include <cmath>
+
+#include "frontend/nd_init.h"
+#include "frontend/nd_optimizer.h"
+#include "frontend/nn/params_io.h"
+
+namespace kiln::optim {
+
+void Optimizer::update(int64_t key, const NDArray& weight, const NDArray& grad, double rescale_grad) {
+  KeyState& s = states_[key];
+  if (s.arrays.empty()) s.arrays = create_state(weight);
+  ++s.count;
+  apply(weight, grad, s.arrays, learning_rate(), rescale_grad, s.count);
+}
+
+double Optimizer::learning_rate() const { return schedule_ ? schedule_(num_update_) : lr_; }
+
+void Optimizer::set_learning_rate(double lr) {
+  KILN_CHECK(!schedule_, ValueError, "set_learning_rate: a schedule is set and decides the learning rate");
+  lr_ = lr;
+}
+
+void Optimizer::save_states(const std::string& path) const {
+  nn::NamedArrays arrays;
+  arrays.emplace_back("optimizer:" + name(), nd::array(std::vector<int64_t>{num_update_}));
+  for (const auto& [key, s] : states_) {
+    arrays.emplace_back(fmt::format("count:{}", key), nd::array(std::vector<int64_t>{s.count}));
+    for (size_t k = 0; k < s.arrays.size(); ++k) arrays.emplace_back(fmt::format("state:{}:{}", key, k), s.arrays[k]);
+  }
+  nn::save_ndarrays(path, arrays);
+}
+
+void Optimizer::load_states(const std::string& path, Device device) {
+  nn::NamedArrays arrays = nn::load_ndarrays(path);
+  KILN_CHECK(!arrays.empty() && arrays[0].first == "optimizer:" + name(), IOError,
+             "{}: not a saved state of optimizer '{}' (first entry is '{}')", path, name(),
+             arrays.empty() ? "" : arrays[0].first);
+  std::map<int64_t, KeyState> loaded;
+  for (size_t i = 1; i < arrays.size(); ++i) {
+    const auto& [n, a] = arrays[i];
+    long long key = 0;
+    unsigned k = 0;
+    if (std::sscanf(n.c_str(), "count:%lld", &key) == 1) {
+      loaded[key].count = a.item<int64_t>();
+    } else if (std::sscanf(n.c_str(), "state:%lld:%u", &key, &k) == 2) {
+      auto& v = loaded[key].arrays;
+      if (v.size() <= k) v.resize(k + 1);
+      v[k] = a.copy_to(device);
+    } else {
+      throw IOError(fmt::format("{}: unexpected entry '{}' in an optimizer state file", path, n));
+    }
+  }
+  num_update_ = arrays[0].second.item<int64_t>();
+  states_ = std::move(loaded);
+}
+
+std::vector<NDArray> SGD::create_state(const NDArray& weight) const {
+  if (o_.momentum == 0) return {};
+  return {nd::zeros_like(weight)};
+}
+
+void SGD::apply(const NDArray& weight, const NDArray& grad, std::vector<NDArray>& state, double lr,
+                double rescale_grad, int64_t) {
+  auto f = [](double v) { return static_cast<float>(v); };
+  if (state.empty()) {
+    nd::sgd_update(weight, grad, {.lr = f(lr), .wd = f(o_.wd), .rescale_grad = f(rescale_grad),
+                                  .clip_gradient = f(o_.clip_gradient)});
+  } else if (o_.nesterov) {
+    nd::nag_mom_update(weight, grad, state[0],
+                       {.lr = f(lr), .momentum = f(o_.momentum), .wd = f(o_.wd), .rescale_grad = f(rescale_grad),
+                        .clip_gradient = f(o_.clip_gradient)});
+  } else {
+    nd::sgd_mom_update(weight, grad, state[0],
+                       {.lr = f(lr), .momentum = f(o_.momentum), .wd = f(o_.wd), .rescale_grad = f(rescale_grad),
+                        .clip_gradient = f(o_.clip_gradient)});
+  }
+}
+
+std::vector<NDArray> Adam::create_state(const NDArray& weight) const {
+  return {nd::zeros_like(weight), nd::zeros_like(weight)};
+}
+
+void Adam::apply(const NDArray& weight, const NDArray& grad, std::vector<NDArray>& state, double lr,
+                 double rescale_grad, int64_t t) {
+  double td = static_cast<double>(t);
+  double lr_t = lr * std::sqrt(1 - std::pow(o_.beta2, td)) / (1 - std::pow(o_.beta1, td));
+  auto f = [](double v) { return static_cast<float>(v); };
+  nd::adam_update(weight, grad, state[0], state[1],
+                  {.lr = f(lr_t), .beta1 = f(o_.beta1), .beta2 = f(o_.beta2), .epsilon = f(o_.epsilon),
+                   .wd = f(o_.wd), .rescale_grad = f(rescale_grad), .clip_gradient = f(o_.clip_gradient)});
+}
+
+}  // namespace kiln::optim

@@ -1,0 +1,114 @@
+#include "models/fashion_mnist_job.h"
+
+#include <chrono>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "frontend/autograd.h"
+#include "frontend/data/dataloader.h"
+#include "frontend/data/fashion_mnist.h"
+#include "frontend/nd.h"
+#include "frontend/train/loss.h"
+#include "frontend/train/trainer.h"
+#include "models/zoo.h"
+
+namespace kiln::models {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Number of correct predictions in a batch, as a scalar on the batch's device.
+NDArray correct(const NDArray& logits, const NDArray& label) {
+  return nd::sum(nd::argmax(logits, 1) == label);
+}
+
+double evaluate(nn::Block& net, data::DataLoader& loader) {
+  autograd::PredictMode predict;
+  NDArray total;
+  int64_t n = 0;
+  for (const data::Batch& b : loader) {
+    NDArray c = correct(net(b.data), b.label);
+    total = total.is_none() ? c : total + c;
+    n += b.label.size();
+  }
+  return n == 0 ? 0.0 : total.item<double>() / static_cast<double>(n);
+}
+
+}  // namespace
+
+std::vector<EpochStats> train_fashion_mnist(const TrainConfig& cfg,
+                                            const std::function<void(const EpochStats&)>& on_epoch,
+                                            const ProgressFn& progress) {
+  KILN_CHECK(cfg.epochs >= 1, ValueError, "train: epochs must be >= 1, got {}", cfg.epochs);
+  KILN_CHECK(cfg.devices.size() == 1, NotSupported,
+             "train: {} devices given; data-parallel training comes with the multi-device issue",
+             cfg.devices.size());
+  Device dev = cfg.devices[0];
+  std::string dir = cfg.data_dir.empty() ? data::FashionMNIST::default_dir() : cfg.data_dir;
+  auto train_set = data::FashionMNIST::train(dir);
+  auto test_set = data::FashionMNIST::test(dir);
+  if (cfg.train_limit > 0) train_set = train_set.subset(0, std::min(cfg.train_limit, train_set.size()));
+  if (cfg.test_limit > 0) test_set = test_set.subset(0, std::min(cfg.test_limit, test_set.size()));
+
+  nd::random::seed(cfg.seed);
+  nn::HybridSequential net = make(cfg.model, data::FashionMNIST::kClasses);
+  net.initialize(init::Xavier(), {dev});
+  if (cfg.hybridize) net.hybridize();
+  Trainer trainer(net.collect_params(), optim::SGD({.lr = cfg.lr, .momentum = cfg.momentum, .wd = cfg.wd}));
+  loss::SoftmaxCrossEntropy loss_fn;
+
+  data::DataLoader train_loader(train_set, cfg.batch_size,
+                                {.shuffle = true, .seed = cfg.seed, .prefetch = 2, .device = dev});
+  data::DataLoader test_loader(test_set, cfg.batch_size, {.prefetch = 2, .device = dev});
+  int64_t batches = (train_set.size() + cfg.batch_size - 1) / cfg.batch_size;
+
+  std::ofstream log;
+  if (!cfg.log_path.empty()) {
+    log.open(cfg.log_path);
+    KILN_CHECK(log.good(), IOError, "{}: cannot open the log file for writing", cfg.log_path);
+  }
+
+  std::vector<EpochStats> history;
+  for (int epoch = 1; epoch <= cfg.epochs; ++epoch) {
+    auto start = Clock::now();
+    NDArray loss_sum, correct_sum;
+    int64_t seen = 0, done = 0;
+    for (const data::Batch& b : train_loader) {
+      NDArray l, logits;
+      {
+        autograd::Record record;
+        logits = net(b.data);
+        l = loss_fn(logits, b.label);
+      }
+      autograd::backward({l});
+      trainer.step(b.label.size());
+      // Running sums stay on the device; nothing here waits for the engine.
+      NDArray ls = nd::sum(l.detach()), cs = correct(logits.detach(), b.label);
+      loss_sum = loss_sum.is_none() ? ls : loss_sum + ls;
+      correct_sum = correct_sum.is_none() ? cs : correct_sum + cs;
+      seen += b.label.size();
+      if (progress) progress(++done, batches);
+    }
+    EpochStats s;
+    s.epoch = epoch;
+    s.loss = loss_sum.item<double>() / static_cast<double>(seen);
+    s.train_acc = correct_sum.item<double>() / static_cast<double>(seen);
+    s.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    s.images_per_sec = static_cast<double>(seen) / s.seconds;
+    s.test_acc = evaluate(net, test_loader);
+    history.push_back(s);
+    if (log.is_open()) {
+      log << nlohmann::json{{"epoch", s.epoch},         {"loss", s.loss},       {"train_acc", s.train_acc},
+                            {"test_acc", s.test_acc},   {"seconds", s.seconds}, {"images_per_sec", s.images_per_sec}}
+                 .dump()
+          << "\n"
+          << std::flush;
+    }
+    if (on_epoch) on_epoch(s);
+  }
+  if (!cfg.save_prefix.empty()) net.save_parameters(cfg.save_prefix + ".params");
+  return history;
+}
+
+}  // namespace kiln::models

@@ -1,0 +1,53 @@
+// The main job: train a model on Fashion-MNIST and report per-epoch figures.
+//
+//   models::TrainConfig cfg{.model = "lenet", .epochs = 10, .batch_size = 256, .lr = 0.2};
+//   auto history = models::train_fashion_mnist(cfg, [](const models::EpochStats& s) { ... });
+//
+// Runs the d2l chapter's loop: SGD on softmax cross-entropy, train accuracy
+// accumulated on the device (read once per epoch, so the engine runs ahead),
+// test accuracy in predict mode after every epoch. `kiln train` wraps it.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "ir/device.h"
+
+namespace kiln::models {
+
+struct TrainConfig {
+  std::string model = "lenet";  // mlp, lenet, resnet18
+  int epochs = 10;
+  int64_t batch_size = 256;
+  double lr = 0.2;
+  double momentum = 0;
+  double wd = 0;
+  std::vector<Device> devices{Device::cpu(0)};
+  uint64_t seed = 0;
+  std::string data_dir;          // empty: FashionMNIST::default_dir()
+  int64_t train_limit = 0;       // use only the first N training images (0: all)
+  int64_t test_limit = 0;        // evaluate on the first N test images (0: all)
+  std::string log_path;          // one JSON object per epoch
+  std::string save_prefix;       // write PREFIX.params at the end
+  bool hybridize = false;
+};
+
+struct EpochStats {
+  int epoch = 0;
+  double loss = 0;
+  double train_acc = 0;
+  double test_acc = 0;
+  double seconds = 0;
+  double images_per_sec = 0;
+};
+
+// Called with (batches done, batches per epoch) while an epoch runs.
+using ProgressFn = std::function<void(int64_t done, int64_t total)>;
+
+std::vector<EpochStats> train_fashion_mnist(const TrainConfig& config,
+                                            const std::function<void(const EpochStats&)>& on_epoch = {},
+                                            const ProgressFn& progress = {});
+
+}  // namespace kiln::models
