@@ -202,7 +202,7 @@ std::unordered_map<Node*, std::vector<NDArray>> run_backward(std::span<const NDA
     std::unique_ptr<bool[]> needs(new bool[n_in]);  // not vector<bool>: GradArgs needs contiguous bools
     for (size_t k = 0; k < n_in; ++k) needs[k] = node->inputs[k].node && node->inputs[k].node->needs_grad();
     std::vector<GradValue> in_grads(n_in);
-    GradArgs args{node->attrs, in_vals, out_vals, og_vals, {needs.get(), n_in}};
+    GradArgs args{node->attrs, in_vals, out_vals, og_vals, {needs.get(), n_in}, node->input_types};
     {
       bool prev = set_training(node->is_train);
       try {

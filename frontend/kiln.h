@@ -4,6 +4,7 @@
 #include "frontend/invoke.h"
 #include "frontend/nd.h"
 #include "frontend/ndarray.h"
+#include "frontend/nn/nn.h"
 #include "ir/device.h"
 #include "ir/dtype.h"
 #include "ir/error.h"

@@ -29,9 +29,10 @@ NDArray matmul(const NDArray& a, const NDArray& b) {
   // Up to 2-D on the right, MXNet's dot already is NumPy's matmul: a's leading
   // axes stay, b's single trailing axis (if any) is appended.
   if (b.ndim() <= 2) return dot(a, b);
-  // b is a stack of matrices; a vector is a 1-row matrix whose row axis goes away.
+  // b is a stack of matrices; a vector is a 1-row matrix whose row axis goes
+  // away at the end. Only ops (no views), so autograd and tracing see every step.
   const bool vector_a = a.ndim() == 1;
-  NDArray am = vector_a ? a.reshape({1, a.shape()[0]}) : a;
+  NDArray am = vector_a ? expand_dims(a, 0) : a;
   const Shape& as = am.shape();
   const Shape& bs = b.shape();
   const int64_t m = as[as.ndim() - 2], k = as[as.ndim() - 1], n = bs[bs.ndim() - 1];
@@ -44,12 +45,11 @@ NDArray matmul(const NDArray& a, const NDArray& b) {
   a_full.push_back(k);
   b_full.push_back(k);
   b_full.push_back(n);
-  NDArray a3 = (as == a_full ? am : broadcast_to(am, a_full)).reshape({batch.size(), m, k});
-  NDArray b3 = (bs == b_full ? b : broadcast_to(b, b_full)).reshape({batch.size(), k, n});
+  NDArray c = batch_dot(as == a_full ? am : broadcast_to(am, a_full), bs == b_full ? b : broadcast_to(b, b_full));
+  if (!vector_a) return c;
   IntTuple out = batch.to_vector();
-  if (!vector_a) out.push_back(m);
   out.push_back(n);
-  return batch_dot(a3, b3).reshape(out);
+  return reshape(c, out);
 }
 
 }  // namespace kiln::nd

@@ -40,6 +40,7 @@ struct GradArgs {
   std::span<const GradValue> outputs;  // forward outputs (only if OpDef::grad_keeps_outputs)
   std::span<const GradValue> out_grads;  // one per forward output; may be none
   std::span<const bool> needs_grad;    // per forward input: false means the GradFn may leave it none
+  std::span<const TensorType> input_types;  // always valid, even when inputs are not kept
 };
 
 class GradBuilder {

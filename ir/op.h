@@ -96,6 +96,8 @@ class OpRegistry {
  public:
   OpDef& define(OpId id, std::string_view doc);  // name comes from op_list.def
   void alias(std::string_view alias, OpId id);   // "_Plus" -> elemwise_add, "concat" -> Concat
+  // An op defined earlier, for attaching its gradient from ir/ops/<family>_grad.cc.
+  OpDef& defined(OpId id);
 };
 
 }  // namespace kiln

@@ -14,6 +14,7 @@ void register_reduce_ops(OpRegistry& r);
 void register_linalg_ops(OpRegistry& r);
 void register_matrix_ops(OpRegistry& r);
 void register_conv_ops(OpRegistry& r);
+void register_elemwise_grads(OpRegistry& r);
 void register_nn_ops(OpRegistry& r);
 void register_optimizer_ops(OpRegistry& r);
 
@@ -48,6 +49,12 @@ OpDef& OpRegistry::define(OpId id, std::string_view doc) {
   return d;
 }
 
+OpDef& OpRegistry::defined(OpId id) {
+  auto& r = registry();
+  KILN_ASSERT(r.defined[static_cast<size_t>(id)]);
+  return r.defs[static_cast<size_t>(id)];
+}
+
 void OpRegistry::alias(std::string_view alias, OpId id) { registry().by_name.emplace(std::string(alias), id); }
 
 namespace {
@@ -71,6 +78,7 @@ const Registry& built_registry() {
     register_conv_ops(builder);
     register_nn_ops(builder);
     register_optimizer_ops(builder);
+    register_elemwise_grads(builder);
     // Ops listed but not yet defined keep their name and id; tests/ir/op_registry_test.cc
     // checks that every op has inference and a CPU kernel.
     for (int i = 0; i < kNumOps; ++i) {

@@ -12,10 +12,10 @@ BatchNorm::BatchNorm(int axis, double momentum, double epsilon, bool center, boo
   KILN_CHECK(momentum >= 0 && momentum <= 1, ValueError, "BatchNorm: momentum must be in [0, 1], got {}", momentum);
   KILN_CHECK(in_channels >= 0, ValueError, "BatchNorm: in_channels must be >= 0 (0: inferred), got {}", in_channels);
   Shape c{in_channels};
-  gamma_ = register_parameter(
-      "gamma", c, {.grad_req = scale ? GradReq::kWrite : GradReq::kNull, .init = gamma_initializer});
-  beta_ = register_parameter("beta", c,
-                             {.grad_req = center ? GradReq::kWrite : GradReq::kNull, .init = beta_initializer});
+  gamma_ =
+      register_parameter("gamma", c, {.grad_req = scale ? GradReq::kWrite : GradReq::kNull, .init = gamma_initializer});
+  beta_ =
+      register_parameter("beta", c, {.grad_req = center ? GradReq::kWrite : GradReq::kNull, .init = beta_initializer});
   running_mean_ = register_parameter("running_mean", c, {.init = running_mean_initializer, .is_aux = true});
   running_var_ = register_parameter("running_var", c, {.init = running_variance_initializer, .is_aux = true});
 }
@@ -37,9 +37,9 @@ NDArray BatchNorm::forward(const NDArray& x) {
 
 std::string BatchNorm::to_string() const {
   int64_t c = gamma_.shape()[0];
-  return fmt::format("{}(axis={}, eps={}, momentum={}, fix_gamma={}, use_global_stats={}, in_channels={})",
-                     type_name(), axis_, epsilon_, momentum_, scale_ ? "False" : "True",
-                     use_global_stats_ ? "True" : "False", c == 0 ? std::string("None") : std::to_string(c));
+  return fmt::format("{}(axis={}, eps={}, momentum={}, fix_gamma={}, use_global_stats={}, in_channels={})", type_name(),
+                     axis_, epsilon_, momentum_, scale_ ? "False" : "True", use_global_stats_ ? "True" : "False",
+                     c == 0 ? std::string("None") : std::to_string(c));
 }
 
 }  // namespace kiln::nn

@@ -27,8 +27,8 @@ namespace kiln::nn {
 class BatchNorm : public HybridBlock {
  public:
   // ValueError for epsilon <= 0, momentum outside [0, 1] or in_channels < 0.
-  explicit BatchNorm(int axis = 1, double momentum = 0.9, double epsilon = 1e-5, bool center = true,
-                     bool scale = true, bool use_global_stats = false, int64_t in_channels = 0,
+  explicit BatchNorm(int axis = 1, double momentum = 0.9, double epsilon = 1e-5, bool center = true, bool scale = true,
+                     bool use_global_stats = false, int64_t in_channels = 0,
                      init::Initializer beta_initializer = init::Zero(),
                      init::Initializer gamma_initializer = init::One(),
                      init::Initializer running_mean_initializer = init::Zero(),

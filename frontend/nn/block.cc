@@ -41,8 +41,8 @@ thread_local int t_call_depth = 0;
 
 void check_name(std::string_view what, const std::string& name, std::string_view block) {
   KILN_CHECK(!name.empty() && name.find('.') == std::string::npos, ValueError,
-             "{}: {} name '{}' must be non-empty and must not contain '.' (structural names join them with '.')",
-             block, what, name);
+             "{}: {} name '{}' must be non-empty and must not contain '.' (structural names join them with '.')", block,
+             what, name);
 }
 
 void collect(const Block& b, const std::string& prefix, ParameterDict& out, std::unordered_set<const void*>& seen) {
@@ -74,8 +74,8 @@ NDArray Block::forward(const NDArray& x) {
 }
 
 std::vector<NDArray> Block::forward(std::span<const NDArray> xs) {
-  KILN_CHECK(xs.size() == 1, ValueError,
-             "called with {} inputs, but the block only overrides the single-input forward", xs.size());
+  KILN_CHECK(xs.size() == 1, ValueError, "called with {} inputs, but the block only overrides the single-input forward",
+             xs.size());
   const Block* prev = std::exchange(t_default_multi_forward, this);
   struct Restore {
     const Block* prev;

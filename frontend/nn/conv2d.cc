@@ -14,8 +14,8 @@ Conv2D::Conv2D(int64_t channels, Int2 kernel_size, Int2 strides, Int2 padding, I
       strides_(strides),
       padding_(padding),
       dilation_(dilation) {
-  KILN_CHECK(channels >= 1 && groups >= 1, ValueError, "Conv2D: channels ({}) and groups ({}) must be >= 1",
-             channels, groups);
+  KILN_CHECK(channels >= 1 && groups >= 1, ValueError, "Conv2D: channels ({}) and groups ({}) must be >= 1", channels,
+             groups);
   KILN_CHECK(channels % groups == 0, ValueError, "Conv2D: channels ({}) must be divisible by groups ({})", channels,
              groups);
   for (auto [what, v, min] : {std::tuple{"kernel_size", kernel_size, 1}, std::tuple{"strides", strides, 1},
@@ -35,8 +35,8 @@ NDArray Conv2D::forward(const NDArray& x) {
     KILN_CHECK(x.ndim() == 4, ShapeError, "Conv2D: expected NCHW input (4 dims) to infer in_channels, got {}",
                x.shape());
     int64_t c = x.shape()[1];
-    KILN_CHECK(c % groups_ == 0, ShapeError, "Conv2D: input channels {} (input {}) are not divisible by groups {}",
-               c, x.shape(), groups_);
+    KILN_CHECK(c % groups_ == 0, ShapeError, "Conv2D: input channels {} (input {}) are not divisible by groups {}", c,
+               x.shape(), groups_);
     weight_.complete_shape(Shape{channels_, c / groups_, kernel_.h, kernel_.w});
   }
   Device d = x.device();

@@ -33,8 +33,8 @@ class Conv2D : public HybridBlock {
  public:
   // ValueError for non-positive channels, kernel, strides, dilation or groups,
   // negative padding, or an unknown activation.
-  Conv2D(int64_t channels, Int2 kernel_size, Int2 strides = 1, Int2 padding = 0, Int2 dilation = 1,
-         int64_t groups = 1, std::string activation = "", bool use_bias = true, int64_t in_channels = 0,
+  Conv2D(int64_t channels, Int2 kernel_size, Int2 strides = 1, Int2 padding = 0, Int2 dilation = 1, int64_t groups = 1,
+         std::string activation = "", bool use_bias = true, int64_t in_channels = 0,
          std::optional<init::Initializer> weight_initializer = std::nullopt,
          init::Initializer bias_initializer = init::Zero());
 

@@ -42,9 +42,8 @@ NDArray Initializer::make_for_name(std::string_view param_name, const Shape& sha
 Normal::Normal(double sigma)
     : Initializer(fmt::format("Normal(sigma={})", print_attr(sigma)),
                   [sigma](const Shape& shape, ArrayOptions o, std::string_view) {
-                    return random_in(shape, o, [&](const Shape& s, ArrayOptions oo) {
-                      return nd::random::normal(s, 0, sigma, oo);
-                    });
+                    return random_in(
+                        shape, o, [&](const Shape& s, ArrayOptions oo) { return nd::random::normal(s, 0, sigma, oo); });
                   }) {}
 
 Uniform::Uniform(double scale)
@@ -56,25 +55,25 @@ Uniform::Uniform(double scale)
                   }) {}
 
 Xavier::Xavier(std::string rnd_type, std::string factor_type, double magnitude)
-    : Initializer(fmt::format("Xavier(rnd_type={}, factor_type={}, magnitude={})", rnd_type, factor_type,
-                              print_attr(magnitude)),
-                  [rnd_type, factor_type, magnitude](const Shape& shape, ArrayOptions o, std::string_view name) {
-                    KILN_CHECK(shape.ndim() >= 2, ValueError,
-                               "Xavier: parameter '{}' has shape {}; Xavier needs at least 2 dims "
-                               "(fan_in = shape[1], fan_out = shape[0])",
-                               name, shape);
-                    double hw = 1;
-                    for (int i = 2; i < shape.ndim(); ++i) hw *= static_cast<double>(shape[i]);
-                    double fan_in = static_cast<double>(shape[1]) * hw, fan_out = static_cast<double>(shape[0]) * hw;
-                    double factor = factor_type == "in" ? fan_in : factor_type == "out" ? fan_out : (fan_in + fan_out) / 2;
-                    KILN_CHECK(factor > 0, ValueError, "Xavier: parameter '{}' has shape {} with a zero fan", name,
-                               shape);
-                    double scale = std::sqrt(magnitude / factor);
-                    return random_in(shape, o, [&](const Shape& s, ArrayOptions oo) {
-                      return rnd_type == "gaussian" ? nd::random::normal(s, 0, scale, oo)
-                                                    : nd::random::uniform(s, -scale, scale, oo);
-                    });
-                  }) {
+    : Initializer(
+          fmt::format("Xavier(rnd_type={}, factor_type={}, magnitude={})", rnd_type, factor_type,
+                      print_attr(magnitude)),
+          [rnd_type, factor_type, magnitude](const Shape& shape, ArrayOptions o, std::string_view name) {
+            KILN_CHECK(shape.ndim() >= 2, ValueError,
+                       "Xavier: parameter '{}' has shape {}; Xavier needs at least 2 dims "
+                       "(fan_in = shape[1], fan_out = shape[0])",
+                       name, shape);
+            double hw = 1;
+            for (int i = 2; i < shape.ndim(); ++i) hw *= static_cast<double>(shape[i]);
+            double fan_in = static_cast<double>(shape[1]) * hw, fan_out = static_cast<double>(shape[0]) * hw;
+            double factor = factor_type == "in" ? fan_in : factor_type == "out" ? fan_out : (fan_in + fan_out) / 2;
+            KILN_CHECK(factor > 0, ValueError, "Xavier: parameter '{}' has shape {} with a zero fan", name, shape);
+            double scale = std::sqrt(magnitude / factor);
+            return random_in(shape, o, [&](const Shape& s, ArrayOptions oo) {
+              return rnd_type == "gaussian" ? nd::random::normal(s, 0, scale, oo)
+                                            : nd::random::uniform(s, -scale, scale, oo);
+            });
+          }) {
   KILN_CHECK(rnd_type == "uniform" || rnd_type == "gaussian", ValueError,
              "Xavier: rnd_type must be \"uniform\" or \"gaussian\", got \"{}\"", rnd_type);
   KILN_CHECK(factor_type == "avg" || factor_type == "in" || factor_type == "out", ValueError,

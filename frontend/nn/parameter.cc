@@ -166,8 +166,8 @@ const NDArray& Parameter::copy_on(Device device, std::string_view what) const {
   for (auto& [d, a] : s.data) {
     if (d == device) return a;
   }
-  throw DeviceError(fmt::format("Parameter '{}' has no copy on {}: it was initialized on {}", s.name, device,
-                                device_list(s.data)));
+  throw DeviceError(
+      fmt::format("Parameter '{}' has no copy on {}: it was initialized on {}", s.name, device, device_list(s.data)));
 }
 
 NDArray Parameter::data(Device device) const { return copy_on(device, "data"); }
@@ -175,8 +175,8 @@ NDArray Parameter::data(Device device) const { return copy_on(device, "data"); }
 NDArray Parameter::data() const {
   auto& s = state();
   if (s.data.size() > 1) {
-    throw ValueError(fmt::format("Parameter '{}' has copies on several devices ({}): pass the device to data()",
-                                 s.name, device_list(s.data)));
+    throw ValueError(fmt::format("Parameter '{}' has copies on several devices ({}): pass the device to data()", s.name,
+                                 device_list(s.data)));
   }
   return copy_on(s.data.empty() ? Device::cpu(0) : s.data.front().first, "data");
 }
@@ -193,8 +193,8 @@ NDArray Parameter::grad(Device device) const {
 NDArray Parameter::grad() const {
   auto& s = state();
   if (s.data.size() > 1) {
-    throw ValueError(fmt::format("Parameter '{}' has copies on several devices ({}): pass the device to grad()",
-                                 s.name, device_list(s.data)));
+    throw ValueError(fmt::format("Parameter '{}' has copies on several devices ({}): pass the device to grad()", s.name,
+                                 device_list(s.data)));
   }
   return grad(s.data.empty() ? Device::cpu(0) : s.data.front().first);
 }
@@ -297,8 +297,7 @@ ParameterDict ParameterDict::select(const std::string& regex) const {
   return out;
 }
 
-void ParameterDict::initialize(const init::Initializer& init, const std::vector<Device>& devices,
-                               bool force_reinit) {
+void ParameterDict::initialize(const init::Initializer& init, const std::vector<Device>& devices, bool force_reinit) {
   for (auto& [_, p] : items_) p.initialize(init, devices, force_reinit);
 }
 

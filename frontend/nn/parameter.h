@@ -83,6 +83,9 @@ class Parameter {
   // draws new values (into the existing arrays when the devices are the same).
   void initialize(const init::Initializer& default_init = init::Uniform(),
                   const std::vector<Device>& devices = {Device::cpu(0)}, bool force_reinit = false);
+  void initialize(const init::Initializer& default_init, Device device, bool force_reinit = false) {
+    initialize(default_init, std::vector<Device>{device}, force_reinit);
+  }
   bool is_initialized() const;
   // initialize() was called and waits for the shape.
   bool is_deferred() const;

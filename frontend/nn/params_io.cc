@@ -159,9 +159,10 @@ NDArray read_record(Reader& r, uint64_t index) {
     size_t at = r.pos();
     int32_t stype = r.pod<int32_t>("the storage type");
     if (stype != 0) {
-      throw NotSupported(fmt::format("array {} at byte {}: storage type {} (sparse) is not supported; only dense "
-                                     "arrays (type 0) load",
-                                     index, at, stype));
+      throw NotSupported(
+          fmt::format("array {} at byte {}: storage type {} (sparse) is not supported; only dense "
+                      "arrays (type 0) load",
+                      index, at, stype));
     }
   }
   // The shape: pre-V1 records have a u32 ndim (the "magic" just read) and u32 dims.
@@ -202,8 +203,10 @@ NDArray read_record(Reader& r, uint64_t index) {
       count = 0;
       break;
     }
-    if (count > limit / static_cast<uint64_t>(d) + 1) count = limit + 1;  // saturate: surely too big
-    else count *= static_cast<uint64_t>(d);
+    if (count > limit / static_cast<uint64_t>(d) + 1)
+      count = limit + 1;  // saturate: surely too big
+    else
+      count *= static_cast<uint64_t>(d);
   }
   Shape shape(dims);
   if (count > limit) {
@@ -226,8 +229,8 @@ std::string read_file(const std::string& path) {
   KILN_CHECK(!ec, IOError, "{}: cannot read the size: {}", path, ec.message());
   std::string bytes(size, '\0');
   in.read(bytes.data(), static_cast<std::streamsize>(size));
-  KILN_CHECK(in.gcount() == static_cast<std::streamsize>(size), IOError, "{}: read {} of {} bytes", path,
-             in.gcount(), size);
+  KILN_CHECK(in.gcount() == static_cast<std::streamsize>(size), IOError, "{}: read {} of {} bytes", path, in.gcount(),
+             size);
   return bytes;
 }
 
@@ -245,13 +248,15 @@ NamedArrays parse_ndarrays(std::string_view bytes, std::string_view source) {
     uint32_t first;
     std::memcpy(&first, bytes.data(), 4);
     if (first == kZipLocalMagic || first == kZipEndMagic) {
-      throw NotSupported(fmt::format("{}: a ZIP archive (MXNet 2.0's npx.savez .npz params), which Kiln does not "
-                                     "read; save it with mx.nd.save (the NDArray-list format) instead",
-                                     source));
+      throw NotSupported(
+          fmt::format("{}: a ZIP archive (MXNet 2.0's npx.savez .npz params), which Kiln does not "
+                      "read; save it with mx.nd.save (the NDArray-list format) instead",
+                      source));
     }
   }
   uint64_t header = r.pod<uint64_t>("the header");
-  if (header != kListMagic) r.fail(0, fmt::format("not an MXNet NDArray-list file: header 0x{:x}, expected 0x112", header));
+  if (header != kListMagic)
+    r.fail(0, fmt::format("not an MXNet NDArray-list file: header 0x{:x}, expected 0x112", header));
   r.pod<uint64_t>("the reserved word");
   size_t count_at = r.pos();
   uint64_t count = r.pod<uint64_t>("the array count");

@@ -30,8 +30,8 @@ class Pooling2D : public HybridBlock {
 
  protected:
   // ValueError for non-positive sizes or strides, or negative padding.
-  Pooling2D(Int2 pool_size, Int2 strides, Int2 padding, bool ceil_mode, bool global_pool,
-            const char* pool_type, std::optional<bool> count_include_pad);
+  Pooling2D(Int2 pool_size, Int2 strides, Int2 padding, bool ceil_mode, bool global_pool, const char* pool_type,
+            std::optional<bool> count_include_pad);
 
  private:
   PoolingAttrs attrs_;
@@ -39,15 +39,14 @@ class Pooling2D : public HybridBlock {
 
 class MaxPool2D : public Pooling2D {
  public:
-  explicit MaxPool2D(Int2 pool_size = 2, Int2 strides = 0, Int2 padding = 0,
-                     bool ceil_mode = false)
+  explicit MaxPool2D(Int2 pool_size = 2, Int2 strides = 0, Int2 padding = 0, bool ceil_mode = false)
       : Pooling2D(pool_size, strides, padding, ceil_mode, false, "max", std::nullopt) {}
 };
 
 class AvgPool2D : public Pooling2D {
  public:
-  explicit AvgPool2D(Int2 pool_size = 2, Int2 strides = 0, Int2 padding = 0,
-                     bool ceil_mode = false, bool count_include_pad = true)
+  explicit AvgPool2D(Int2 pool_size = 2, Int2 strides = 0, Int2 padding = 0, bool ceil_mode = false,
+                     bool count_include_pad = true)
       : Pooling2D(pool_size, strides, padding, ceil_mode, false, "avg", count_include_pad) {}
 };
 

@@ -16,8 +16,8 @@ std::vector<NDArray> chain_forward(const std::vector<Block::Child>& children, st
 
 Block& child_at(const Block& container, size_t i) {
   const auto& children = container.children();
-  KILN_CHECK(i < children.size(), IndexError, "{}: index {} is out of range for {} children", container.type_name(),
-             i, children.size());
+  KILN_CHECK(i < children.size(), IndexError, "{}: index {} is out of range for {} children", container.type_name(), i,
+             children.size());
   return *children[i].second;
 }
 

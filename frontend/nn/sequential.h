@@ -62,17 +62,13 @@ class ContainerMixin : public Base {
 class Sequential : public ContainerMixin<Block> {
  public:
   NDArray forward(const NDArray& x) override { return detail::chain_forward(children(), x); }
-  std::vector<NDArray> forward(std::span<const NDArray> xs) override {
-    return detail::chain_forward(children(), xs);
-  }
+  std::vector<NDArray> forward(std::span<const NDArray> xs) override { return detail::chain_forward(children(), xs); }
 };
 
 class HybridSequential : public ContainerMixin<HybridBlock> {
  public:
   NDArray forward(const NDArray& x) override { return detail::chain_forward(children(), x); }
-  std::vector<NDArray> forward(std::span<const NDArray> xs) override {
-    return detail::chain_forward(children(), xs);
-  }
+  std::vector<NDArray> forward(std::span<const NDArray> xs) override { return detail::chain_forward(children(), xs); }
 };
 
 }  // namespace kiln::nn

@@ -1,6 +1,9 @@
 #include "ir/ops/linalg.h"
 
+#include "ir/grad.h"
 #include "ir/op.h"
+#include "ir/ops/init.h"
+#include "ir/ops/matrix.h"
 
 namespace kiln {
 
@@ -106,20 +109,67 @@ void infer_batch_dot(const OpAttrs& attrs, std::span<const TensorType> in, std::
   out.push_back({batch_dot_dims(in[0].shape, in[1].shape, a).out, in[0].dtype});
 }
 
-void define_product(OpRegistry& r, OpId id, std::string_view doc, InferFn infer) {
+// ---- gradients. For C = op(A) op(B) with the operands as stored (A [m,k]
+// or, transposed, [k,m]; B [k,n] or [n,k]), each gradient is one more
+// product of the stored operands: dA = dC B^T, B dC^T, dC B or B^T dC^T and
+// dB = A^T dC, A dC, dC^T A or dC^T A^T for (ta, tb) = (F,F), (T,F), (F,T), (T,T).
+
+GradValue reshape_to(GradBuilder& b, GradValue v, const Shape& s) {
+  TensorType t = b.type(v);
+  if (t.shape == s) return v;
+  if (s.size() == 0) return b.op(OpId::kZeros, {}, OpAttrs::make(InitAttrs{s, t.dtype}));
+  ReshapeAttrs a;
+  a.shape = s.to_vector();
+  return b.op(OpId::kReshape, {v}, OpAttrs::make(a));
+}
+
+// Fills in_grads for `op` (dot or batch_dot) of stored operands a, b and output gradient dc.
+void product_grads(GradBuilder& g, OpId op, GradValue a, GradValue b, GradValue dc, bool ta, bool tb,
+                   std::span<const bool> needs, GradValue* da, GradValue* db) {
+  auto mm = [&](GradValue x, GradValue y, bool tx, bool ty) {
+    return g.op(op, {x, y}, OpAttrs::make(DotAttrs{.transpose_a = tx, .transpose_b = ty}));
+  };
+  if (needs[0]) *da = ta ? mm(b, dc, tb, true) : mm(dc, b, false, !tb);
+  if (needs[1]) *db = tb ? mm(dc, a, true, ta) : mm(a, dc, !ta, false);
+}
+
+// dot flattens its operands to matrices: differentiate the matrix product and
+// give the gradients the operands' shapes.
+void grad_dot(GradBuilder& b, const GradArgs& g, std::span<GradValue> in_grads) {
+  const Shape as = b.type(g.inputs[0]).shape, bs = b.type(g.inputs[1]).shape;
+  MatmulDims d = dot_dims(as, bs, g.attrs.as<DotAttrs>());
+  GradValue a2 = reshape_to(b, g.inputs[0], d.ta ? Shape{d.k, d.m} : Shape{d.m, d.k});
+  GradValue b2 = reshape_to(b, g.inputs[1], d.tb ? Shape{d.n, d.k} : Shape{d.k, d.n});
+  GradValue dc = reshape_to(b, g.out_grads[0], Shape{d.m, d.n});
+  GradValue da, db;
+  product_grads(b, OpId::kDot, a2, b2, dc, d.ta, d.tb, g.needs_grad, &da, &db);
+  if (g.needs_grad[0]) in_grads[0] = reshape_to(b, da, as);
+  if (g.needs_grad[1]) in_grads[1] = reshape_to(b, db, bs);
+}
+
+void grad_batch_dot(GradBuilder& b, const GradArgs& g, std::span<GradValue> in_grads) {
+  const auto& a = g.attrs.as<DotAttrs>();
+  product_grads(b, OpId::kBatchDot, g.inputs[0], g.inputs[1], g.out_grads[0], a.transpose_a, a.transpose_b,
+                g.needs_grad, &in_grads[0], &in_grads[1]);
+}
+
+void define_product(OpRegistry& r, OpId id, std::string_view doc, InferFn infer, GradFn grad) {
   OpDef& d = r.define(id, doc);
   d.num_inputs = 2;
   d.input_names = {"lhs", "rhs"};
   d.infer = infer;
   d.parse_attrs = parse_attrs_as<DotAttrs>;
+  d.grad = grad;
+  d.grad_uses_inputs = true;
+  d.grad_uses_outputs = false;
 }
 
 }  // namespace
 
 void register_linalg_ops(OpRegistry& r) {
-  define_product(r, OpId::kDot, "Matrix product of the flattened operands (MXNet's dot).", infer_dot);
+  define_product(r, OpId::kDot, "Matrix product of the flattened operands (MXNet's dot).", infer_dot, grad_dot);
   define_product(r, OpId::kBatchDot, "Matrix products of the last two axes, batched over the leading ones.",
-                 infer_batch_dot);
+                 infer_batch_dot, grad_batch_dot);
 }
 
 }  // namespace kiln

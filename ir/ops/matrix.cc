@@ -438,7 +438,7 @@ GradValue reshape_to(GradBuilder& b, GradValue v, const Shape& s) {
 
 void grad_reshape(GradBuilder& b, const GradArgs& g, std::span<GradValue> in_grads) {
   if (!g.needs_grad[0]) return;
-  in_grads[0] = reshape_to(b, g.out_grads[0], b.type(g.inputs[0]).shape);
+  in_grads[0] = reshape_to(b, g.out_grads[0], g.input_types[0].shape);
 }
 
 void grad_expand_dims(GradBuilder& b, const GradArgs& g, std::span<GradValue> in_grads) {
@@ -460,7 +460,7 @@ void grad_transpose(GradBuilder& b, const GradArgs& g, std::span<GradValue> in_g
 
 void grad_broadcast_to(GradBuilder& b, const GradArgs& g, std::span<GradValue> in_grads) {
   if (!g.needs_grad[0]) return;
-  const Shape& s = b.type(g.inputs[0]).shape;
+  const Shape& s = g.input_types[0].shape;
   // A zero-size input broadcasts to a zero-size output: nothing to sum.
   in_grads[0] = s.size() == 0 ? reshape_to(b, g.out_grads[0], s) : unbroadcast(b, g.out_grads[0], s);
 }
@@ -468,14 +468,14 @@ void grad_broadcast_to(GradBuilder& b, const GradArgs& g, std::span<GradValue> i
 void grad_slice(GradBuilder& b, const GradArgs& g, std::span<GradValue> in_grads) {
   if (!g.needs_grad[0]) return;
   const auto& a = g.attrs.as<SliceAttrs>();
-  SliceBackwardAttrs back{a.begin, a.end, a.step, b.type(g.inputs[0]).shape};
+  SliceBackwardAttrs back{a.begin, a.end, a.step, g.input_types[0].shape};
   in_grads[0] = b.op(OpId::kSliceBackward, {g.out_grads[0]}, OpAttrs::make(back));
 }
 
 void grad_slice_axis(GradBuilder& b, const GradArgs& g, std::span<GradValue> in_grads) {
   if (!g.needs_grad[0]) return;
   const auto& a = g.attrs.as<SliceAxisAttrs>();
-  SliceAxisBackwardAttrs back{a.axis, a.begin, a.end, b.type(g.inputs[0]).shape};
+  SliceAxisBackwardAttrs back{a.axis, a.begin, a.end, g.input_types[0].shape};
   in_grads[0] = b.op(OpId::kSliceAxisBackward, {g.out_grads[0]}, OpAttrs::make(back));
 }
 
@@ -483,8 +483,8 @@ void grad_concat(GradBuilder& b, const GradArgs& g, std::span<GradValue> in_grad
   int ndim = b.type(g.out_grads[0]).shape.ndim();
   int axis = normalize_axis(g.attrs.as<ConcatAttrs>().dim, ndim, "Concat");
   int64_t offset = 0;
-  for (size_t i = 0; i < g.inputs.size(); ++i) {
-    int64_t len = b.type(g.inputs[i]).shape[axis];
+  for (size_t i = 0; i < g.input_types.size(); ++i) {
+    int64_t len = g.input_types[i].shape[axis];
     if (g.needs_grad[i])
       in_grads[i] = b.op(OpId::kSliceAxis, {g.out_grads[0]}, OpAttrs::make(SliceAxisAttrs{axis, offset, offset + len}));
     offset += len;
@@ -528,7 +528,7 @@ void grad_split(GradBuilder& b, const GradArgs& g, std::span<GradValue> in_grads
 void grad_take(GradBuilder& b, const GradArgs& g, std::span<GradValue> in_grads) {
   if (!g.needs_grad[0]) return;  // indices never get a gradient
   const auto& a = g.attrs.as<TakeAttrs>();
-  TakeBackwardAttrs back{a.axis, a.mode, b.type(g.inputs[0]).shape};
+  TakeBackwardAttrs back{a.axis, a.mode, g.input_types[0].shape};
   in_grads[0] = b.op(OpId::kTakeBackward, {g.out_grads[0], g.inputs[1]}, OpAttrs::make(back));
 }
 
@@ -563,10 +563,8 @@ OpDef& define(OpRegistry& r, OpId id, std::string_view doc, std::vector<std::str
 
 }  // namespace
 
-// `grad_uses_inputs` is false where the gradient needs nothing of the forward
-// call beyond out_grad. Where it is true only for input shapes (Reshape,
-// broadcast_to, slice, slice_axis, Concat, take's `a`), the inputs stay alive
-// until backward: GradArgs offers no input types without the inputs.
+// Only take's gradient reads an input's values (its indices; `a` is kept with
+// them); the others need at most the input types, which GradArgs always has.
 void register_matrix_ops(OpRegistry& r) {
   auto differentiable = [](OpDef& d, GradFn grad, bool uses_inputs) {
     d.grad = grad;
@@ -576,19 +574,19 @@ void register_matrix_ops(OpRegistry& r) {
   differentiable(
       define(r, OpId::kReshape, "Gives the input a new shape with the same elements (MXNet's special values allowed).",
              {"data"}, infer_reshape_op, parse_attrs_as<ReshapeAttrs>),
-      grad_reshape, true);
+      grad_reshape, false);
   differentiable(define(r, OpId::kTranspose, "Permutes the axes (reverses them when axes is empty).", {"data"},
                         infer_transpose, parse_attrs_as<TransposeAttrs>),
                  grad_transpose, false);
   differentiable(define(r, OpId::kSlice, "Takes a strided slice along the leading axes.", {"data"}, infer_slice,
                         parse_attrs_as<SliceAttrs>),
-                 grad_slice, true);
+                 grad_slice, false);
   differentiable(define(r, OpId::kSliceAxis, "Takes [begin, end) along one axis.", {"data"}, infer_slice_axis,
                         parse_attrs_as<SliceAxisAttrs>),
-                 grad_slice_axis, true);
+                 grad_slice_axis, false);
   differentiable(
       define(r, OpId::kConcat, "Joins arrays along an existing axis.", {}, infer_concat, parse_attrs_as<ConcatAttrs>),
-      grad_concat, true);
+      grad_concat, false);
   differentiable(
       define(r, OpId::kStack, "Joins same-shape arrays along a new axis.", {}, infer_stack, parse_attrs_as<StackAttrs>),
       grad_stack, false);
@@ -606,7 +604,7 @@ void register_matrix_ops(OpRegistry& r) {
                  grad_expand_dims, false);
   differentiable(define(r, OpId::kBroadcastTo, "Broadcasts an array to a larger shape.", {"data"}, infer_broadcast_to,
                         parse_attrs_as<BroadcastToAttrs>),
-                 grad_broadcast_to, true);
+                 grad_broadcast_to, false);
   differentiable(define(r, OpId::kSliceBackward, "Gradient of slice: out_grad placed into zeros of data_shape.",
                         {"out_grad"}, infer_slice_backward, parse_attrs_as<SliceBackwardAttrs>),
                  grad_slice_backward, false);

@@ -43,7 +43,7 @@ LeakyType parse_attr(std::string_view s, LeakyType*) {
   if (m == "leaky") return LeakyType::kLeaky;
   if (m == "elu") return LeakyType::kElu;
   if (m == "selu") return LeakyType::kSelu;
-  if (m == "gelu") return LeakyType::kGelu;
+  if (m == "gelu" || m == "gelu_erf") return LeakyType::kGelu;  // MXNet 2 calls the erf form gelu_erf
   if (m == "prelu") return LeakyType::kPrelu;
   if (m == "rrelu") return LeakyType::kRrelu;
   throw ValueError(fmt::format("expected 'leaky', 'elu', 'selu', 'gelu', 'prelu' or 'rrelu', found '{}'", m));

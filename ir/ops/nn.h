@@ -55,7 +55,7 @@ ActType parse_attr(std::string_view s, ActType*);  // "relu" | "sigmoid" | "tanh
 std::string print_attr(ActType v);
 
 enum class LeakyType : int8_t { kLeaky, kElu, kSelu, kGelu, kPrelu, kRrelu };
-LeakyType parse_attr(std::string_view s, LeakyType*);  // "leaky" | "elu" | "selu" | "gelu" | "prelu" | "rrelu"
+LeakyType parse_attr(std::string_view s, LeakyType*);  // "leaky" | "elu" | "selu" | "gelu" (or "gelu_erf") | "prelu" | "rrelu"
 std::string print_attr(LeakyType v);
 
 enum class DropoutMode : int8_t { kTraining, kAlways };

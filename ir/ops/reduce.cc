@@ -1,6 +1,10 @@
 #include "ir/ops/reduce.h"
 
+#include "ir/grad.h"
 #include "ir/op.h"
+#include "ir/ops/elemwise.h"
+#include "ir/ops/init.h"
+#include "ir/ops/matrix.h"
 
 namespace kiln {
 
@@ -91,6 +95,65 @@ void infer_norm(const OpAttrs& attrs, std::span<const TensorType> in, std::vecto
   out.push_back({reduced_shape(in[0].shape, mask, a.keepdims), in[0].dtype});
 }
 
+// ---- gradients: the output gradient spread back over the reduced axes,
+// times what each element contributed.
+
+GradValue reshape_to(GradBuilder& b, GradValue v, const Shape& s) {
+  TensorType t = b.type(v);
+  if (t.shape == s) return v;
+  if (s.size() == 0) return b.op(OpId::kZeros, {}, OpAttrs::make(InitAttrs{s, t.dtype}));
+  ReshapeAttrs a;
+  a.shape = s.to_vector();
+  return b.op(OpId::kReshape, {v}, OpAttrs::make(a));
+}
+
+// `v` shaped like the reduction's output, broadcast back to the input's shape.
+GradValue spread(GradBuilder& b, GradValue v, const Shape& in, uint32_t mask) {
+  GradValue kept = reshape_to(b, v, reduced_shape(in, mask, true));
+  if (in.size() == 0) return kept;  // reshape_to gave zeros of `in`'s shape
+  BroadcastToAttrs a;
+  a.shape = in;
+  return b.op(OpId::kBroadcastTo, {kept}, OpAttrs::make(a));
+}
+
+template <OpId kOp>
+void grad_reduce(GradBuilder& b, const GradArgs& g, std::span<GradValue> in_grads) {
+  if (!g.needs_grad[0]) return;
+  const GradValue x = g.inputs[0];
+  const Shape in = b.type(x).shape;
+  uint32_t mask = 0;
+  if constexpr (kOp == OpId::kNorm) {
+    mask = reduce_axes_mask(in, g.attrs.as<NormAttrs>().axis, false);
+  } else {
+    const auto& a = g.attrs.as<ReduceAttrs>();
+    mask = reduce_axes_mask(in, a.axis, a.exclude);
+  }
+  GradValue dy = spread(b, g.out_grads[0], in, mask);
+  auto mul = [&](GradValue l, GradValue r) { return b.op(OpId::kElemwiseMul, {l, r}); };
+  auto div = [&](GradValue l, GradValue r) { return b.op(OpId::kElemwiseDiv, {l, r}); };
+  auto scalar = [&](OpId op, GradValue v, double s) { return b.op(op, {v}, OpAttrs::make(ScalarAttrs{.scalar = s})); };
+  if constexpr (kOp == OpId::kSum) {
+    in_grads[0] = dy;
+  } else if constexpr (kOp == OpId::kMean) {
+    int64_t n = reduce_count(in, mask);
+    in_grads[0] = n == 0 ? dy : scalar(OpId::kMulScalar, dy, 1.0 / static_cast<double>(n));
+  } else if constexpr (kOp == OpId::kMax || kOp == OpId::kMin) {
+    // Every element equal to the extremum receives the gradient (MXNet's rule).
+    GradValue hit = b.op(OpId::kBroadcastEqual, {x, reshape_to(b, g.outputs[0], reduced_shape(in, mask, true))});
+    in_grads[0] = mul(hit, dy);
+  } else if constexpr (kOp == OpId::kProd) {
+    in_grads[0] = mul(dy, div(spread(b, g.outputs[0], in, mask), x));  // y / x (MXNet's rule)
+  } else if constexpr (kOp == OpId::kNorm) {
+    if (g.attrs.as<NormAttrs>().ord == 1) {
+      GradValue sign =
+          b.op(OpId::kElemwiseSub, {scalar(OpId::kGreaterScalar, x, 0), scalar(OpId::kLesserScalar, x, 0)});
+      in_grads[0] = mul(dy, sign);
+    } else {
+      in_grads[0] = mul(dy, div(x, spread(b, g.outputs[0], in, mask)));
+    }
+  }
+}
+
 OpDef& define_unary(OpRegistry& r, OpId id, std::string_view doc) {
   OpDef& d = r.define(id, doc);
   d.num_inputs = 1;
@@ -98,10 +161,13 @@ OpDef& define_unary(OpRegistry& r, OpId id, std::string_view doc) {
   return d;
 }
 
-void define_reduce(OpRegistry& r, OpId id, std::string_view doc, InferFn infer) {
+void define_reduce(OpRegistry& r, OpId id, std::string_view doc, InferFn infer, GradFn grad, bool grad_uses_outputs) {
   OpDef& d = define_unary(r, id, doc);
   d.infer = infer;
   d.parse_attrs = parse_attrs_as<ReduceAttrs>;
+  d.grad = grad;
+  d.grad_uses_inputs = true;  // sum and mean read only the input's shape, but GradArgs has no types without it
+  d.grad_uses_outputs = grad_uses_outputs;
 }
 
 void define_arg_reduce(OpRegistry& r, OpId id, std::string_view doc, InferFn infer) {
@@ -114,13 +180,16 @@ void define_arg_reduce(OpRegistry& r, OpId id, std::string_view doc, InferFn inf
 }  // namespace
 
 void register_reduce_ops(OpRegistry& r) {
-  define_reduce(r, OpId::kSum, "Sum of the elements over the given axes.", infer_reduce<OpId::kSum>);
-  define_reduce(r, OpId::kMean, "Mean of the elements over the given axes.", infer_reduce<OpId::kMean>);
+  define_reduce(r, OpId::kSum, "Sum of the elements over the given axes.", infer_reduce<OpId::kSum>,
+                grad_reduce<OpId::kSum>, false);
+  define_reduce(r, OpId::kMean, "Mean of the elements over the given axes.", infer_reduce<OpId::kMean>,
+                grad_reduce<OpId::kMean>, false);
   define_reduce(r, OpId::kMax, "Maximum of the elements over the given axes (NaN propagates).",
-                infer_reduce<OpId::kMax>);
+                infer_reduce<OpId::kMax>, grad_reduce<OpId::kMax>, true);
   define_reduce(r, OpId::kMin, "Minimum of the elements over the given axes (NaN propagates).",
-                infer_reduce<OpId::kMin>);
-  define_reduce(r, OpId::kProd, "Product of the elements over the given axes.", infer_reduce<OpId::kProd>);
+                infer_reduce<OpId::kMin>, grad_reduce<OpId::kMin>, true);
+  define_reduce(r, OpId::kProd, "Product of the elements over the given axes.", infer_reduce<OpId::kProd>,
+                grad_reduce<OpId::kProd>, true);
   define_arg_reduce(r, OpId::kArgmax, "Index of the first maximum along an axis, in the input's dtype.",
                     infer_arg_reduce<OpId::kArgmax>);
   define_arg_reduce(r, OpId::kArgmin, "Index of the first minimum along an axis, in the input's dtype.",
@@ -128,6 +197,8 @@ void register_reduce_ops(OpRegistry& r) {
   OpDef& norm = define_unary(r, OpId::kNorm, "L1 or L2 norm of the elements over the given axes.");
   norm.infer = infer_norm;
   norm.parse_attrs = parse_attrs_as<NormAttrs>;
+  norm.grad = grad_reduce<OpId::kNorm>;
+  norm.grad_uses_outputs = true;
 
   r.alias("sum_axis", OpId::kSum);
   r.alias("max_axis", OpId::kMax);

@@ -7,6 +7,7 @@
 
 #include "frontend/invoke.h"
 #include "frontend/nd.h"
+#include "tests/frontend/grad_check.h"
 
 namespace kiln {
 namespace {
@@ -263,6 +264,31 @@ TEST_P(Linalg, ParsesMXNetAttributes) {
   EXPECT_EQ(c.to_vector<double>(), gemm(a.to_vector<double>(), b.to_vector<double>(), 1, 2, 3, 2, true, true));
   EXPECT_THROW(invoke1(OpId::kDot, {a, b}, dot.parse_attrs(dot.name, {{"forward_stype", "csr"}})), NotSupported);
   EXPECT_EQ(find_op("batch_dot"), &op_def(OpId::kBatchDot));
+}
+
+// Gradients through central differences in float64 (tests/frontend/grad_check.h).
+TEST_P(Linalg, Gradients) {
+  auto f64 = [&](const Shape& s) { return normal(s, DType::kFloat64); };
+  nd::random::seed(16);
+  for (bool ta : {false, true})
+    for (bool tb : {false, true}) {
+      SCOPED_TRACE(fmt::format("ta={} tb={}", ta, tb));
+      NDArray a = f64(ta ? Shape{4, 3} : Shape{3, 4}), b = f64(tb ? Shape{2, 4} : Shape{4, 2});
+      testing::check_gradients([&](std::span<const NDArray> x) { return nd::dot(x[0], x[1], ta, tb); }, {a, b});
+      NDArray a3 = f64(ta ? Shape{2, 4, 3} : Shape{2, 3, 4}), b3 = f64(tb ? Shape{2, 2, 4} : Shape{2, 4, 2});
+      testing::check_gradients([&](std::span<const NDArray> x) { return nd::batch_dot(x[0], x[1], ta, tb); }, {a3, b3});
+    }
+  auto dot = [](std::span<const NDArray> x) { return nd::dot(x[0], x[1]); };
+  testing::check_gradients(dot, {f64({4}), f64({4})});
+  testing::check_gradients(dot, {f64({3, 4}), f64({4})});
+  testing::check_gradients(dot, {f64({4}), f64({4, 2})});
+  testing::check_gradients(dot, {f64({2, 3, 4}), f64({4, 2})});
+  testing::check_gradients([](std::span<const NDArray> x) { return nd::dot(x[0], x[1], true, true); },
+                           {f64({4, 2, 3}), f64({2, 3, 4})});
+  // Only the gradient asked for is computed.
+  testing::check_gradients(dot, {f64({3, 4}), f64({4, 2})}, {.no_grad = {0}});
+  testing::check_gradients([](std::span<const NDArray> x) { return nd::matmul(x[0], x[1]); },
+                           {f64({2, 1, 3, 4}), f64({3, 4, 2})});
 }
 
 INSTANTIATE_TEST_SUITE_P(Cpu, Linalg, ::testing::Values(0, 1),

@@ -433,7 +433,7 @@ TEST(MatrixBackwardKernels, InferenceRejectsMismatchedOutGrad) {
 
 // Values are types; ops are inferred, not run. A "poisoned" value stands for a
 // forward input or output the OpDef says its gradient does not keep: reading
-// it fails the test.
+// it fails the test (input types come from GradArgs::input_types instead).
 class TypeBuilder final : public GradBuilder {
  public:
   GradValue add(const TensorType& t, bool poisoned = false) {
@@ -481,7 +481,7 @@ GradRun run_grad_fn(OpId op, const OpAttrs& attrs, const std::vector<TensorType>
   std::unique_ptr<bool[]> need(new bool[in.size()]);
   for (size_t i = 0; i < in.size(); ++i) need[i] = needs[i];
   std::vector<GradValue> grads(in.size());
-  GradArgs args{attrs, ins, outs, ogs, {need.get(), in.size()}};
+  GradArgs args{attrs, ins, outs, ogs, {need.get(), in.size()}, in};
   EXPECT_TRUE(def.differentiable && def.grad != nullptr) << def.name;
   def.grad(b, args, grads);
   GradRun r{{}, b.ops};

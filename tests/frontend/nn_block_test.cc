@@ -159,9 +159,8 @@ TEST(NnBlock, StableNamesAcrossInstances) {
     return net;
   };
   auto a = make(), b = make();
-  std::vector<std::string> want{"0.weight",        "0.bias",          "1.0.weight",      "1.0.bias",
-                                "1.1.weight",      "1.1.bias",        "2.hidden.weight", "2.hidden.bias",
-                                "2.output.weight", "2.output.bias"};
+  std::vector<std::string> want{"0.weight", "0.bias",          "1.0.weight",    "1.0.bias",        "1.1.weight",
+                                "1.1.bias", "2.hidden.weight", "2.hidden.bias", "2.output.weight", "2.output.bias"};
   EXPECT_EQ(a.collect_params().names(), want);
   EXPECT_EQ(b.collect_params().names(), want);
   EXPECT_FALSE(a.collect_params()["0.weight"] == b.collect_params()["0.weight"]);
@@ -257,10 +256,10 @@ TEST(NnBlock, HooksAndApply) {
   std::vector<std::string> calls;
   auto pre = net.register_forward_pre_hook(
       [&](nn::Block& b, std::span<const NDArray> in) { calls.push_back("pre " + b.type_name()); });
-  auto post = net[1].register_forward_hook([&](nn::Block& b, std::span<const NDArray> in,
-                                               std::span<const NDArray> out) {
-    calls.push_back(fmt::format("post {} {}", b.type_name(), out[0].shape().to_string()));
-  });
+  auto post =
+      net[1].register_forward_hook([&](nn::Block& b, std::span<const NDArray> in, std::span<const NDArray> out) {
+        calls.push_back(fmt::format("post {} {}", b.type_name(), out[0].shape().to_string()));
+      });
   net(nd::ones({4, 3}));
   EXPECT_EQ(calls, (std::vector<std::string>{"pre HybridSequential", "post Dense [4,1]"}));
   pre.detach();

@@ -41,8 +41,8 @@ std::string error_of(F&& f) {
 class TempDir {
  public:
   TempDir() {
-    path_ = fs::temp_directory_path() /
-            fmt::format("kiln_nn_params_{}_{}", ::getpid(), ::testing::UnitTest::GetInstance()->random_seed() + counter_++);
+    path_ = fs::temp_directory_path() / fmt::format("kiln_nn_params_{}_{}", ::getpid(),
+                                                    ::testing::UnitTest::GetInstance()->random_seed() + counter_++);
     fs::remove_all(path_);
     fs::create_directories(path_);
   }
@@ -141,9 +141,8 @@ TEST(NnParameter, RandomInitializersAreSeededAndScaled) {
 }
 
 TEST(NnParameter, CustomInitializerAndDtypes) {
-  init::Initializer halves("Halves", [](const Shape& s, ArrayOptions o, std::string_view) {
-    return nd::full(s, 0.5, o);
-  });
+  init::Initializer halves("Halves",
+                           [](const Shape& s, ArrayOptions o, std::string_view) { return nd::full(s, 0.5, o); });
   nn::Parameter p("weight", Shape{3}, {.dtype = DType::kFloat64});
   p.initialize(halves);
   EXPECT_EQ(p.data().dtype(), DType::kFloat64);
@@ -366,10 +365,10 @@ TEST(NnParamsFile, TruncatedAndCorruptFilesThrowIOError) {
   };
   EXPECT_CONTAINS(corrupt(0, uint64_t{0x113}), "not an MXNet NDArray-list file");
   EXPECT_CONTAINS(corrupt(16, uint64_t{1} << 60), "array count");
-  EXPECT_CONTAINS(corrupt(32, int32_t{9}), "9 dims");                     // ndim of record 0
-  EXPECT_CONTAINS(corrupt(36, int64_t{1} << 40), "truncated");           // a huge dim
+  EXPECT_CONTAINS(corrupt(32, int32_t{9}), "9 dims");           // ndim of record 0
+  EXPECT_CONTAINS(corrupt(36, int64_t{1} << 40), "truncated");  // a huge dim
   EXPECT_CONTAINS(corrupt(36, int64_t{-4}), "negative dim");
-  EXPECT_CONTAINS(corrupt(60, int32_t{99}), "dtype");                    // type flag of record 0
+  EXPECT_CONTAINS(corrupt(60, int32_t{99}), "dtype");  // type flag of record 0
   EXPECT_CONTAINS(corrupt(bytes.size() - 8 - 6 - 8 - 8 - 8, uint64_t{5}), "5 names for 2 arrays");
   EXPECT_CONTAINS(corrupt(bytes.size() - 8 - 6, uint64_t{1} << 50), "name 1");
   std::string sparse = bytes;
@@ -422,10 +421,10 @@ TEST(NnParamsFile, LoadParametersListsEveryProblem) {
   TempDir dir;
   std::string path = dir.file("bad.params");
   nn::save_ndarrays(path, {{"0.weight", nd::ones({4, 3})},
-                           {"0.bias", nd::ones({5})},                                      // mis-shaped
-                           {"1.bias", nd::ones({2}, {.dtype = DType::kFloat64})},         // wrong dtype
-                           {"2.weight", nd::ones({1})},                                   // extra
-                           {"extra.thing", nd::ones({1})}});                              // extra
+                           {"0.bias", nd::ones({5})},                              // mis-shaped
+                           {"1.bias", nd::ones({2}, {.dtype = DType::kFloat64})},  // wrong dtype
+                           {"2.weight", nd::ones({1})},                            // extra
+                           {"extra.thing", nd::ones({1})}});                       // extra
   auto net = small_net();
   std::string e = error_of<ValueError>([&] { net.load_parameters(path); });
   EXPECT_CONTAINS(e, path);

@@ -411,6 +411,35 @@ TEST_P(NN, AddNSumsEveryInput) {
   EXPECT_EQ(b.to_vector<float>(), (std::vector<float>{3, 3, 3}));
 }
 
+// MXNet's JSON attribute strings parse, and print back only what differs from the defaults.
+TEST(NNAttrs, ParseMxnetStringsAndPrintNonDefaults) {
+  auto parse = [](std::string_view op, const AttrMap& m) { return find_op(op)->parse_attrs(op, m); };
+  OpAttrs fc = parse("FullyConnected", {{"num_hidden", "10"}, {"no_bias", "True"}, {"flatten", "False"}});
+  EXPECT_EQ(fc.as<FullyConnectedAttrs>().num_hidden, 10);
+  EXPECT_TRUE(fc.as<FullyConnectedAttrs>().no_bias);
+  EXPECT_EQ(fc.to_strings(), (AttrMap{{"num_hidden", "10"}, {"no_bias", "True"}, {"flatten", "False"}}));
+  EXPECT_THROW(parse("FullyConnected", {{"no_bias", "True"}}), ValueError);  // num_hidden is required
+
+  EXPECT_EQ(parse("Activation", {{"act_type", "softrelu"}}).as<ActivationAttrs>().act_type, ActType::kSoftrelu);
+  EXPECT_THROW(parse("Activation", {{"act_type", "swish"}}), ValueError);
+  EXPECT_EQ(parse("LeakyReLU", {{"act_type", "gelu_erf"}}).as<LeakyReLUAttrs>().act_type, LeakyType::kGelu);
+  EXPECT_EQ(parse("LeakyReLU", {}).to_strings(), AttrMap{});
+
+  OpAttrs drop = parse("Dropout", {{"p", "0.3"}, {"mode", "always"}, {"axes", "()"}, {"cudnn_off", "False"}});
+  EXPECT_EQ(drop.as<DropoutAttrs>().mode, DropoutMode::kAlways);
+  EXPECT_EQ(drop.to_strings(), (AttrMap{{"p", "0.3"}, {"mode", "always"}}));
+
+  OpAttrs sm = parse("softmax", {{"axis", "1"}, {"temperature", "None"}, {"use_length", "False"}});
+  EXPECT_EQ(sm.as<SoftmaxAttrs>().axis, 1);
+  EXPECT_FALSE(sm.as<SoftmaxAttrs>().temperature.has_value());
+  EXPECT_EQ(parse("log_softmax", {{"temperature", "2.5"}}).as<SoftmaxAttrs>().temperature, 2.5);
+
+  OpAttrs pick = parse("pick", {{"axis", "0"}, {"mode", "wrap"}, {"keepdims", "True"}});
+  EXPECT_EQ(pick.as<PickAttrs>().axis, 0);
+  EXPECT_EQ(pick.as<PickAttrs>().mode, TakeMode::kWrap);
+  EXPECT_EQ(parse("ElementWiseSum", {{"num_args", "3"}}).as<AddNAttrs>().num_args, 3);
+}
+
 INSTANTIATE_TEST_SUITE_P(Devices, NN, ::testing::Values(0, 1),
                          [](const auto& info) { return fmt::format("cpu{}", info.param); });
 

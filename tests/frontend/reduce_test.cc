@@ -12,6 +12,7 @@
 #include "frontend/nd.h"
 #include "ir/ops/reduce.h"
 #include "runtime/engine.h"
+#include "tests/frontend/grad_check.h"
 
 namespace kiln {
 namespace {
@@ -404,6 +405,29 @@ TEST_P(Reduce, ParsesMXNetAttributes) {
   // Printing gives back MXNet's strings (only values that differ from the defaults).
   AttrMap printed = OpAttrs::make(ReduceAttrs{.axis = IntTuple{0, 2}, .keepdims = true}).to_strings();
   EXPECT_EQ(printed, (AttrMap{{"axis", "(0, 2)"}, {"keepdims", "True"}}));
+}
+
+// Gradients through central differences in float64 (tests/frontend/grad_check.h).
+TEST_P(Reduce, Gradients) {
+  std::vector<double> v(12);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = (i % 2 ? -1 : 1) * (0.5 + 0.09 * static_cast<double>((i * 7) % 12));
+  NDArray x = nd::array(v, {2, 3, 2}, dev());  // distinct values, none near 0
+  for (Kind k : kAllKinds)
+    for (const IntTuple& axes : {IntTuple{}, IntTuple{1}, IntTuple{0, -1}}) {
+      bool keepdims = axes.size() == 1;
+      SCOPED_TRACE(fmt::format("{} over ({}) keepdims {}", kind_name(k), fmt::join(axes, ","), keepdims));
+      testing::check_gradients([&](std::span<const NDArray> in) { return run(k, in[0], axes, keepdims); }, {x});
+    }
+  testing::check_gradients([&](std::span<const NDArray> in) { return nd::mean(in[0], {1}, false, true); }, {x});
+  // Tied maxima all receive the gradient (MXNet's rule): d/dx sum(max(x)) for x = [1, 1] is [1, 1].
+  NDArray t = nd::array(std::vector<double>{1, 1, 0}, dev());
+  t.attach_grad();
+  {
+    autograd::Record record;
+    NDArray y = nd::max(t);
+    autograd::backward({y});
+  }
+  EXPECT_EQ(t.grad().to_vector<double>(), (std::vector<double>{1, 1, 0}));
 }
 
 INSTANTIATE_TEST_SUITE_P(Cpu, Reduce, ::testing::Values(0, 1),
