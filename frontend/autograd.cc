@@ -78,7 +78,7 @@ void record(const OpDef& def, const OpAttrs& attrs, std::span<const NDArray> inp
   for (const NDArray& x : inputs) {
     node->inputs.push_back(x.requires_grad() ? Edge{x.ag_node(), x.ag_index()} : Edge{});
     node->input_types.push_back({x.shape(), x.dtype()});
-    if (def.grad_uses_inputs) node->saved_inputs.push_back(x.detach());
+    if (def.grad_uses_inputs) node->saved_inputs.push_back(x);
   }
   for (NDArray& y : outputs) {
     node->output_types.push_back({y.shape(), y.dtype()});
@@ -189,8 +189,12 @@ std::unordered_map<Node*, std::vector<NDArray>> run_backward(std::span<const NDA
     std::vector<NDArray>& out_grads = found->second;
     EagerGradBuilder b;
     std::vector<GradValue> in_vals, out_vals, og_vals;
-    for (const NDArray& x : node->saved_inputs) in_vals.push_back(b.add(x));
-    for (const NDArray& y : node->saved_outputs) out_vals.push_back(b.add(y));
+    for (const NDArray& x : node->saved_inputs) in_vals.push_back(b.add(create_graph ? x : x.detach()));
+    for (size_t k = 0; k < node->saved_outputs.size(); ++k) {
+      NDArray y = node->saved_outputs[k];
+      if (create_graph) y.set_ag_entry(node->shared_from_this(), static_cast<int>(k));
+      out_vals.push_back(b.add(std::move(y)));
+    }
     for (size_t k = 0; k < out_grads.size(); ++k) {
       // Outputs nobody used get zero gradients when a sibling output has one.
       NDArray g = out_grads[k].is_none()

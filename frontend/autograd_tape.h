@@ -16,12 +16,15 @@ struct Edge {
 };
 
 // One recorded op, or a leaf (def == nullptr) holding a gradient buffer.
-struct Node {
+struct Node : std::enable_shared_from_this<Node> {
   const OpDef* def = nullptr;
   OpAttrs attrs;
   bool is_train = false;
   std::vector<Edge> inputs;
-  std::vector<NDArray> saved_inputs;   // detached; empty unless def->grad_uses_inputs
+  // Inputs keep their tape entries (they point upstream: no cycle), so a
+  // backward with create_graph records through them. Outputs are detached
+  // (an entry would point back at this node) and re-attached on demand.
+  std::vector<NDArray> saved_inputs;   // empty unless def->grad_uses_inputs
   std::vector<NDArray> saved_outputs;  // detached; empty unless def->grad_uses_outputs
   std::vector<TensorType> input_types;
   std::vector<TensorType> output_types;

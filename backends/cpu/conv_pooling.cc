@@ -57,7 +57,7 @@ PoolProblem make_problem(const PoolingAttrs& a, const Shape& data, int threads) 
     p.pad_r.push_back(p.g.pad_r[i]);
   }
   for (const auto* d : {&p.src, &p.dst, &p.strides, &p.kernel, &p.pad_l, &p.pad_r}) dn::append_key(p.key, *d);
-  p.key += fmt::format("{}|{}", static_cast<int>(p.alg), threads);
+  p.key += fmt::format("{}|{}|{}", static_cast<int>(p.type), static_cast<int>(p.alg), threads);
   return p;
 }
 

@@ -39,7 +39,10 @@ void show_async() {
   engine::wait_all();
   double done = seconds_since(start);
   fmt::print("     the loop returned after   {:8.2f} ms\n", pushed * 1e3);
-  fmt::print("     results ready (wait_all)  {:8.2f} ms\n\n", done * 1e3);
+  fmt::print("     results ready (wait_all)  {:8.2f} ms\n", done * 1e3);
+  fmt::print("   (the loop itself waits only when more than {} MiB of outputs are pending:\n"
+             "    the engine's back-pressure, KILN_MAX_PENDING_MB)\n\n",
+             engine::get().max_pending_bytes() >> 20);
 }
 
 void show_blocking() {

@@ -3,6 +3,7 @@
 //   kiln info                     what this build and machine have
 //   kiln demo                     asynchronous execution and the profiler, in miniature
 //   kiln bench [PREFIX...]        benchmarks, one `name value unit` line per figure
+//   kiln train [--model ...]      train a model on Fashion-MNIST (the main job)
 //
 // A subcommand file defines add_<name>_command(CLI::App&), which adds the
 // subcommand and its callback; main lists them below. Errors from Kiln are
@@ -18,6 +19,7 @@ namespace kiln::cli {
 void add_info_command(CLI::App& app);   // info.cc
 void add_demo_command(CLI::App& app);   // demo.cc
 void add_bench_command(CLI::App& app);  // bench.cc
+void add_train_command(CLI::App& app);  // train.cc
 }  // namespace kiln::cli
 
 int main(int argc, char** argv) {
@@ -27,6 +29,7 @@ int main(int argc, char** argv) {
   kiln::cli::add_info_command(app);
   kiln::cli::add_demo_command(app);
   kiln::cli::add_bench_command(app);
+  kiln::cli::add_train_command(app);
   try {
     app.parse(argc, argv);  // runs the chosen subcommand's callback
   } catch (const CLI::ParseError& e) {

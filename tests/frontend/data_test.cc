@@ -80,10 +80,10 @@ TEST(FashionMNIST, CorruptFilesGiveClearErrors) {
   IdxFiles files("corrupt", 5, false);
   EXPECT_NE(error_of([&] { FashionMNIST(files.dir.string() + "/missing", files.labels); }).find("cannot open"),
             std::string::npos);
-  // Wrong magic: swap the files.
-  std::string msg = error_of([&] { FashionMNIST(files.labels, files.images); });
+  // Wrong magic: an images file where the labels belong.
+  std::string msg = error_of([&] { FashionMNIST(files.images, files.images); });
   EXPECT_NE(msg.find("magic"), std::string::npos) << msg;
-  EXPECT_NE(msg.find(files.labels), std::string::npos) << msg;
+  EXPECT_NE(msg.find(files.images), std::string::npos) << msg;
   // Truncated images.
   fs::resize_file(files.images, 16 + 784 * 3);
   msg = error_of([&] { FashionMNIST(files.images, files.labels); });

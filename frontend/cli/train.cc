@@ -1,0 +1,78 @@
+// kiln train: the main job, training a model on Fashion-MNIST.
+//
+//   kiln train --model lenet --epochs 10 --batch-size 256 --lr 0.2 --devices cpu:0 --seed 0
+//
+// Prints per epoch: loss, train accuracy, test accuracy, seconds, images/s; a
+// progress bar while an epoch runs on a terminal (nothing on pipes); --log
+// writes one JSON object per epoch; --save writes PREFIX.params at the end.
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <memory>
+
+#include "ir/device.h"
+#include "models/fashion_mnist_job.h"
+
+namespace kiln::cli {
+namespace {
+
+void draw_progress(int epoch, int64_t done, int64_t total) {
+  constexpr int kWidth = 30;
+  int filled = static_cast<int>(kWidth * done / std::max<int64_t>(total, 1));
+  std::fprintf(stderr, "\repoch %d [%.*s%*s] %lld/%lld", epoch, filled, "##############################",
+               kWidth - filled, "", static_cast<long long>(done), static_cast<long long>(total));
+  if (done == total) std::fprintf(stderr, "\r%*s\r", kWidth + 40, "");
+  std::fflush(stderr);
+}
+
+}  // namespace
+
+void add_train_command(CLI::App& app) {
+  auto cfg = std::make_shared<models::TrainConfig>();
+  auto devices = std::make_shared<std::string>("cpu:0");
+  CLI::App* cmd = app.add_subcommand("train", "Train a model on Fashion-MNIST");
+  cmd->add_option("--model", cfg->model, "mlp, lenet, resnet18")->capture_default_str();
+  cmd->add_option("--epochs", cfg->epochs, "Passes over the training set")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--batch-size", cfg->batch_size, "Images per step")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--lr", cfg->lr, "SGD learning rate")->capture_default_str();
+  cmd->add_option("--momentum", cfg->momentum, "SGD momentum")->capture_default_str();
+  cmd->add_option("--wd", cfg->wd, "Weight decay")->capture_default_str();
+  cmd->add_option("--devices", *devices, "Comma-separated devices, e.g. cpu:0")->capture_default_str();
+  cmd->add_option("--seed", cfg->seed, "Seed for initialization and shuffling")->capture_default_str();
+  cmd->add_option("--data", cfg->data_dir, "Directory with the Fashion-MNIST IDX files");
+  cmd->add_option("--train-limit", cfg->train_limit, "Train on the first N images only");
+  cmd->add_option("--test-limit", cfg->test_limit, "Evaluate on the first N test images only");
+  cmd->add_option("--log", cfg->log_path, "Write one JSON object per epoch to FILE");
+  cmd->add_option("--save", cfg->save_prefix, "Write the parameters to PREFIX.params at the end");
+  cmd->add_flag("--hybridize", cfg->hybridize, "Train through the compiled path (issue 4)");
+  cmd->callback([cfg, devices] {
+    cfg->devices.clear();
+    std::string_view rest = *devices;
+    while (!rest.empty()) {
+      size_t comma = rest.find(',');
+      cfg->devices.push_back(parse_device(rest.substr(0, comma)));
+      rest = comma == std::string_view::npos ? "" : rest.substr(comma + 1);
+    }
+    bool tty = isatty(STDERR_FILENO) != 0;
+    int epoch = 1;
+    std::printf("training %s on Fashion-MNIST: %d epochs, batch %lld, lr %g, %s\n", cfg->model.c_str(), cfg->epochs,
+                static_cast<long long>(cfg->batch_size), cfg->lr, devices->c_str());
+    std::printf("%5s %8s %9s %8s %8s %10s\n", "epoch", "loss", "train acc", "test acc", "sec", "img/s");
+    std::fflush(stdout);
+    models::train_fashion_mnist(
+        *cfg,
+        [&](const models::EpochStats& s) {
+          std::printf("%5d %8.4f %9.4f %8.4f %8.1f %10.0f\n", s.epoch, s.loss, s.train_acc, s.test_acc, s.seconds,
+                      s.images_per_sec);
+          std::fflush(stdout);
+          ++epoch;
+        },
+        [&](int64_t done, int64_t total) {
+          if (tty) draw_progress(epoch, done, total);
+        });
+    if (!cfg->save_prefix.empty()) std::printf("parameters written to %s.params\n", cfg->save_prefix.c_str());
+  });
+}
+
+}  // namespace kiln::cli
