@@ -195,10 +195,13 @@ std::unordered_map<Node*, std::vector<NDArray>> run_backward(std::span<const NDA
       if (create_graph) y.set_ag_entry(node->shared_from_this(), static_cast<int>(k));
       out_vals.push_back(b.add(std::move(y)));
     }
+    Device device = heads[0].device();
+    for (const NDArray& g : out_grads)
+      if (!g.is_none()) device = g.device();
     for (size_t k = 0; k < out_grads.size(); ++k) {
       // Outputs nobody used get zero gradients when a sibling output has one.
       NDArray g = out_grads[k].is_none()
-                      ? nd::zeros(node->output_types[k].shape, {node->output_types[k].dtype, heads[0].device()})
+                      ? nd::zeros(node->output_types[k].shape, {node->output_types[k].dtype, device})
                       : out_grads[k];
       og_vals.push_back(b.add(g));
     }

@@ -5,6 +5,7 @@
 #include <unordered_map>
 
 #include "frontend/invoke.h"
+#include "frontend/nd_nn.h"
 #include "ir/ops/init.h"
 
 namespace kiln::nd {
@@ -113,6 +114,7 @@ void seed(uint64_t s) {
   std::lock_guard lock(st.mu);
   st.global_seed = s;
   st.state.clear();
+  nd::dropout_seed(s);  // Dropout masks follow the same seed
 }
 
 void seed(uint64_t s, Device device) {

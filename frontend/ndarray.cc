@@ -42,9 +42,13 @@ void NDArray::wait_to_read() const {
 }
 
 void NDArray::wait_to_write() const {
-  // The engine's wait_for_var waits for every pending op on the variable,
-  // readers included.
-  wait_to_read();
+  check_not_none("wait_to_write");
+  // wait_for_var waits for pending writes only; a no-op that reads and writes
+  // the variable orders after every pending reader too (and, reading it,
+  // keeps any poison rather than clearing it).
+  engine::Var* v = chunk_->var;
+  engine::get().push([](engine::RunContext) {}, {v}, {v}, {.device = device(), .name = "wait_to_write"});
+  engine::get().wait_for_var(v);
 }
 
 namespace {

@@ -79,7 +79,12 @@ std::string print_attr(double v) {
   return std::string(buf, p);
 }
 
-std::string print_attr(float v) { return print_attr(static_cast<double>(v)); }
+std::string print_attr(float v) {
+  if (std::isinf(v) || std::isnan(v)) return print_attr(static_cast<double>(v));
+  char buf[32];
+  auto [p, ec] = std::to_chars(buf, buf + sizeof buf, v);  // shortest text that round-trips as float
+  return std::string(buf, p);
+}
 std::string print_attr(const std::string& v) { return v; }
 std::string print_attr(DType v) { return std::string(dtype_name(v)); }
 std::string print_attr(const Shape& v) { return v.to_mxnet_string(); }

@@ -20,8 +20,9 @@
 //
 // Errors: an operation that throws poisons every variable it writes with the
 // exception (its message prefixed with the op name and device). An operation
-// that reads or writes a poisoned variable does not run; its written variables
-// inherit the error. `wait_for_var` rethrows a variable's error; `wait_all`
+// that reads a poisoned variable (a variable it both reads and writes counts
+// as read) does not run; its written variables inherit the error. A pure write
+// to a poisoned variable runs. `wait_for_var` rethrows a variable's error; `wait_all`
 // rethrows the first error raised since the previous `wait_all` and clears that
 // record. A write whose inputs are all clean and that succeeds clears the
 // poison of the variables it writes. Unrelated work is unaffected.

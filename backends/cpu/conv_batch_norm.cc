@@ -10,7 +10,12 @@
 // moving statistics and copies them to outputs 1 and 2, so the backward op
 // always finds the statistics the forward used in its (mean, var) inputs and
 // only needs the mode, which it reads from its own call's is_train.
-// fix_gamma runs the primitives without a scale (gamma = 1); d_gamma is 0.
+// fix_gamma passes a scale of ones; d_gamma is 0.
+//
+// oneDNN 2.6's backward primitive fails at execution when given separate
+// scale and shift (use_scale | use_shift with DNNL_ARG_DIFF_SHIFT), so both
+// directions use the packed [2, C] scale-shift form, copied per call (C floats).
+#include <algorithm>
 #include <cstring>
 
 #include "backends/cpu/onednn_util.h"
@@ -26,23 +31,25 @@ using dnnl::normalization_flags;
 
 struct NormProblem {
   memory::desc data;
-  normalization_flags flags = normalization_flags::use_shift;
+  normalization_flags flags = normalization_flags::use_scale_shift;
   float eps = 0;
   bool train = false;
-  std::string key;
+  int64_t work = 0;
+  std::string key;  // everything above
 };
 
-NormProblem make_problem(const BatchNormAttrs& a, const Shape& data, bool is_train, int threads) {
+NormProblem make_problem(const BatchNormAttrs& a, const Shape& data, bool is_train) {
   BatchNormDims d = batch_norm_dims(a, data);
   NormProblem p;
-  memory::dims dims{d.outer, d.channels, d.inner};
+  // 4-D (nchw) rather than 3-D: oneDNN's vectorized plain-layout kernel takes nchw, not ncw.
+  memory::dims dims{d.outer, d.channels, d.inner, 1};
   p.data = dn::plain_desc(dims);
   p.train = is_train && !a.use_global_stats;
-  if (!a.fix_gamma) p.flags |= normalization_flags::use_scale;
   if (!p.train) p.flags |= normalization_flags::use_global_stats;
   p.eps = static_cast<float>(a.eps);
   dn::append_key(p.key, dims);
-  p.key += fmt::format("{}|{}|{}", static_cast<unsigned>(p.flags), p.eps, threads);
+  p.key += fmt::format("{}|{}|", static_cast<unsigned>(p.flags), p.eps);
+  p.work = 4 * data.size();
   return p;
 }
 
@@ -74,12 +81,13 @@ BackwardPlan make_backward_plan(const NormProblem& p) {
 }
 
 memory::desc vector_desc(const NormProblem& p) { return dn::plain_desc({p.data.dims()[1]}); }
+memory::desc scale_shift_desc(const NormProblem& p) { return dn::plain_desc({2, p.data.dims()[1]}); }
 
 // (data, gamma, beta, moving_mean, moving_var) -> (out, mean, var)
 void batch_norm_forward(const KernelContext& ctx, std::span<const TensorView> in, std::span<const TensorView> out) {
   const auto& a = ctx.attrs.as<BatchNormAttrs>();
-  dn::Call call(ctx.run);
-  NormProblem p = make_problem(a, in[0].shape, ctx.is_train, call.threads());
+  NormProblem p = make_problem(a, in[0].shape, ctx.is_train);
+  dn::Call call(ctx.run, p.work);
   const int64_t channels = p.data.dims()[1];
   float* moving_mean = in[3].ptr<float>();
   float* moving_var = in[4].ptr<float>();
@@ -90,15 +98,19 @@ void batch_norm_forward(const KernelContext& ctx, std::span<const TensorView> in
     std::memcpy(var, moving_var, out[2].bytes());
   }
   if (in[0].size() > 0) {
-    auto plan = dn::cached<ForwardPlan>("bnorm_fwd|" + p.key, [&] { return make_forward_plan(p); });
+    auto plan = dn::cached<ForwardPlan>(fmt::format("bnorm_fwd|{}{}", p.key, call.threads()), [&] { return make_forward_plan(p); });
     memory::desc vec = vector_desc(p);
-    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, call.wrap(p.data, in[0].data)},
-                                         {DNNL_ARG_DST, call.wrap(p.data, out[0].data)},
-                                         {DNNL_ARG_MEAN, call.wrap(vec, mean)},
-                                         {DNNL_ARG_VARIANCE, call.wrap(vec, var)},
-                                         {DNNL_ARG_SHIFT, call.wrap(vec, in[2].data)}};
-    if (!a.fix_gamma) args.emplace(DNNL_ARG_SCALE, call.wrap(vec, in[1].data));
-    call.run(plan->prim, plan->scratchpad, std::move(args));
+    memory scale_shift = call.temp(scale_shift_desc(p));
+    float* ss = static_cast<float*>(scale_shift.get_data_handle());
+    if (a.fix_gamma) std::fill(ss, ss + channels, 1.0f);
+    else std::memcpy(ss, in[1].data, in[1].bytes());
+    std::memcpy(ss + channels, in[2].data, in[2].bytes());
+    call.run(plan->prim, plan->scratchpad,
+             {{DNNL_ARG_SRC, call.wrap(p.data, in[0].data)},
+              {DNNL_ARG_DST, call.wrap(p.data, out[0].data)},
+              {DNNL_ARG_MEAN, call.wrap(vec, mean)},
+              {DNNL_ARG_VARIANCE, call.wrap(vec, var)},
+              {DNNL_ARG_SCALE_SHIFT, scale_shift}});
     call.finish();
   } else if (p.train) {  // no samples: statistics of an empty batch
     std::fill(mean, mean + channels, 0.0f);
@@ -122,24 +134,29 @@ void batch_norm_backward(const KernelContext& ctx, std::span<const TensorView> i
       if (t.size() > 0) std::memset(t.data, 0, t.bytes());
     return;
   }
-  dn::Call call(ctx.run);
-  NormProblem p = make_problem(a, in[1].shape, ctx.is_train, call.threads());
-  auto plan = dn::cached<BackwardPlan>("bnorm_bwd|" + p.key, [&] { return make_backward_plan(p); });
+  NormProblem p = make_problem(a, in[1].shape, ctx.is_train);
+  dn::Call call(ctx.run, p.work);
+  auto plan = dn::cached<BackwardPlan>(fmt::format("bnorm_bwd|{}{}", p.key, call.threads()), [&] { return make_backward_plan(p); });
   memory::desc vec = vector_desc(p);
-  std::unordered_map<int, memory> args{{DNNL_ARG_DIFF_DST, call.wrap(p.data, in[0].data)},
-                                       {DNNL_ARG_SRC, call.wrap(p.data, in[1].data)},
-                                       {DNNL_ARG_MEAN, call.wrap(vec, in[3].data)},
-                                       {DNNL_ARG_VARIANCE, call.wrap(vec, in[4].data)},
-                                       {DNNL_ARG_DIFF_SRC, call.wrap(p.data, out[0].data)},
-                                       {DNNL_ARG_DIFF_SHIFT, call.wrap(vec, out[2].data)}};
-  if (a.fix_gamma) {
-    std::memset(out[1].data, 0, out[1].bytes());
-  } else {
-    args.emplace(DNNL_ARG_SCALE, call.wrap(vec, in[2].data));
-    args.emplace(DNNL_ARG_DIFF_SCALE, call.wrap(vec, out[1].data));
-  }
-  call.run(plan->prim, plan->scratchpad, std::move(args));
+  const int64_t channels = p.data.dims()[1];
+  memory scale_shift = call.temp(scale_shift_desc(p)), diff_scale_shift = call.temp(scale_shift_desc(p));
+  float* ss = static_cast<float*>(scale_shift.get_data_handle());
+  if (a.fix_gamma) std::fill(ss, ss + channels, 1.0f);
+  else std::memcpy(ss, in[2].data, in[2].bytes());
+  std::fill(ss + channels, ss + 2 * channels, 0.0f);  // the shift does not enter the backward
+  call.run(plan->prim, plan->scratchpad,
+           {{DNNL_ARG_DIFF_DST, call.wrap(p.data, in[0].data)},
+            {DNNL_ARG_SRC, call.wrap(p.data, in[1].data)},
+            {DNNL_ARG_MEAN, call.wrap(vec, in[3].data)},
+            {DNNL_ARG_VARIANCE, call.wrap(vec, in[4].data)},
+            {DNNL_ARG_SCALE_SHIFT, scale_shift},
+            {DNNL_ARG_DIFF_SRC, call.wrap(p.data, out[0].data)},
+            {DNNL_ARG_DIFF_SCALE_SHIFT, diff_scale_shift}});
   call.finish();
+  const float* dss = static_cast<const float*>(diff_scale_shift.get_data_handle());
+  if (a.fix_gamma) std::memset(out[1].data, 0, out[1].bytes());
+  else std::memcpy(out[1].data, dss, out[1].bytes());
+  std::memcpy(out[2].data, dss + channels, out[2].bytes());
 }
 
 }  // namespace

@@ -27,7 +27,8 @@ using dnnl::memory;
 struct ConvProblem {
   memory::dims src, weights, bias, dst, strides, dilates, pad_l, pad_r;
   bool has_bias = false;
-  std::string key;  // everything above plus the thread count
+  int64_t macs = 0;  // multiply-adds
+  std::string key;   // everything above
 
   dnnl::convolution_forward::desc forward_desc() const {
     auto s = dn::any_desc(src), w = dn::any_desc(weights), d = dn::any_desc(dst);
@@ -39,7 +40,7 @@ struct ConvProblem {
   }
 };
 
-ConvProblem make_problem(const ConvolutionAttrs& a, const Shape& data, int threads) {
+ConvProblem make_problem(const ConvolutionAttrs& a, const Shape& data) {
   WindowGeometry g = convolution_geometry(a, data);
   ConvProblem p;
   p.src = dn::to_dims(data);
@@ -58,7 +59,8 @@ ConvProblem make_problem(const ConvolutionAttrs& a, const Shape& data, int threa
   if (p.has_bias) p.bias = {a.num_filter};
   for (const auto* d : {&p.src, &p.weights, &p.dst, &p.strides, &p.dilates, &p.pad_l, &p.pad_r})
     dn::append_key(p.key, *d);
-  p.key += fmt::format("{}|{}", p.has_bias, threads);
+  p.key += p.has_bias ? "bias|" : "|";
+  p.macs = g.out_shape(data[0], a.num_filter).size() * (data[1] / a.num_group) * g.kernel_size();
   return p;
 }
 
@@ -143,9 +145,9 @@ void zero_outputs(std::span<const TensorView> out) {
 void convolution_forward(const KernelContext& ctx, std::span<const TensorView> in, std::span<const TensorView> out) {
   if (any_empty(in, out)) return zero_outputs(out);
   const auto& a = ctx.attrs.as<ConvolutionAttrs>();
-  dn::Call call(ctx.run);
-  ConvProblem p = make_problem(a, in[0].shape, call.threads());
-  auto plan = dn::cached<ForwardPlan>("conv_fwd|" + p.key, [&] { return make_forward_plan(p); });
+  ConvProblem p = make_problem(a, in[0].shape);
+  dn::Call call(ctx.run, p.macs);
+  auto plan = dn::cached<ForwardPlan>(fmt::format("conv_fwd|{}{}", p.key, call.threads()), [&] { return make_forward_plan(p); });
   std::unordered_map<int, memory> args{{DNNL_ARG_SRC, call.in(plan->src, in[0].data)},
                                        {DNNL_ARG_WEIGHTS, call.in(plan->weights, in[1].data)},
                                        {DNNL_ARG_DST, call.out(plan->dst, out[0].data)}};
@@ -159,9 +161,9 @@ void convolution_backward_data(const KernelContext& ctx, std::span<const TensorV
                                std::span<const TensorView> out) {
   if (any_empty(in, out)) return zero_outputs(out);
   const auto& a = ctx.attrs.as<ConvolutionBackwardDataAttrs>();
-  dn::Call call(ctx.run);
-  ConvProblem p = make_problem(a, a.data_shape, call.threads());
-  auto plan = dn::cached<BackwardDataPlan>("conv_bwd_data|" + p.key, [&] { return make_backward_data_plan(p); });
+  ConvProblem p = make_problem(a, a.data_shape);
+  dn::Call call(ctx.run, p.macs);
+  auto plan = dn::cached<BackwardDataPlan>(fmt::format("conv_bwd_data|{}{}", p.key, call.threads()), [&] { return make_backward_data_plan(p); });
   call.run(plan->prim, plan->scratchpad,
            {{DNNL_ARG_DIFF_DST, call.in(plan->diff_dst, in[0].data)},
             {DNNL_ARG_WEIGHTS, call.in(plan->weights, in[1].data)},
@@ -175,10 +177,9 @@ void convolution_backward_weight(const KernelContext& ctx, std::span<const Tenso
   if (any_empty(in, out)) return zero_outputs(out);
   ConvolutionAttrs a = ctx.attrs.as<ConvolutionAttrs>();
   a.no_bias = true;  // the bias gradient is a `sum` in the GradFn
-  dn::Call call(ctx.run);
-  ConvProblem p = make_problem(a, in[1].shape, call.threads());
-  auto plan =
-      dn::cached<BackwardWeightsPlan>("conv_bwd_weights|" + p.key, [&] { return make_backward_weights_plan(p); });
+  ConvProblem p = make_problem(a, in[1].shape);
+  dn::Call call(ctx.run, p.macs);
+  auto plan = dn::cached<BackwardWeightsPlan>(fmt::format("conv_bwd_weights|{}{}", p.key, call.threads()), [&] { return make_backward_weights_plan(p); });
   call.run(plan->prim, plan->scratchpad,
            {{DNNL_ARG_SRC, call.in(plan->src, in[1].data)},
             {DNNL_ARG_DIFF_DST, call.in(plan->diff_dst, in[0].data)},

@@ -34,10 +34,11 @@ struct PoolProblem {
   PoolType type = PoolType::kMax;
   dnnl::algorithm alg = dnnl::algorithm::pooling_max;
   memory::dims src, dst, strides, kernel, pad_l, pad_r;
-  std::string key;
+  int64_t work = 0;
+  std::string key;  // everything above
 };
 
-PoolProblem make_problem(const PoolingAttrs& a, const Shape& data, int threads) {
+PoolProblem make_problem(const PoolingAttrs& a, const Shape& data) {
   PoolProblem p;
   p.g = pooling_geometry(a, data);
   p.type = pool_type(a);
@@ -57,7 +58,8 @@ PoolProblem make_problem(const PoolingAttrs& a, const Shape& data, int threads) 
     p.pad_r.push_back(p.g.pad_r[i]);
   }
   for (const auto* d : {&p.src, &p.dst, &p.strides, &p.kernel, &p.pad_l, &p.pad_r}) dn::append_key(p.key, *d);
-  p.key += fmt::format("{}|{}|{}", static_cast<int>(p.type), static_cast<int>(p.alg), threads);
+  p.key += fmt::format("{}|{}|", static_cast<int>(p.type), static_cast<int>(p.alg));
+  p.work = data.size() + p.g.out_shape(data[0], data[1]).size() * p.g.kernel_size();
   return p;
 }
 
@@ -162,9 +164,9 @@ BackwardPlan make_backward_plan(const PoolProblem& p) {
 // (data) -> out
 void pooling_forward(const KernelContext& ctx, std::span<const TensorView> in, std::span<const TensorView> out) {
   if (out[0].size() == 0) return;
-  dn::Call call(ctx.run);
-  PoolProblem p = make_problem(ctx.attrs.as<PoolingAttrs>(), in[0].shape, call.threads());
-  auto plan = dn::cached<ForwardPlan>("pool_fwd|" + p.key, [&] { return make_forward_plan(p); });
+  PoolProblem p = make_problem(ctx.attrs.as<PoolingAttrs>(), in[0].shape);
+  dn::Call call(ctx.run, p.work);
+  auto plan = dn::cached<ForwardPlan>(fmt::format("pool_fwd|{}{}", p.key, call.threads()), [&] { return make_forward_plan(p); });
   call.run(plan->prim, plan->scratchpad,
            {{DNNL_ARG_SRC, call.wrap(dn::plain_desc(p.src), in[0].data)},
             {DNNL_ARG_DST, call.wrap(dn::plain_desc(p.dst), out[0].data)}});
@@ -182,9 +184,9 @@ void pooling_backward(const KernelContext& ctx, std::span<const TensorView> in, 
     std::memset(out[0].data, 0, out[0].bytes());
     return;
   }
-  dn::Call call(ctx.run);
-  PoolProblem p = make_problem(ctx.attrs.as<PoolingAttrs>(), in[1].shape, call.threads());
-  auto plan = dn::cached<BackwardPlan>("pool_bwd|" + p.key, [&] { return make_backward_plan(p); });
+  PoolProblem p = make_problem(ctx.attrs.as<PoolingAttrs>(), in[1].shape);
+  dn::Call call(ctx.run, p.work);
+  auto plan = dn::cached<BackwardPlan>(fmt::format("pool_bwd|{}{}", p.key, call.threads()), [&] { return make_backward_plan(p); });
   const memory::desc src = dn::plain_desc(p.src), dst = dn::plain_desc(p.dst);
   std::unordered_map<int, memory> args{{DNNL_ARG_DIFF_SRC, call.wrap(src, out[0].data)}};
   if (p.type == PoolType::kMax) {

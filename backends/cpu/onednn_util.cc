@@ -87,7 +87,8 @@ Conversion::Conversion(const memory::desc& from_desc, const memory::desc& to_des
   if (from != to) reorder.emplace(dnnl::reorder::primitive_desc(engine(), from, engine(), to));
 }
 
-Call::Call(const engine::RunContext& run) : run_(run), threads_(std::max(1, run.num_threads)) {
+Call::Call(const engine::RunContext& run, int64_t work)
+    : run_(run), threads_(work < kParallelWork ? 1 : std::max(1, run.num_threads)) {
   omp_set_num_threads(threads_);
 }
 

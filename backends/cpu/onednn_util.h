@@ -80,10 +80,17 @@ struct Conversion {
   Conversion(const memory::desc& from, const memory::desc& to);
 };
 
+// Below this much work (multiply-adds, or elements times window size) a
+// call runs on one thread: waking OpenMP workers costs microseconds on an idle
+// machine and milliseconds on a busy one, more than small problems take.
+inline constexpr int64_t kParallelWork = 0;
+
 // One kernel call: thread count, temporaries, pending output reorders.
+// Conversions and primitives passed in must outlive finish().
 class Call {
  public:
-  explicit Call(const engine::RunContext& run);
+  // Uses run.num_threads threads, or one when `work` < kParallelWork.
+  Call(const engine::RunContext& run, int64_t work);
   ~Call();
   Call(const Call&) = delete;
   Call& operator=(const Call&) = delete;

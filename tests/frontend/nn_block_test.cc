@@ -145,9 +145,12 @@ TEST(NnBlock, DeferredInitialization) {
   EXPECT_EQ(d.to_string(), "Dense(6 -> 4, linear)");
 
   // A later input of another size does not fit the inferred weight.
-  std::string e3 = error_of<ShapeError>([&] { net(nd::ones({2, 5})); });
-  EXPECT_CONTAINS(e3, "Dense '0'");
-  EXPECT_CONTAINS(e3, "FullyConnected");
+  for (int repeat = 0; repeat < 2; ++repeat) {  // every failing call names the block, once
+    std::string e3 = error_of<ShapeError>([&] { net(nd::ones({2, 5})); });
+    EXPECT_EQ(e3.rfind("Dense '0': ", 0), 0u) << e3;
+    EXPECT_EQ(e3.find("Dense '0'", 1), std::string::npos) << e3;
+    EXPECT_CONTAINS(e3, "FullyConnected");
+  }
 }
 
 TEST(NnBlock, StableNamesAcrossInstances) {
