@@ -105,6 +105,10 @@ std::unique_ptr<Engine> create(Kind kind) {
 // are torn down, and destroying the engine from a static destructor would
 // race with them. Instead an atexit handler waits for the pending operations
 // (dropping their errors); the idle workers then die with the process.
+// That handler is a fallback only: it runs after the static objects created
+// later than the engine (oneDNN builds some lazily) are destroyed, so a kernel
+// still queued then may crash. Programs call wait_all() before leaving main();
+// the kiln program and the test main do.
 Engine& get() {
   static Engine* const engine = [] {
     profiler::init_from_env();

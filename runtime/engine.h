@@ -118,7 +118,9 @@ std::unique_ptr<Engine> create(Kind kind);
 // by default) on first use.
 Engine& get();
 
-// Shorthand for get().wait_all().
+// Shorthand for get().wait_all(). Call it before returning from main(): work
+// still queued when exit() starts may run after the libraries it uses have
+// torn down their static objects.
 void wait_all();
 
 }  // namespace kiln::engine

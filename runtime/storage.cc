@@ -124,7 +124,9 @@ std::unique_ptr<Pool> make_cuda_pool(Device device);  // backends/cuda, or throw
 
 Pool& pool(Device device) {
   static std::array<std::array<std::once_flag, kMaxDevicesPerKind>, kNumDeviceKinds> once;
-  static std::array<std::array<std::unique_ptr<Pool>, kMaxDevicesPerKind>, kNumDeviceKinds> pools;
+  // Leaked: operations the engine finishes during exit() still allocate and free.
+  using Pools = std::array<std::array<std::unique_ptr<Pool>, kMaxDevicesPerKind>, kNumDeviceKinds>;
+  static Pools& pools = *new Pools;
   check_device(device);
   auto k = static_cast<size_t>(device.kind);
   auto i = static_cast<size_t>(device.id);

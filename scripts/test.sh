@@ -27,10 +27,7 @@ fi
 
 echo "== Tests (build/)"
 rc=0
-# --repeat until-pass:3: an intermittent crash inside oneDNN primitive creation
-# (about 1 run in 60 of a test that creates a primitive) is an open bug; see
-# the issue notes. A test that fails three times in a row still fails CI.
-ctest --test-dir build -j2 --output-on-failure --no-tests=error --repeat until-pass:3 || rc=$?
+ctest --test-dir build -j2 --output-on-failure --no-tests=error || rc=$?
 
 echo "test.sh: finished in $((SECONDS - start)) s"
 if [[ $tsan_rc -ne 0 ]]; then

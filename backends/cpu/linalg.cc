@@ -27,6 +27,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "backends/cpu/onednn_util.h"
 #include "backends/cpu/parallel.h"
 #include "ir/ops/linalg.h"
 #include "runtime/kernel.h"
@@ -65,10 +66,7 @@ struct MatmulPlan {
   size_t scratchpad_bytes = 0;
 };
 
-const dnnl::engine& cpu_engine() {
-  static const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
-  return engine;
-}
+const dnnl::engine& cpu_engine() { return cpu::onednn::engine(); }
 
 dnnl::memory::desc matrix_desc(const MatmulKey& key, int64_t rows, int64_t cols, bool transposed) {
   using dims = dnnl::memory::dims;
@@ -95,8 +93,9 @@ std::shared_ptr<const MatmulPlan> create_plan(const MatmulKey& key) {
 }
 
 std::shared_ptr<const MatmulPlan> find_plan(const MatmulKey& key) {
-  static std::mutex mutex;
-  static std::unordered_map<MatmulKey, std::shared_ptr<const MatmulPlan>, MatmulKeyHash> cache;
+  // Leaked: operations finishing during exit() still look plans up.
+  static std::mutex& mutex = *new std::mutex;
+  static auto& cache = *new std::unordered_map<MatmulKey, std::shared_ptr<const MatmulPlan>, MatmulKeyHash>;
   {
     std::lock_guard lock(mutex);
     auto it = cache.find(key);

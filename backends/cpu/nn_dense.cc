@@ -34,7 +34,7 @@ void add_bias(int threads, T* out, const T* bias, int64_t m, int64_t n) {
 
 void fully_connected_kernel(const KernelContext& ctx, std::span<const TensorView> in, std::span<const TensorView> out) {
   static const KernelFn dot_kernel = find_kernel(op_def(OpId::kDot), Device::cpu(0));
-  static const OpAttrs dot_nt = OpAttrs::make(DotAttrs{.transpose_b = true});
+  static const OpAttrs& dot_nt = *new OpAttrs(OpAttrs::make(DotAttrs{.transpose_b = true}));  // leaked: used during exit()
   const auto& a = ctx.attrs.as<FullyConnectedAttrs>();
   FullyConnectedDims d = fully_connected_dims(in[0].shape, in[1].shape, a);
   const TensorView operands[] = {{in[0].data, Shape{d.m, d.k}, in[0].dtype},

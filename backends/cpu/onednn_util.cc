@@ -9,9 +9,11 @@
 
 namespace kiln::cpu::onednn {
 
+// Leaked, like the engine and the storage pools: operations still running when
+// exit() tears down static objects must find it alive.
 const dnnl::engine& engine() {
-  static const dnnl::engine e(dnnl::engine::kind::cpu, 0);
-  return e;
+  static const dnnl::engine* const e = new dnnl::engine(dnnl::engine::kind::cpu, 0);
+  return *e;
 }
 
 namespace {

@@ -83,7 +83,7 @@ struct Conversion {
 // Below this much work (multiply-adds, or elements times window size) a
 // call runs on one thread: waking OpenMP workers costs microseconds on an idle
 // machine and milliseconds on a busy one, more than small problems take.
-inline constexpr int64_t kParallelWork = 0;
+inline constexpr int64_t kParallelWork = 1 << 20;
 
 // One kernel call: thread count, temporaries, pending output reorders.
 // Conversions and primitives passed in must outlive finish().

@@ -14,6 +14,7 @@
 #include <exception>
 
 #include "ir/error.h"
+#include "runtime/engine.h"
 
 namespace kiln::cli {
 void add_info_command(CLI::App& app);   // info.cc
@@ -32,6 +33,8 @@ int main(int argc, char** argv) {
   kiln::cli::add_train_command(app);
   try {
     app.parse(argc, argv);  // runs the chosen subcommand's callback
+    // Finish queued work before exit() destroys static objects that kernels use.
+    kiln::engine::wait_all();
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   } catch (const kiln::Error& e) {

@@ -315,10 +315,7 @@ std::vector<double> bn_ref(const std::vector<double>& x, Dims4 d, const std::vec
   return y;
 }
 
-// DISABLED: crashes intermittently inside dnnl_primitive_desc_iterator_create when
-// run beside other processes (a race around oneDNN primitive creation in
-// backends/cpu/onednn_util / conv_batch_norm.cc); passes alone. Open bug, see issue 3 note.
-TEST(NnLayers, DISABLED_BatchNormTrainPredictAndRunningStats) {
+TEST(NnLayers, BatchNormTrainPredictAndRunningStats) {
   nd::random::seed(8);
   NDArray x = nd::random::normal({4, 3, 2, 5}, 1.5, 2.0);
   Dims4 d = dims(x.shape());

@@ -102,9 +102,7 @@ TEST(Optimizer, StatesSaveAndLoadRoundTrip) {
   std::filesystem::remove(path);
 }
 
-// DISABLED: same intermittent oneDNN primitive-creation crash as
-// NnLayers.DISABLED_BatchNormTrainPredictAndRunningStats; passes alone.
-TEST(Models, DISABLED_ShapesAndParameterCounts) {
+TEST(Models, ShapesAndParameterCounts) {
   auto x = nd::random::normal({2, 1, 28, 28});
   auto lenet = models::lenet();
   lenet.initialize();
