@@ -15,6 +15,9 @@ namespace kiln {
 
 void NDArray::attach_grad(GradReq req) {
   KILN_CHECK(!is_none(), ValueError, "attach_grad: the NDArray is empty (none)");
+  KILN_CHECK(!is_symbolic(), NotSupported,
+             "attach_grad: the array is symbolic (inside a forward traced by hybridize); attach gradients to the "
+             "block's inputs or parameters outside forward");
   auto leaf = std::make_shared<autograd::detail::Node>();
   leaf->req = req;
   leaf->grad = nd::zeros(shape_, {dtype_, device()});
@@ -30,7 +33,11 @@ GradReq NDArray::grad_req() const {
   return ag_node_ && ag_node_->is_leaf() ? ag_node_->req : GradReq::kNull;
 }
 
-NDArray NDArray::detach() const { return NDArray(chunk_, shape_, dtype_, offset_); }
+NDArray NDArray::detach() const {
+  KILN_CHECK(!is_symbolic(), NotSupported,
+             "detach: not supported inside a forward traced by hybridize yet (the graph IR has no stop-gradient op)");
+  return NDArray(chunk_, shape_, dtype_, offset_);
+}
 
 bool NDArray::requires_grad() const { return ag_node_ && ag_node_->needs_grad(); }
 

@@ -4,6 +4,7 @@
 
 #include "frontend/autograd.h"
 #include "frontend/autograd_tape.h"
+#include "frontend/trace.h"
 #include "runtime/kernel.h"
 
 namespace kiln {
@@ -48,6 +49,7 @@ Device common_device(const OpDef& def, std::span<const NDArray> inputs, const In
   }
   for (size_t i = 0; i < inputs.size(); ++i) {
     KILN_CHECK(!inputs[i].is_none(), ValueError, "{}: input {} is an empty (none) NDArray", def.name, i);
+    if (inputs[i].is_symbolic()) trace::throw_read(inputs[i], def.name);
   }
   Device d = inputs[0].device();
   for (size_t i = 1; i < inputs.size(); ++i) {
@@ -70,6 +72,8 @@ std::vector<NDArray> invoke(OpId op, std::span<const NDArray> inputs, const OpAt
                             const InvokeOptions& options) {
   const OpDef& def = op_def(op);
   KILN_CHECK(def.infer != nullptr, NotSupported, "{}: this operator is not implemented in this build", def.name);
+  if (trace::Tracer* tracer = trace::current()) [[unlikely]]
+    return tracer->record(op, inputs, attrs, options.out);
   Device device = common_device(def, inputs, options);
 
   thread_local std::vector<TensorType> in_types, out_types;

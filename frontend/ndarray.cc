@@ -4,6 +4,7 @@
 #include <ostream>
 
 #include "frontend/invoke.h"
+#include "frontend/trace.h"
 #include "ir/op.h"
 
 namespace kiln {
@@ -36,13 +37,18 @@ void NDArray::check_not_none(std::string_view what) const {
              what);
 }
 
+void NDArray::check_readable(std::string_view what) const {
+  check_not_none(what);
+  if (sym_) trace::throw_read(*this, what);
+}
+
 void NDArray::wait_to_read() const {
-  check_not_none("wait_to_read");
+  check_readable("wait_to_read");
   engine::get().wait_for_var(chunk_->var);
 }
 
 void NDArray::wait_to_write() const {
-  check_not_none("wait_to_write");
+  check_readable("wait_to_write");
   // wait_for_var waits for pending writes only; a no-op that reads and writes
   // the variable orders after every pending reader too (and, reading it,
   // keeps any poison rather than clearing it).
@@ -78,7 +84,7 @@ void read_converted(const void* src, DType dtype, int64_t n, T* dst) {
 
 template <typename T>
 std::vector<T> NDArray::to_vector() const {
-  check_not_none("to_vector");
+  check_readable("to_vector");
   if (!device().is_cpu()) return copy_to(Device::cpu(0)).to_vector<T>();
   wait_to_read();
   std::vector<T> out(static_cast<size_t>(size()));
@@ -88,7 +94,7 @@ std::vector<T> NDArray::to_vector() const {
 
 template <typename T>
 T NDArray::item() const {
-  check_not_none("item");
+  check_readable("item");
   KILN_CHECK(size() == 1, ValueError, "item(): the array has {} elements (shape {}); item() needs exactly one",
              size(), shape_);
   return to_vector<T>()[0];
@@ -107,6 +113,12 @@ template int64_t NDArray::item<int64_t>() const;
 NDArray NDArray::copy_to(Device device) const {
   check_not_none("copy_to");
   check_device(device);
+  if (sym_) {
+    KILN_CHECK(device == this->device(), NotSupported,
+               "copy_to({}): a traced (hybridized) forward runs on one device; the array is on {}", device,
+               this->device());
+    return copy();
+  }
   NDArray dst = empty(shape_, {dtype_, device});
   KILN_CHECK(this->device().is_cpu() && device.is_cpu(), NotSupported,
              "copy_to: copies between {} and {} need the CUDA backend", this->device(), device);
@@ -136,6 +148,7 @@ NDArray NDArray::reshape(const IntTuple& spec) const {
   KILN_CHECK(def.infer != nullptr, NotSupported, "reshape: the Reshape op is not available in this build");
   OpAttrs attrs = def.parse_attrs(def.name, {{"shape", print_attr(spec)}});
   std::vector<TensorType> out;
+  if (sym_) return invoke1(OpId::kReshape, {*this}, attrs);  // traced: a Reshape node
   infer_types(def, attrs, std::vector<TensorType>{{shape_, dtype_}}, out);
   return NDArray(chunk_, out[0].shape, dtype_, offset_);
 }
@@ -148,6 +161,14 @@ NDArray NDArray::at(int64_t i) const {
              shape_);
   if (i < 0) i += n;
   Shape rest(std::span<const int64_t>(shape_.begin() + 1, shape_.end()));
+  if (sym_) {  // traced: slice_axis, then drop the axis
+    const OpDef& slice = op_def(OpId::kSliceAxis);
+    NDArray row = invoke1(OpId::kSliceAxis, {*this},
+                          slice.parse_attrs(slice.name, {{"axis", "0"}, {"begin", std::to_string(i)},
+                                                         {"end", std::to_string(i + 1)}}));
+    const OpDef& reshape = op_def(OpId::kReshape);
+    return invoke1(OpId::kReshape, {row}, reshape.parse_attrs(reshape.name, {{"shape", rest.to_mxnet_string()}}));
+  }
   int64_t stride_bytes = rest.size() * static_cast<int64_t>(dtype_size(dtype_));
   return NDArray(chunk_, rest, dtype_, offset_ + i * stride_bytes);
 }

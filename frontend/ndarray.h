@@ -14,6 +14,11 @@
 // (`reshape`, `at` on axis 0) share the chunk and its variable, so a write
 // through any view orders against every reader of the chunk.
 //
+// Symbolic arrays exist while hybridize() traces a block (frontend/trace.h):
+// they have a shape, a dtype and a device but no storage, and operations on
+// them record graph nodes instead of computing. Reading a symbolic array's
+// values throws, naming the block being traced.
+//
 // Thread safety: distinct NDArray handles may be used from different threads;
 // the data they share is ordered by the engine.
 #pragma once
@@ -52,6 +57,17 @@ namespace autograd::detail {
 struct Node;
 }
 
+namespace trace {
+// What a symbolic array stands for: output `index` of node `node` in the graph
+// of the trace numbered `trace_id` (frontend/trace.h).
+struct Symbol {
+  uint64_t trace_id = 0;
+  int32_t node = -1;
+  int32_t index = 0;
+  Device device;
+};
+}  // namespace trace
+
 // How a gradient reaches an array's grad buffer (MXNet's grad_req).
 enum class GradReq : int8_t { kNull = 0, kWrite = 1, kAdd = 3 };
 
@@ -67,12 +83,12 @@ class NDArray {
   // Allocates uninitialized storage (nothing is queued).
   static NDArray empty(const Shape& shape, ArrayOptions options = {});
 
-  bool is_none() const { return chunk_ == nullptr; }
+  bool is_none() const { return chunk_ == nullptr && sym_ == nullptr; }
   const Shape& shape() const { return shape_; }
   int ndim() const { return shape_.ndim(); }
   int64_t size() const { return shape_.size(); }
   DType dtype() const { return dtype_; }
-  Device device() const { return chunk_ ? chunk_->block.device : Device::cpu(0); }
+  Device device() const { return chunk_ ? chunk_->block.device : sym_ ? sym_->device : Device::cpu(0); }
   size_t nbytes() const { return static_cast<size_t>(size()) * dtype_size(dtype_); }
 
   // Blocks until every pending write to this array has finished; rethrows the
@@ -145,8 +161,21 @@ class NDArray {
   NDArray(std::shared_ptr<detail::Chunk> chunk, Shape shape, DType dtype, int64_t offset)
       : chunk_(std::move(chunk)), shape_(shape), dtype_(dtype), offset_(offset) {}
 
+  // Symbolic arrays (frontend/trace.h).
+  static NDArray symbolic(std::shared_ptr<const trace::Symbol> symbol, Shape shape, DType dtype) {
+    NDArray a;
+    a.sym_ = std::move(symbol);
+    a.shape_ = shape;
+    a.dtype_ = dtype;
+    return a;
+  }
+  bool is_symbolic() const { return sym_ != nullptr; }
+  const std::shared_ptr<const trace::Symbol>& symbol() const { return sym_; }
+
  private:
   void check_not_none(std::string_view what) const;
+  // check_not_none, and throws (naming the traced block) for symbolic arrays.
+  void check_readable(std::string_view what) const;
 
   std::shared_ptr<detail::Chunk> chunk_;
   Shape shape_;
@@ -154,6 +183,7 @@ class NDArray {
   int64_t offset_ = 0;  // bytes into the chunk
   std::shared_ptr<autograd::detail::Node> ag_node_;
   int ag_index_ = 0;
+  std::shared_ptr<const trace::Symbol> sym_;
 };
 
 std::ostream& operator<<(std::ostream& os, const NDArray& a);

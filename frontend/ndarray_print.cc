@@ -88,6 +88,7 @@ struct Printer {
 
 std::string NDArray::to_string() const {
   if (is_none()) return "<NDArray none>";
+  check_readable("printing an array");
   std::vector<double> values = to_vector<double>();
   std::string out;
   if (shape_.ndim() == 0) {

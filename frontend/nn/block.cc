@@ -10,6 +10,9 @@
 
 #include <fmt/ranges.h>
 
+#include "frontend/cached_op.h"
+#include "frontend/trace.h"
+
 namespace kiln::nn {
 
 namespace detail {
@@ -22,6 +25,7 @@ struct BlockState {
   std::vector<std::pair<int, ForwardHook>> hooks;
   int next_hook_id = 0;
   bool hybridized = false;
+  std::shared_ptr<CachedOp> cached_op;  // while hybridized
 };
 
 }  // namespace detail
@@ -98,7 +102,7 @@ auto Block::call_with_hooks(In inputs, Call&& call) {
       return call();
     } catch (Error& e) {
       if (t_error_with_block != &e) {
-        e.add_context(state_->name.empty() ? type_name() : fmt::format("{} '{}'", type_name(), state_->name));
+        e.add_context(display_name());
       }
       t_error_with_block = t_call_depth == 1 ? nullptr : &e;
       throw;
@@ -114,12 +118,35 @@ auto Block::call_with_hooks(In inputs, Call&& call) {
   return out;
 }
 
+// A hybridized block called outside any trace runs from its CachedOp; inside
+// a trace (a hybridized parent is being traced) its forward is inlined into
+// the parent's graph.
+CachedOp* Block::active_cached_op() const {
+  if (!state_->hybridized || trace::current() != nullptr) return nullptr;
+  if (!state_->cached_op) state_->cached_op = std::make_shared<CachedOp>();
+  return state_->cached_op.get();
+}
+
+std::string Block::display_name() const {
+  return state_->name.empty() ? type_name() : fmt::format("{} '{}'", type_name(), state_->name);
+}
+
 NDArray Block::operator()(const NDArray& x) {
-  return call_with_hooks(std::span<const NDArray>(&x, 1), [&] { return forward(x); });
+  return call_with_hooks(std::span<const NDArray>(&x, 1), [&] {
+    if (CachedOp* op = active_cached_op()) {
+      std::vector<NDArray> out = op->call(*this, std::span<const NDArray>(&x, 1), display_name());
+      KILN_CHECK(out.size() == 1, ValueError, "called with one input, forward returned {} outputs", out.size());
+      return out[0];
+    }
+    return forward(x);
+  });
 }
 
 std::vector<NDArray> Block::operator()(std::span<const NDArray> xs) {
-  return call_with_hooks(xs, [&] { return forward(xs); });
+  return call_with_hooks(xs, [&] {
+    if (CachedOp* op = active_cached_op()) return op->call(*this, xs, display_name());
+    return forward(xs);
+  });
 }
 
 Block& Block::register_child(std::string name, std::shared_ptr<Block> block) {
@@ -231,10 +258,13 @@ std::string Block::type_name() const {
 
 void HybridBlock::hybridize(bool active) {
   state().hybridized = active;
+  state().cached_op.reset();  // as in Gluon: hybridize() starts a fresh cache
   Block::hybridize(active);
 }
 
 bool HybridBlock::is_hybridized() const { return state().hybridized; }
+
+const CachedOp* HybridBlock::cached_op() const { return state().cached_op.get(); }
 
 std::ostream& operator<<(std::ostream& os, const Block& b) { return os << b.to_string(); }
 

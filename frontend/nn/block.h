@@ -29,8 +29,8 @@
 // Names must be non-empty and must not contain '.'.
 //
 // forward must stay a plain function of its NDArray inputs (plus parameters
-// and constant configuration): issue 4's hybridize traces it into a graph.
-// Until then HybridBlock::hybridize only records the flag.
+// and constant configuration): hybridize() traces it into a graph, and code
+// that reads array values inside forward cannot be traced (frontend/trace.h).
 //
 // Errors (kiln::Error) thrown inside a block's forward get the innermost block
 // that was called prefixed: "Dense 'hidden': FullyConnected(...): ...".
@@ -54,6 +54,10 @@
 #include "frontend/ndarray.h"
 #include "frontend/nn/initializer.h"
 #include "frontend/nn/parameter.h"
+
+namespace kiln {
+class CachedOp;
+}
 
 namespace kiln::nn {
 
@@ -95,8 +99,9 @@ class Block {
   virtual NDArray forward(const NDArray& x);
   virtual std::vector<NDArray> forward(std::span<const NDArray> xs);
 
-  // Runs the pre-hooks, forward, then the hooks. (Issue 4: a hybridized block
-  // is served from its cached graph here.)
+  // Runs the pre-hooks, forward, then the hooks. A hybridized block called
+  // outside a trace is served from its CachedOp (frontend/cached_op.h): the
+  // first call with a new signature traces forward into a graph.
   NDArray operator()(const NDArray& x);
   std::vector<NDArray> operator()(std::span<const NDArray> xs);
 
@@ -170,8 +175,14 @@ class Block {
   // Blocks are equal when they share state (copies of one handle).
   bool same_as(const Block& o) const { return state_ == o.state_; }
 
+  // "Dense 'hidden'" (type and registration name), or the type for a root.
+  std::string display_name() const;
+
  protected:
   detail::BlockState& state() const { return *state_; }
+  // The CachedOp serving calls now: null unless hybridized and not being
+  // traced as part of a parent.
+  CachedOp* active_cached_op() const;
 
  private:
   friend class HybridBlock;
@@ -181,14 +192,17 @@ class Block {
   std::shared_ptr<detail::BlockState> state_;
 };
 
-// A block whose forward can be traced into a graph (issue 4). Its children
-// must be HybridBlocks too.
+// A block whose forward can be traced into a graph. Its children must be
+// HybridBlocks too.
 class HybridBlock : public Block {
  public:
-  // For now only records the flag (and applies it to the children); issue 4
-  // traces forward on the next call and serves later calls from the graph.
+  // Sets the flag on this block and its descendants and drops compiled
+  // graphs; the next call traces forward and later calls with the same
+  // signature run the cached graph.
   void hybridize(bool active = true) override;
   bool is_hybridized() const;
+  // The compiled forms (null until the first hybridized call).
+  const CachedOp* cached_op() const;
 };
 
 std::ostream& operator<<(std::ostream& os, const Block& b);

@@ -5,6 +5,7 @@
 #include <fmt/ranges.h>
 
 #include "frontend/nd.h"
+#include "frontend/trace.h"
 
 namespace kiln::nn {
 
@@ -115,8 +116,11 @@ void Parameter::init_now(const NDArray& value, const std::vector<Device>& device
   s.deferred.reset();
 }
 
+// Initialization computes real values, also when a deferred initialization
+// completes inside a forward that hybridize() is tracing (trace::Suspend).
 void Parameter::initialize(const init::Initializer& default_init, const std::vector<Device>& devices,
                            bool force_reinit) {
+  trace::Suspend no_trace;
   auto& s = state();
   check_devices(s.name, devices);
   if (is_initialized() && !force_reinit) return;
@@ -131,6 +135,7 @@ void Parameter::initialize(const init::Initializer& default_init, const std::vec
 }
 
 void Parameter::complete_shape(const Shape& shape) {
+  trace::Suspend no_trace;
   auto& s = state();
   KILN_CHECK(shape.ndim() == s.shape.ndim(), ShapeError,
              "Parameter '{}': shape {} from the input has {} dims, the parameter's shape {} has {}", s.name, shape,
@@ -170,10 +175,17 @@ const NDArray& Parameter::copy_on(Device device, std::string_view what) const {
       fmt::format("Parameter '{}' has no copy on {}: it was initialized on {}", s.name, device, device_list(s.data)));
 }
 
-NDArray Parameter::data(Device device) const { return copy_on(device, "data"); }
+NDArray Parameter::data(Device device) const {
+  if (trace::Tracer* t = trace::current()) return t->param(*this, device);
+  return copy_on(device, "data");
+}
 
 NDArray Parameter::data() const {
   auto& s = state();
+  if (trace::Tracer* t = trace::current()) {
+    copy_on(s.data.empty() ? Device::cpu(0) : s.data.front().first, "data");  // initialized?
+    return t->param(*this, s.data.size() == 1 ? s.data.front().first : Device::cpu(0));
+  }
   if (s.data.size() > 1) {
     throw ValueError(fmt::format("Parameter '{}' has copies on several devices ({}): pass the device to data()", s.name,
                                  device_list(s.data)));
@@ -223,6 +235,7 @@ std::vector<Device> Parameter::list_devices() const {
 void Parameter::set_data(const NDArray& value) { set_data(value, {value.device()}); }
 
 void Parameter::set_data(const NDArray& value, const std::vector<Device>& devices) {
+  trace::Suspend no_trace;
   auto& s = state();
   KILN_CHECK(!value.is_none(), ValueError, "Parameter '{}': set_data got an empty (none) array", s.name);
   if (is_initialized()) {

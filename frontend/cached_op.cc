@@ -1,0 +1,113 @@
+#include "frontend/cached_op.h"
+
+#include <cstdio>
+#include <cstdlib>
+
+#include "frontend/autograd.h"
+#include "frontend/graph_eval.h"
+#include "frontend/nn/block.h"
+
+namespace kiln {
+namespace {
+
+bool log_retraces() {
+  static const bool on = [] {
+    const char* env = std::getenv("KILN_LOG_RETRACE");
+    return env != nullptr && *env != '\0' && std::string_view(env) != "0";
+  }();
+  return on;
+}
+
+std::string input_name(size_t i, size_t n) { return n == 1 ? "data" : fmt::format("data{}", i); }
+
+}  // namespace
+
+CachedOp::CachedOp(int max_entries) : max_entries_(std::max(1, max_entries)) {}
+
+int64_t CachedOp::num_traces() const {
+  std::lock_guard lock(mutex_);
+  return num_traces_;
+}
+
+std::vector<std::string> CachedOp::retrace_log() const {
+  std::lock_guard lock(mutex_);
+  return retrace_log_;
+}
+
+std::shared_ptr<const trace::TracedGraph> CachedOp::last_graph() const {
+  std::lock_guard lock(mutex_);
+  return entries_.empty() ? nullptr : entries_.front()->traced;
+}
+
+std::string CachedOp::explain(const Key& before, const Key& after) {
+  std::vector<std::string> changes;
+  if (before.inputs.size() != after.inputs.size())
+    changes.push_back(fmt::format("{} inputs -> {}", before.inputs.size(), after.inputs.size()));
+  for (size_t i = 0; i < std::min(before.inputs.size(), after.inputs.size()); ++i) {
+    const TensorType &a = before.inputs[i], &b = after.inputs[i];
+    if (a.shape != b.shape) changes.push_back(fmt::format("input {} shape {} -> {}", i, a.shape, b.shape));
+    if (a.dtype != b.dtype)
+      changes.push_back(fmt::format("input {} dtype {} -> {}", i, dtype_name(a.dtype), dtype_name(b.dtype)));
+  }
+  if (before.device != after.device) changes.push_back(fmt::format("device {} -> {}", before.device, after.device));
+  if (before.train != after.train)
+    changes.push_back(fmt::format("mode {} -> {}", before.train ? "train" : "predict", after.train ? "train" : "predict"));
+  return fmt::format("{}", fmt::join(changes, ", "));
+}
+
+std::shared_ptr<const CachedOp::Entry> CachedOp::lookup(nn::Block& block, std::span<const NDArray> inputs,
+                                                        const std::string& what) {
+  KILN_CHECK(!inputs.empty(), ValueError, "{}: a hybridized block needs at least one input", what);
+  Key key;
+  key.device = inputs[0].device();
+  key.train = autograd::is_training();
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const NDArray& x = inputs[i];
+    KILN_CHECK(!x.is_none(), ValueError, "{}: input {} is an empty (none) NDArray", what, i);
+    KILN_CHECK(x.device() == key.device, DeviceError, "{}: input 0 is on {} but input {} is on {}", what, key.device,
+               i, x.device());
+    key.inputs.push_back({x.shape(), x.dtype()});
+  }
+
+  std::lock_guard lock(mutex_);
+  for (auto it = entries_.begin(); it != entries_.end(); ++it) {
+    if ((*it)->key == key) {
+      if (it != entries_.begin()) entries_.splice(entries_.begin(), entries_, it);
+      return entries_.front();
+    }
+  }
+
+  // Miss: trace forward on symbolic inputs. Structural names from this block.
+  std::unordered_map<const void*, std::string> names;
+  for (const auto& [name, p] : block.collect_params()) names.emplace(p.id(), name);
+  std::shared_ptr<trace::TracedGraph> traced;
+  {
+    trace::Tracer tracer(what, key.device, std::move(names));
+    std::vector<NDArray> sym;
+    for (size_t i = 0; i < inputs.size(); ++i) sym.push_back(tracer.add_input(input_name(i, inputs.size()), key.inputs[i]));
+    std::vector<NDArray> outs = block.forward(std::span<const NDArray>(sym));
+    traced = std::make_shared<trace::TracedGraph>(tracer.finish(outs));
+  }
+  if (num_traces_ > 0 && !entries_.empty()) {
+    std::string line = fmt::format("re-traced {}: {}", what, explain(entries_.front()->key, key));
+    if (log_retraces()) std::fprintf(stderr, "kiln: %s\n", line.c_str());
+    retrace_log_.push_back(std::move(line));
+  }
+  ++num_traces_;
+  auto entry = std::make_shared<Entry>(Entry{std::move(key), std::move(traced)});
+  entries_.push_front(entry);
+  while (static_cast<int>(entries_.size()) > max_entries_) entries_.pop_back();
+  return entry;
+}
+
+std::vector<NDArray> CachedOp::call(nn::Block& block, std::span<const NDArray> inputs, const std::string& what) {
+  std::shared_ptr<const Entry> entry = lookup(block, inputs, what);
+  const trace::TracedGraph& t = *entry->traced;
+  std::vector<NDArray> values(t.graph.size());
+  for (size_t i = 0; i < t.inputs.size(); ++i) values[static_cast<size_t>(t.inputs[i])] = inputs[i];
+  for (const auto& [node, p] : t.params) values[static_cast<size_t>(node)] = p.data(t.device);
+  for (const auto& [node, a] : t.consts) values[static_cast<size_t>(node)] = a;
+  return eval_graph(t.graph, values);
+}
+
+}  // namespace kiln

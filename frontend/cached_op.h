@@ -1,0 +1,79 @@
+// CachedOp: a hybridized block's compiled forms, one per call signature.
+//
+//   CachedOp op;                                  // held by the block's state
+//   std::vector<NDArray> y = op.call(block, inputs);
+//
+// The key of an entry is (input shapes and dtypes, device, train/predict
+// mode). A miss traces the block's forward (frontend/trace.h) into a graph,
+// runs the optimization pipeline on it, and stores it; the least recently
+// used entry is dropped beyond `max_entries`. Every trace after the first is
+// counted and explained (which part of the key changed): `retrace_log()`, and
+// on stderr with KILN_LOG_RETRACE=1.
+//
+// A call binds the entry's graph to the inputs, the parameters' current
+// arrays on the inputs' device and the captured constants, and evaluates it.
+// Today evaluation is eval_graph (each node an imperative op, so autograd
+// records through it and aux states such as BatchNorm's running statistics
+// are updated in place); a compiled plan replaces it for the calls where
+// autograd is not recording.
+//
+// Thread safety: call() may run from several threads at once on one CachedOp
+// (lookups and traces are serialized by a mutex; evaluation is ordered by the
+// engine).
+#pragma once
+
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "frontend/ndarray.h"
+#include "frontend/trace.h"
+
+namespace kiln {
+
+namespace nn {
+class Block;
+}
+
+class CachedOp {
+ public:
+  explicit CachedOp(int max_entries = 16);
+
+  // Runs `block`'s forward for `inputs` from the entry of their signature,
+  // tracing `block.forward` first on a miss. `what` names the block in errors.
+  std::vector<NDArray> call(nn::Block& block, std::span<const NDArray> inputs, const std::string& what);
+
+  // Number of traces so far (the first one included).
+  int64_t num_traces() const;
+  // One line per re-trace: "re-traced HybridNet: input 0 shape [32,784] -> [16,784]".
+  std::vector<std::string> retrace_log() const;
+  // The graph of the most recently used entry (null before the first call).
+  std::shared_ptr<const trace::TracedGraph> last_graph() const;
+
+ private:
+  struct Key {
+    std::vector<TensorType> inputs;
+    Device device;
+    bool train = false;
+    bool operator==(const Key&) const = default;
+  };
+  struct Entry {
+    Key key;
+    std::shared_ptr<const trace::TracedGraph> traced;
+  };
+
+  std::shared_ptr<const Entry> lookup(nn::Block& block, std::span<const NDArray> inputs, const std::string& what);
+  static std::string explain(const Key& before, const Key& after);
+
+  int max_entries_;
+  mutable std::mutex mutex_;
+  std::list<std::shared_ptr<const Entry>> entries_;  // most recently used first
+  int64_t num_traces_ = 0;
+  std::vector<std::string> retrace_log_;
+};
+
+}  // namespace kiln

@@ -1,0 +1,33 @@
+// Evaluating an ir::Graph imperatively: every op node through `invoke`.
+//
+//   std::vector<NDArray> values(g.size());          // one slot per node
+//   values[*g.find("data")] = x;                    // bind inputs, params, aux states
+//   values[*g.find("dense0_weight")] = w;
+//   std::vector<NDArray> outs = eval_graph(g, values);
+//
+// Each op runs as an ordinary imperative call, so while autograd records,
+// the tape sees every node and backward works through the graph. Ops that
+// mutate inputs (BatchNorm's running statistics in training) write into the
+// arrays bound to those inputs. Dropout draws a fresh mask per evaluation from
+// the device's dropout stream (nd::dropout), whatever seed a traced graph
+// carries. Results are queued, like any invoke.
+//
+// This is the reference executor: the compiled path (CachedOp) must agree
+// with it, and SymbolBlock uses it for imported graphs.
+#pragma once
+
+#include <span>
+#include <vector>
+
+#include "frontend/ndarray.h"
+#include "ir/graph.h"
+
+namespace kiln {
+
+// `values_by_node` has g.size() entries; those of input, param, aux and const
+// nodes must be set (ValueError naming the node otherwise; their types must
+// equal the node's: ShapeError/TypeError naming it). Op entries are ignored.
+// Returns the graph's outputs.
+std::vector<NDArray> eval_graph(const ir::Graph& g, std::span<const NDArray> values_by_node);
+
+}  // namespace kiln

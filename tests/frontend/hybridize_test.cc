@@ -1,0 +1,325 @@
+// hybridize(): tracing, the CachedOp, and imperative vs compiled agreement.
+#include <gtest/gtest.h>
+
+#include <thread>
+#include <vector>
+
+#include "frontend/autograd.h"
+#include "frontend/cached_op.h"
+#include "frontend/kiln.h"
+#include "frontend/trace.h"
+#include "models/zoo.h"
+
+namespace kiln {
+namespace {
+
+template <typename E, typename F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const E& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "unexpected exception type: " << e.what();
+    return "";
+  }
+  ADD_FAILURE() << "no exception thrown";
+  return "";
+}
+
+#define EXPECT_CONTAINS(haystack, needle) \
+  EXPECT_NE(std::string(haystack).find(needle), std::string::npos) << "'" << needle << "' not in: " << (haystack)
+
+void expect_close(const NDArray& got, const NDArray& want, double tol, const std::string& what) {
+  ASSERT_EQ(got.shape(), want.shape()) << what;
+  auto g = got.to_vector<double>(), w = want.to_vector<double>();
+  for (size_t i = 0; i < g.size(); ++i) {
+    ASSERT_NEAR(g[i], w[i], tol * (1 + std::abs(w[i]))) << what << " at flat index " << i;
+  }
+}
+
+struct HybridNet : nn::HybridBlock {
+  nn::Dense hidden{16}, output{3};
+  HybridNet() {
+    register_child("hidden", hidden);
+    register_child("output", output);
+  }
+  NDArray forward(const NDArray& x) override { return output(nd::relu(hidden(x))); }
+};
+
+TEST(Hybridize, MlpAgreesAndTracesOncePerSignature) {
+  nd::random::seed(1);
+  auto net = models::mlp_chapter();
+  net.initialize();
+  NDArray x = nd::random::normal({4, 512});
+  NDArray imperative = net(x);
+  net.hybridize();
+  NDArray first = net(x);
+  NDArray second = net(x);
+  expect_close(first, imperative, 0, "first hybridized call");
+  expect_close(second, imperative, 0, "second hybridized call");
+  ASSERT_NE(net.cached_op(), nullptr);
+  EXPECT_EQ(net.cached_op()->num_traces(), 1);
+
+  NDArray y = nd::random::normal({2, 512});
+  net(y).wait_to_read();
+  EXPECT_EQ(net.cached_op()->num_traces(), 2);
+  auto log = net.cached_op()->retrace_log();
+  ASSERT_EQ(log.size(), 1u);
+  EXPECT_CONTAINS(log[0], "input 0 shape [4,512] -> [2,512]");
+  net(x).wait_to_read();  // both signatures stay cached
+  EXPECT_EQ(net.cached_op()->num_traces(), 2);
+}
+
+TEST(Hybridize, GraphHasParamsUnderStructuralNames) {
+  HybridNet net;
+  net.initialize();
+  net.hybridize();
+  net(nd::ones({2, 5})).wait_to_read();
+  auto g = net.cached_op()->last_graph();
+  ASSERT_NE(g, nullptr);
+  EXPECT_EQ(g->params.size(), 4u);
+  EXPECT_TRUE(g->graph.find("hidden.weight").has_value()) << g->graph.to_text();
+  EXPECT_TRUE(g->graph.find("output.bias").has_value()) << g->graph.to_text();
+  EXPECT_EQ(g->graph.num_ops(), 3);  // FullyConnected, relu, FullyConnected
+  ir::verify(g->graph);
+}
+
+TEST(Hybridize, DeferredInitializationOnTheFirstHybridizedCall) {
+  HybridNet net;
+  net.initialize();
+  net.hybridize();
+  NDArray y = net(nd::ones({2, 7}));
+  EXPECT_EQ(y.shape(), (Shape{2, 3}));
+  EXPECT_EQ(net.hidden.collect_params().at("weight").shape(), (Shape{16, 7}));
+  net.hybridize(false);
+  expect_close(net(nd::ones({2, 7})), y, 0, "imperative after hybridized");
+}
+
+TEST(Hybridize, GradientsMatchImperative) {
+  nd::random::seed(2);
+  HybridNet net;
+  net.initialize(init::Xavier());
+  NDArray x = nd::random::normal({8, 6});
+  auto grads_of = [&] {
+    net.collect_params().zero_grad();
+    {
+      autograd::Record record;
+      NDArray loss = nd::sum(nd::square(net(x)));
+      autograd::backward({loss});
+    }
+    std::vector<NDArray> g;
+    for (auto& [name, p] : net.collect_params()) g.push_back(p.grad().copy());
+    return g;
+  };
+  auto imperative = grads_of();
+  net.hybridize();
+  auto hybrid = grads_of();
+  ASSERT_EQ(imperative.size(), hybrid.size());
+  for (size_t i = 0; i < hybrid.size(); ++i) expect_close(hybrid[i], imperative[i], 1e-6, "gradient " + std::to_string(i));
+}
+
+TEST(Hybridize, ModeIsPartOfTheKeyBatchNormAndDropout) {
+  nd::random::seed(3);
+  nn::HybridSequential net;
+  net.add(nn::Dense(8), nn::BatchNorm(), nn::Dropout(0.5));
+  net.initialize();
+  NDArray x = nd::random::normal({16, 4});
+  NDArray want = net(x);  // imperative, predict mode (running statistics unchanged)
+  net.hybridize();
+  NDArray predict = net(x);
+  NDArray train_a, train_b;
+  {
+    autograd::Record record;  // train mode
+    train_a = net(x);
+    train_b = net(x);
+  }
+  EXPECT_EQ(net.cached_op()->num_traces(), 2);
+  EXPECT_CONTAINS(net.cached_op()->retrace_log().at(0), "mode predict -> train");
+  // Dropout draws a new mask per call: the two training outputs differ.
+  auto a = train_a.to_vector<float>(), b = train_b.to_vector<float>();
+  int zeros_a = 0, differ = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    zeros_a += a[i] == 0;
+    differ += a[i] != b[i];
+  }
+  EXPECT_GT(zeros_a, 16);
+  EXPECT_GT(differ, 16);
+  // Predict mode equals the imperative predict output.
+  expect_close(predict, want, 1e-6, "predict mode");
+}
+
+TEST(Hybridize, BatchNormRunningStatsUpdateLikeImperative) {
+  nd::random::seed(4);
+  auto make = [] {
+    nn::HybridSequential net;
+    net.add(nn::Dense(6), nn::BatchNorm());
+    net.initialize(init::One());
+    return net;
+  };
+  NDArray x = nd::random::normal({10, 3});
+  auto imperative = make(), hybrid = make();
+  hybrid.hybridize();
+  for (int step = 0; step < 3; ++step) {
+    autograd::Record record;
+    imperative(x);
+    hybrid(x);
+  }
+  auto pi = imperative.collect_params(".*running_mean"), ph = hybrid.collect_params(".*running_mean");
+  ASSERT_EQ(pi.size(), 1u);
+  expect_close(ph.at(ph.names()[0]).data(), pi.at(pi.names()[0]).data(), 1e-6, "running_mean");
+}
+
+struct ReadsAValue : nn::HybridBlock {
+  NDArray forward(const NDArray& x) override {
+    if (nd::sum(x).item<float>() > 0) return x * 2;  // data-dependent: not traceable
+    return x;
+  }
+};
+
+TEST(Hybridize, ReadingAValueWhileTracingNamesTheBlock) {
+  ReadsAValue net;
+  net.hybridize();
+  std::string msg = error_of<ValueError>([&] { net(nd::ones({2, 2})); });
+  EXPECT_CONTAINS(msg, "ReadsAValue");
+  EXPECT_CONTAINS(msg, "item");
+  EXPECT_CONTAINS(msg, "hybridize");
+  EXPECT_EQ(trace::current(), nullptr);  // the failed trace was unwound
+  net.hybridize(false);
+  expect_close(net(nd::ones({2, 2})), nd::full({2, 2}, 2.0), 0, "imperative still works");
+}
+
+struct Leaky : nn::HybridBlock {
+  NDArray* keep;
+  explicit Leaky(NDArray* k) : keep(k) {}
+  NDArray forward(const NDArray& x) override {
+    *keep = x + 1;
+    return *keep;
+  }
+};
+
+TEST(Hybridize, SymbolicArraysDoNotEscape) {
+  NDArray kept;
+  Leaky net(&kept);
+  net.hybridize();
+  net(nd::ones({3})).wait_to_read();
+  ASSERT_TRUE(kept.is_symbolic());
+  EXPECT_CONTAINS(error_of<ValueError>([&] { kept.to_vector<float>(); }), "finished trace");
+  EXPECT_CONTAINS(error_of<ValueError>([&] { (kept + 1).wait_to_read(); }), "finished trace");
+}
+
+struct Outer : nn::Block {  // not hybrid: its hybrid child stays compiled
+  HybridNet inner;
+  Outer() { register_child("inner", inner); }
+  NDArray forward(const NDArray& x) override { return inner(x) * 2; }
+};
+
+TEST(Hybridize, NonHybridParentKeepsHybridChildrenCompiled) {
+  Outer net;
+  net.initialize();
+  NDArray x = nd::ones({2, 4});
+  NDArray imperative = net(x);
+  net.hybridize();
+  expect_close(net(x), imperative, 0, "outer");
+  ASSERT_NE(net.inner.cached_op(), nullptr);
+  EXPECT_EQ(net.inner.cached_op()->num_traces(), 1);
+}
+
+TEST(Hybridize, NestedHybridChildrenAreInlinedIntoTheParentGraph) {
+  nn::HybridSequential net;
+  HybridNet a;
+  net.add(a, nn::Dense(2));
+  net.initialize();
+  net.hybridize();
+  net(nd::ones({1, 4})).wait_to_read();
+  EXPECT_EQ(a.cached_op(), nullptr);  // traced as part of the parent
+  EXPECT_EQ(net.cached_op()->last_graph()->graph.num_ops(), 4);
+}
+
+struct WithConstant : nn::HybridBlock {
+  NDArray offset = nd::full({3}, 5.0);
+  NDArray forward(const NDArray& x) override {
+    NDArray y = x * 2;
+    y += offset;  // in-place on a symbolic value, with a captured constant
+    return y + nd::ones({3});
+  }
+};
+
+TEST(Hybridize, ConstantsAndInPlaceFormsAreTraced) {
+  WithConstant net;
+  NDArray x = nd::array(std::vector<float>{1.f, 2.f, 3.f});
+  NDArray imperative = net(x);
+  net.hybridize();
+  expect_close(net(x), imperative, 0, "with constant");
+  auto g = net.cached_op()->last_graph();
+  EXPECT_EQ(g->consts.size(), 1u);
+}
+
+TEST(Hybridize, ConcurrentCallsFromThreads) {
+  nd::random::seed(5);
+  auto net = models::mlp_chapter();
+  net.initialize();
+  NDArray x = nd::random::normal({3, 512});
+  NDArray want = net(x);
+  net.hybridize();
+  std::vector<std::thread> threads;
+  std::vector<std::vector<float>> got(4);
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      NDArray y;
+      for (int i = 0; i < 20; ++i) y = net(x);
+      got[static_cast<size_t>(t)] = y.to_vector<float>();
+    });
+  }
+  for (auto& th : threads) th.join();
+  auto w = want.to_vector<float>();
+  for (auto& g : got) EXPECT_EQ(g, w);
+  EXPECT_EQ(net.cached_op()->num_traces(), 1);
+}
+
+// Every zoo model: hybridized agrees with imperative in predict mode and in
+// train mode (forward and parameter gradients).
+class ZooHybridize : public testing::TestWithParam<std::string> {};
+
+TEST_P(ZooHybridize, ForwardAndGradientsAgree) {
+  const std::string name = GetParam();
+  nd::random::seed(6);
+  auto net = models::make(name, 10);
+  net.initialize(init::Xavier());
+  Shape in = name.rfind("mlp_", 0) == 0 ? Shape{2, 512} : name == "resnet18_v1" ? Shape{2, 3, 32, 32} : Shape{2, 1, 28, 28};
+  NDArray x = nd::random::normal(in);
+  auto run = [&](bool hybrid) {
+    net.hybridize(hybrid);
+    std::vector<NDArray> results;
+    results.push_back(net(x).copy());
+    net.collect_params().zero_grad();
+    {
+      autograd::Record record;
+      NDArray loss = nd::sum(nd::square(net(x)));
+      autograd::backward({loss});
+    }
+    for (auto& [pname, p] : net.collect_params())
+      if (p.grad_req() != GradReq::kNull) results.push_back(p.grad().copy());
+    return results;
+  };
+  // Train-mode BatchNorm updates running statistics: restore them between runs.
+  net(x).wait_to_read();  // completes deferred shapes
+  std::vector<NDArray> saved;
+  for (auto& [pname, p] : net.collect_params()) saved.push_back(p.data().copy());
+  auto restore = [&] {
+    size_t i = 0;
+    for (auto& [pname, p] : net.collect_params()) p.data().assign(saved[i++]);
+  };
+  auto imperative = run(false);
+  restore();
+  auto hybrid = run(true);
+  ASSERT_EQ(imperative.size(), hybrid.size());
+  for (size_t i = 0; i < hybrid.size(); ++i)
+    expect_close(hybrid[i], imperative[i], 1e-5, name + (i == 0 ? " output" : " gradient " + std::to_string(i)));
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, ZooHybridize,
+                         testing::Values("mlp", "mlp_chapter", "lenet", "resnet18", "resnet18_v1"));
+
+}  // namespace
+}  // namespace kiln
