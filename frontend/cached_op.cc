@@ -94,7 +94,9 @@ std::shared_ptr<const CachedOp::Entry> CachedOp::lookup(nn::Block& block, std::s
     retrace_log_.push_back(std::move(line));
   }
   ++num_traces_;
-  auto entry = std::make_shared<Entry>(Entry{std::move(key), std::move(traced)});
+  auto entry = std::make_shared<Entry>();
+  entry->key = std::move(key);
+  entry->traced = std::move(traced);
   entries_.push_front(entry);
   while (static_cast<int>(entries_.size()) > max_entries_) entries_.pop_back();
   return entry;
@@ -103,6 +105,10 @@ std::shared_ptr<const CachedOp::Entry> CachedOp::lookup(nn::Block& block, std::s
 std::vector<NDArray> CachedOp::call(nn::Block& block, std::span<const NDArray> inputs, const std::string& what) {
   std::shared_ptr<const Entry> entry = lookup(block, inputs, what);
   const trace::TracedGraph& t = *entry->traced;
+  if (!autograd::is_recording() && GraphExecutor::supports(t.graph, entry->key.train)) {
+    std::call_once(entry->compile_once, [&] { entry->executor = std::make_unique<GraphExecutor>(entry->traced); });
+    return entry->executor->run(inputs, entry->key.train);
+  }
   std::vector<NDArray> values(t.graph.size());
   for (size_t i = 0; i < t.inputs.size(); ++i) values[static_cast<size_t>(t.inputs[i])] = inputs[i];
   for (const auto& [node, p] : t.params) values[static_cast<size_t>(node)] = p.data(t.device);

@@ -11,11 +11,13 @@
 // on stderr with KILN_LOG_RETRACE=1.
 //
 // A call binds the entry's graph to the inputs, the parameters' current
-// arrays on the inputs' device and the captured constants, and evaluates it.
-// Today evaluation is eval_graph (each node an imperative op, so autograd
-// records through it and aux states such as BatchNorm's running statistics
-// are updated in place); a compiled plan replaces it for the calls where
-// autograd is not recording.
+// arrays on the inputs' device and the captured constants. When autograd is
+// not recording, the entry's GraphExecutor runs it as one engine operation
+// from a static memory plan. While recording, it is evaluated node by node
+// (eval_graph), so the tape records every op and backward works; aux states
+// such as BatchNorm's running statistics are updated in place either way.
+// (Next: the CachedOp as one tape node whose backward is the gradient pass's
+// graph.)
 //
 // Thread safety: call() may run from several threads at once on one CachedOp
 // (lookups and traces are serialized by a mutex; evaluation is ordered by the
@@ -30,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "frontend/graph_executor.h"
 #include "frontend/ndarray.h"
 #include "frontend/trace.h"
 
@@ -64,6 +67,9 @@ class CachedOp {
   struct Entry {
     Key key;
     std::shared_ptr<const trace::TracedGraph> traced;
+    // Compiled on the first call that can use it (autograd not recording).
+    mutable std::once_flag compile_once;
+    mutable std::unique_ptr<GraphExecutor> executor;
   };
 
   std::shared_ptr<const Entry> lookup(nn::Block& block, std::span<const NDArray> inputs, const std::string& what);

@@ -1,0 +1,278 @@
+#include "frontend/graph_executor.h"
+
+#include <algorithm>
+#include <map>
+
+#include "ir/error.h"
+#include "runtime/kernel.h"
+
+namespace kiln {
+
+namespace {
+
+constexpr int64_t kAlign = 64;
+
+int64_t aligned(int64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+bool is_random(OpId op) {
+  std::string_view name = op_def(op).name;
+  return name.starts_with("_random_") || name.starts_with("random_") || name.starts_with("_sample_");
+}
+
+// Best-fit reuse of freed arena blocks; grows the arena when none fits.
+class ArenaAllocator {
+ public:
+  int64_t alloc(int64_t bytes) {
+    bytes = aligned(std::max<int64_t>(bytes, 1));
+    auto best = free_.end();
+    for (auto it = free_.begin(); it != free_.end(); ++it)
+      if (it->second >= bytes && (best == free_.end() || it->second < best->second)) best = it;
+    if (best == free_.end()) {
+      int64_t at = top_;
+      top_ += bytes;
+      return at;
+    }
+    int64_t at = best->first, size = best->second;
+    free_.erase(best);
+    if (size > bytes) free_.emplace(at + bytes, size - bytes);
+    return at;
+  }
+  void release(int64_t at, int64_t bytes) {
+    bytes = aligned(std::max<int64_t>(bytes, 1));
+    auto [it, _] = free_.emplace(at, bytes);
+    // Merge with the following and the preceding free blocks.
+    if (auto next = std::next(it); next != free_.end() && it->first + it->second == next->first) {
+      it->second += next->second;
+      free_.erase(next);
+    }
+    if (it != free_.begin()) {
+      auto prev = std::prev(it);
+      if (prev->first + prev->second == it->first) {
+        prev->second += it->second;
+        free_.erase(it);
+      }
+    }
+  }
+  int64_t size() const { return top_; }
+
+ private:
+  std::map<int64_t, int64_t> free_;  // offset -> bytes
+  int64_t top_ = 0;
+};
+
+}  // namespace
+
+struct GraphExecutor::Program {
+  // Where a value lives: a bound array (ext >= 0) or the arena at `offset`.
+  struct Ref {
+    int32_t ext = -1;
+    int64_t offset = 0;
+    Shape shape;
+    DType dtype = DType::kFloat32;
+  };
+  struct Step {
+    KernelFn fn = nullptr;
+    OpAttrs attrs;
+    std::vector<Ref> in, out;
+  };
+  enum class Source : int8_t { kInput, kParam, kConst, kOutput };
+  struct External {
+    Source source;
+    int32_t index;  // into inputs / traced params / traced consts / outputs
+    bool mutated = false;
+  };
+
+  Device device;
+  std::vector<Step> steps;
+  std::vector<External> externals;
+  std::vector<int32_t> output_ext;  // per graph output
+  std::vector<TensorType> output_types;  // per kOutput external, by index
+  int64_t arena_bytes = 0, naive_bytes = 0;
+  NDArray arena;
+};
+
+bool GraphExecutor::supports(const ir::Graph& g, bool is_train) {
+  for (const ir::Node& n : g.nodes()) {
+    if (!n.is_op()) continue;
+    if (is_random(n.op)) return false;
+    if (n.op == OpId::kDropout && is_train) return false;
+  }
+  return true;
+}
+
+GraphExecutor::GraphExecutor(std::shared_ptr<const trace::TracedGraph> traced)
+    : traced_(std::move(traced)), program_(std::make_shared<Program>()) {
+  const ir::Graph& g = traced_->graph;
+  Program& p = *program_;
+  p.device = traced_->device;
+  using Source = Program::Source;
+
+  // Per node, per output: its Ref.
+  std::vector<std::vector<Program::Ref>> refs(g.size());
+  auto external = [&](Source source, int32_t index) {
+    p.externals.push_back({source, index});
+    return static_cast<int32_t>(p.externals.size() - 1);
+  };
+  for (size_t i = 0; i < traced_->inputs.size(); ++i)
+    refs[static_cast<size_t>(traced_->inputs[i])] = {{external(Source::kInput, static_cast<int32_t>(i))}};
+  for (size_t i = 0; i < traced_->params.size(); ++i)
+    refs[static_cast<size_t>(traced_->params[i].first)] = {{external(Source::kParam, static_cast<int32_t>(i))}};
+  for (size_t i = 0; i < traced_->consts.size(); ++i)
+    refs[static_cast<size_t>(traced_->consts[i].first)] = {{external(Source::kConst, static_cast<int32_t>(i))}};
+
+  // Graph outputs produced by ops get fresh arrays per call.
+  std::map<std::pair<ir::NodeId, int32_t>, int32_t> output_of;
+  for (const ir::Entry& e : g.outputs()) {
+    if (!g.node(e.node).is_op() || output_of.contains({e.node, e.index})) continue;
+    output_of[{e.node, e.index}] = external(Source::kOutput, static_cast<int32_t>(p.output_types.size()));
+    p.output_types.push_back(g.type(e));
+  }
+
+  // Last reader of every op output (graph outputs are never freed).
+  std::map<std::pair<ir::NodeId, int32_t>, size_t> last_use;
+  for (size_t id = 0; id < g.size(); ++id)
+    for (const ir::Entry& e : g.nodes()[id].inputs)
+      if (e.node >= 0) last_use[{e.node, e.index}] = id;
+
+  ArenaAllocator arena;
+  for (size_t id = 0; id < g.size(); ++id) {
+    const ir::Node& n = g.nodes()[id];
+    for (size_t i = 0; i < n.types.size(); ++i) {
+      auto& r = refs[id];
+      r.resize(n.types.size());
+      r[i].shape = n.types[i].shape;
+      r[i].dtype = n.types[i].dtype;
+    }
+    if (!n.is_op()) continue;
+    const OpDef& def = op_def(n.op);
+    Program::Step step;
+    step.fn = find_kernel(def, p.device);
+    step.attrs = n.attrs;
+    for (const ir::Entry& e : n.inputs) step.in.push_back(refs[static_cast<size_t>(e.node)][static_cast<size_t>(e.index)]);
+    for (int m : def.mutate_inputs) {
+      const Program::Ref& r = step.in[static_cast<size_t>(m)];
+      KILN_CHECK(r.ext >= 0, NotSupported, "hybridize: node '{}' ({}) mutates input {}, which is not a graph input",
+                 n.name, def.name, m);
+      p.externals[static_cast<size_t>(r.ext)].mutated = true;
+    }
+    // Outputs: fresh graph outputs, or arena blocks.
+    std::vector<int32_t> dead;
+    for (int32_t i = 0; i < n.num_outputs(); ++i) {
+      Program::Ref& r = refs[id][static_cast<size_t>(i)];
+      if (auto it = output_of.find({static_cast<ir::NodeId>(id), i}); it != output_of.end()) {
+        r.ext = it->second;
+      } else {
+        int64_t bytes = static_cast<int64_t>(r.shape.size() * static_cast<int64_t>(dtype_size(r.dtype)));
+        r.offset = arena.alloc(bytes);
+        p.naive_bytes += aligned(std::max<int64_t>(bytes, 1));
+        if (!last_use.contains({static_cast<ir::NodeId>(id), i})) dead.push_back(i);
+      }
+      step.out.push_back(r);
+    }
+    // Storage whose last reader is this step, and outputs nobody reads, is free for later steps.
+    for (const ir::Entry& e : n.inputs) {
+      auto it = last_use.find({e.node, e.index});
+      const Program::Ref& r = refs[static_cast<size_t>(e.node)][static_cast<size_t>(e.index)];
+      if (it != last_use.end() && it->second == id && r.ext < 0) {
+        arena.release(r.offset, static_cast<int64_t>(r.shape.size() * static_cast<int64_t>(dtype_size(r.dtype))));
+        last_use.erase(it);  // an entry read twice by this node is freed once
+      }
+    }
+    for (int32_t i : dead) {
+      const Program::Ref& r = refs[id][static_cast<size_t>(i)];
+      arena.release(r.offset, static_cast<int64_t>(r.shape.size() * static_cast<int64_t>(dtype_size(r.dtype))));
+    }
+    p.steps.push_back(std::move(step));
+  }
+  for (const ir::Entry& e : g.outputs()) p.output_ext.push_back(refs[static_cast<size_t>(e.node)][static_cast<size_t>(e.index)].ext);
+  p.arena_bytes = arena.size();
+  if (p.arena_bytes > 0) p.arena = NDArray::empty(Shape{p.arena_bytes}, {DType::kUint8, p.device});
+}
+
+GraphExecutor::~GraphExecutor() = default;
+
+int64_t GraphExecutor::arena_bytes() const { return program_->arena_bytes; }
+int64_t GraphExecutor::naive_bytes() const { return program_->naive_bytes; }
+
+std::vector<NDArray> GraphExecutor::run(std::span<const NDArray> inputs, bool is_train) {
+  Program& p = *program_;
+  const trace::TracedGraph& t = *traced_;
+  using Source = Program::Source;
+  KILN_CHECK(inputs.size() == t.inputs.size(), ValueError, "compiled graph: {} inputs given, the graph takes {}",
+             inputs.size(), t.inputs.size());
+
+  std::vector<NDArray> bound(p.externals.size());
+  std::vector<NDArray> outputs(p.output_types.size());
+  std::vector<engine::Var*> reads, writes;
+  int64_t new_bytes = 0;
+  for (size_t i = 0; i < p.externals.size(); ++i) {
+    const Program::External& x = p.externals[i];
+    NDArray& a = bound[i];
+    switch (x.source) {
+      case Source::kInput: a = inputs[static_cast<size_t>(x.index)]; break;
+      case Source::kParam: a = t.params[static_cast<size_t>(x.index)].second.data(p.device); break;
+      case Source::kConst: a = t.consts[static_cast<size_t>(x.index)].second; break;
+      case Source::kOutput: {
+        const TensorType& type = p.output_types[static_cast<size_t>(x.index)];
+        a = NDArray::empty(type.shape, {type.dtype, p.device});
+        outputs[static_cast<size_t>(x.index)] = a;
+        new_bytes += static_cast<int64_t>(a.nbytes());
+        break;
+      }
+    }
+    (x.source == Source::kOutput || x.mutated ? writes : reads).push_back(a.var());
+  }
+  if (!p.arena.is_none()) writes.push_back(p.arena.var());
+  // One variable may back several arrays (views, an input passed twice).
+  auto dedupe = [](std::vector<engine::Var*>& v) {
+    std::sort(v.begin(), v.end());
+    v.erase(std::unique(v.begin(), v.end()), v.end());
+  };
+  dedupe(writes);
+  dedupe(reads);
+  std::erase_if(reads, [&](engine::Var* v) { return std::binary_search(writes.begin(), writes.end(), v); });
+
+  engine::get().push(
+      [program = program_, bound = std::move(bound), is_train](engine::RunContext rc) {
+        char* arena = program->arena.is_none() ? nullptr : static_cast<char*>(program->arena.data());
+        constexpr size_t kMaxViews = 32;
+        std::vector<TensorView> big;
+        for (const Program::Step& step : program->steps) {
+          size_t n = step.in.size() + step.out.size();
+          std::array<TensorView, kMaxViews> small;
+          TensorView* views = small.data();
+          if (n > kMaxViews) {
+            big.resize(n);
+            views = big.data();
+          }
+          size_t k = 0;
+          for (const auto* refs : {&step.in, &step.out}) {
+            for (const Program::Ref& r : *refs) {
+              void* data = r.ext >= 0 ? bound[static_cast<size_t>(r.ext)].data() : arena + r.offset;
+              views[k++] = TensorView{data, r.shape, r.dtype};
+            }
+          }
+          KernelContext ctx{rc, step.attrs, is_train};
+          step.fn(ctx, {views, step.in.size()}, {views + step.in.size(), step.out.size()});
+        }
+      },
+      reads, writes, {.device = p.device, .lane = engine::Lane::kCompute, .name = "CachedOp", .bytes = new_bytes});
+
+  std::vector<NDArray> result;
+  result.reserve(p.output_ext.size());
+  for (int32_t ext : p.output_ext) {
+    const Program::External& x = p.externals[static_cast<size_t>(ext)];
+    if (x.source == Source::kOutput) {
+      result.push_back(outputs[static_cast<size_t>(x.index)]);
+    } else if (x.source == Source::kInput) {
+      result.push_back(inputs[static_cast<size_t>(x.index)]);
+    } else if (x.source == Source::kParam) {
+      result.push_back(t.params[static_cast<size_t>(x.index)].second.data(p.device));
+    } else {
+      result.push_back(t.consts[static_cast<size_t>(x.index)].second);
+    }
+  }
+  return result;
+}
+
+}  // namespace kiln

@@ -1,0 +1,55 @@
+// GraphExecutor: a traced graph compiled into one engine operation.
+//
+//   GraphExecutor exec(traced);                   // once per CachedOp entry
+//   std::vector<NDArray> y = exec.run(inputs, /*is_train=*/false);
+//
+// Compilation resolves every op node's kernel for the graph's device and
+// gives every intermediate value an offset in one arena, reusing the storage
+// of values whose last reader has run (liveness over the topological order).
+// A run allocates only the graph's outputs, then pushes a single engine
+// operation that reads the inputs, parameters and constants, writes the
+// outputs, the arena and any aux state an op mutates, and calls the kernels
+// in order on the worker. So a call costs one engine push however many nodes
+// the graph has (MXNet's bulk execution, for the whole graph).
+//
+// Calls on one executor are ordered by the arena's engine variable: they may
+// come from several threads and overlap freely with other work.
+//
+// The executor does not record autograd; CachedOp uses it only when autograd
+// is not recording. Graphs whose results must differ per call (Dropout in
+// train mode, random ops) are not supported (`supports` says so).
+#pragma once
+
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "frontend/ndarray.h"
+#include "frontend/trace.h"
+
+namespace kiln {
+
+class GraphExecutor {
+ public:
+  explicit GraphExecutor(std::shared_ptr<const trace::TracedGraph> traced);
+  ~GraphExecutor();
+
+  // False when the graph holds ops whose values must change per call
+  // (random ops; Dropout when `is_train`).
+  static bool supports(const ir::Graph& g, bool is_train);
+
+  // Runs the graph on `inputs` (one per input node, types as traced) with the
+  // parameters' current arrays; returns the outputs (queued).
+  std::vector<NDArray> run(std::span<const NDArray> inputs, bool is_train);
+
+  int64_t arena_bytes() const;
+  // The arena a plan without reuse would need.
+  int64_t naive_bytes() const;
+
+ private:
+  struct Program;
+  std::shared_ptr<const trace::TracedGraph> traced_;
+  std::shared_ptr<Program> program_;
+};
+
+}  // namespace kiln
