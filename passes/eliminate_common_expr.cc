@@ -19,7 +19,8 @@ struct Call {
 struct CallHash {
   size_t operator()(const Call& c) const {
     size_t h = std::hash<int>{}(static_cast<int>(c.op)) ^ (c.attrs->hash() * 0x9e3779b97f4a7c15ull);
-    for (const ir::Entry& e : c.inputs) h = h * 1000003u ^ (static_cast<size_t>(e.node) << 8 ^ static_cast<size_t>(e.index));
+    for (const ir::Entry& e : c.inputs)
+      h = h * 1000003u ^ (static_cast<size_t>(e.node) << 8 ^ static_cast<size_t>(e.index));
     return h;
   }
 };

@@ -3,17 +3,26 @@
 namespace kiln::passes {
 
 GraphCopy::GraphCopy(const ir::Graph& src) : src_(src), map_(src.size()) {
-  for (size_t i = 0; i < src.size(); ++i) map_[i].resize(static_cast<size_t>(src.node(static_cast<ir::NodeId>(i)).num_outputs()));
+  for (size_t i = 0; i < src.size(); ++i)
+    map_[i].resize(static_cast<size_t>(src.node(static_cast<ir::NodeId>(i)).num_outputs()));
 }
 
 std::vector<ir::Entry> GraphCopy::copy_node(ir::NodeId id, const TensorType* type) {
   const ir::Node& n = src_.node(id);
   std::vector<ir::Entry> out;
   switch (n.kind) {
-    case ir::NodeKind::kInput: out = {dst_.add_input(n.name, type ? *type : n.types[0])}; break;
-    case ir::NodeKind::kParam: out = {dst_.add_param(n.name, type ? *type : n.types[0])}; break;
-    case ir::NodeKind::kAux: out = {dst_.add_param(n.name, type ? *type : n.types[0], true)}; break;
-    case ir::NodeKind::kConst: out = {dst_.add_const(n.name, type ? *type : n.types[0], n.inputs[0].index)}; break;
+    case ir::NodeKind::kInput:
+      out = {dst_.add_input(n.name, type ? *type : n.types[0])};
+      break;
+    case ir::NodeKind::kParam:
+      out = {dst_.add_param(n.name, type ? *type : n.types[0])};
+      break;
+    case ir::NodeKind::kAux:
+      out = {dst_.add_param(n.name, type ? *type : n.types[0], true)};
+      break;
+    case ir::NodeKind::kConst:
+      out = {dst_.add_const(n.name, type ? *type : n.types[0], n.inputs[0].index)};
+      break;
     case ir::NodeKind::kOp: {
       std::vector<ir::Entry> inputs;
       inputs.reserve(n.inputs.size());

@@ -67,8 +67,8 @@ std::string bytes_text(int64_t b) {
 
 std::string MemoryPlan::summary() const {
   double pct = naive_bytes > 0 ? 100.0 * static_cast<double>(arena_bytes) / static_cast<double>(naive_bytes) : 100;
-  return fmt::format("arena {}, naive {} ({:.0f}%), {} in-place", bytes_text(arena_bytes), bytes_text(naive_bytes),
-                     pct, inplace_reuses);
+  return fmt::format("arena {}, naive {} ({:.0f}%), {} in-place", bytes_text(arena_bytes), bytes_text(naive_bytes), pct,
+                     inplace_reuses);
 }
 
 int64_t aligned_bytes(const TensorType& type) {
@@ -119,8 +119,7 @@ MemoryPlan make_memory_plan(const ir::Graph& g) {
         // write element k after reading it, and not before.
         const TensorType& st = g.type(src);
         if (plan.offset[sn][si] < 0 || handed_over[sn][si] || last_use[sn][si] != static_cast<ir::NodeId>(i) ||
-            st.shape.size() != node.types[ku].shape.size() ||
-            dtype_size(st.dtype) != dtype_size(node.types[ku].dtype))
+            st.shape.size() != node.types[ku].shape.size() || dtype_size(st.dtype) != dtype_size(node.types[ku].dtype))
           continue;
         plan.offset[i][ku] = plan.offset[sn][si];
         plan.bytes[i][ku] = plan.bytes[sn][si];

@@ -37,13 +37,13 @@ struct PassStats {
   bool changed = false;
   int64_t nodes_before = 0, nodes_after = 0;  // all nodes, filled by run_pass
   int64_t ops_before = 0, ops_after = 0;      // op nodes, filled by run_pass
-  int64_t removed = 0;    // nodes dropped (eliminate-dead-code)
-  int64_t merged = 0;     // nodes replaced by an equal earlier node (eliminate-common-expr)
+  int64_t removed = 0;                        // nodes dropped (eliminate-dead-code)
+  int64_t merged = 0;                         // nodes replaced by an equal earlier node (eliminate-common-expr)
   int64_t rewritten = 0;  // nodes replaced by a simpler form (simplify-algebra, infer-shape: retyped)
   int64_t added = 0;      // nodes added (gradient)
   int64_t arena_bytes = -1, naive_bytes = -1, inplace_reuses = -1;  // plan-memory
-  double seconds = 0;     // filled by run_pass
-  std::string to_string() const;  // one line
+  double seconds = 0;                                               // filled by run_pass
+  std::string to_string() const;                                    // one line
 };
 
 // eliminate-dead-code

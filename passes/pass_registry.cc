@@ -10,6 +10,7 @@
 #include "passes/dot.h"
 #include "passes/eliminate_common_expr.h"
 #include "passes/eliminate_dead_code.h"
+#include "passes/fold_constants.h"
 #include "passes/gradient.h"
 #include "passes/infer_shape.h"
 #include "passes/memory_plan.h"
@@ -81,8 +82,7 @@ std::string PassStats::to_string() const {
   if (merged) out += fmt::format(", {} merged", merged);
   if (rewritten) out += fmt::format(", {} rewritten", rewritten);
   if (added) out += fmt::format(", {} added", added);
-  if (arena_bytes >= 0)
-    out += fmt::format(", arena {} vs naive {}", bytes_text(arena_bytes), bytes_text(naive_bytes));
+  if (arena_bytes >= 0) out += fmt::format(", arena {} vs naive {}", bytes_text(arena_bytes), bytes_text(naive_bytes));
   if (inplace_reuses > 0) out += fmt::format(", {} in-place", inplace_reuses);
   return out + fmt::format(", {:.2f} ms", seconds * 1e3);
 }
@@ -120,8 +120,8 @@ std::vector<const PassInfo*> parse_pipeline(std::string_view pipeline) {
     size_t comma = pipeline.find(',');
     std::string_view name = trim(pipeline.substr(0, comma));
     ++position;
-    KILN_CHECK(!name.empty(), ValueError, "pass pipeline: pass {} has an empty name (known passes: {})",
-               position, known_passes());
+    KILN_CHECK(!name.empty(), ValueError, "pass pipeline: pass {} has an empty name (known passes: {})", position,
+               known_passes());
     const PassInfo* p = find_pass(name);
     KILN_CHECK(p != nullptr, ValueError, "pass pipeline: unknown pass '{}' at position {} (known passes: {})", name,
                position, known_passes());

@@ -4,25 +4,13 @@
 #include <optional>
 
 #include "ir/ops/elemwise.h"
-#include "ir/ops/init.h"
 #include "ir/ops/matrix.h"
 #include "ir/ops/nn.h"
 #include "passes/graph_copy.h"
+#include "passes/uniform_constant.h"
 
 namespace kiln::passes {
 namespace {
-
-// The constant every element of `e` holds, if its producer is an init op.
-std::optional<double> constant_value(const ir::Graph& g, ir::Entry e) {
-  const ir::Node& n = g.node(e.node);
-  if (!n.is_op()) return std::nullopt;
-  switch (n.op) {
-    case OpId::kZeros: return 0.0;
-    case OpId::kOnes: return 1.0;
-    case OpId::kFull: return n.attrs.as<FullAttrs>().value;
-    default: return std::nullopt;
-  }
-}
 
 // transpose's permutation for an array of `ndim` axes (empty axes: reversed).
 std::vector<int64_t> permutation(const OpAttrs& attrs, int ndim) {
@@ -98,7 +86,7 @@ class Simplifier {
       case OpId::kBroadcastMul: {
         double unit = (n.op == OpId::kElemwiseAdd || n.op == OpId::kBroadcastAdd) ? 0 : 1;
         for (int k = 0; k < 2; ++k) {
-          auto c = constant_value(dst, in[static_cast<size_t>(k)]);
+          auto c = uniform_value(dst, in[static_cast<size_t>(k)]);
           if (c && *c == unit)
             if (auto s = same(in[static_cast<size_t>(1 - k)])) return s;
         }
@@ -107,7 +95,7 @@ class Simplifier {
       case OpId::kAddN: {
         std::vector<ir::Entry> rest;
         for (ir::Entry e : in) {
-          auto c = constant_value(dst, e);
+          auto c = uniform_value(dst, e);
           if (!(c && *c == 0 && dst.type(e) == out)) rest.push_back(e);
         }
         if (rest.size() == in.size() || rest.empty()) return std::nullopt;
@@ -116,7 +104,8 @@ class Simplifier {
         a.num_args = static_cast<int>(rest.size());
         return add(n, OpId::kAddN, OpAttrs::make(a), rest);
       }
-      default: return std::nullopt;
+      default:
+        return std::nullopt;
     }
   }
 

@@ -36,7 +36,8 @@ inline std::vector<NDArray> eval_graph(const ir::Graph& g, const Bindings& bound
     values[i] = invoke(n.op, in, n.attrs);
   }
   std::vector<NDArray> out;
-  for (const ir::Entry& e : g.outputs()) out.push_back(values[static_cast<size_t>(e.node)][static_cast<size_t>(e.index)]);
+  for (const ir::Entry& e : g.outputs())
+    out.push_back(values[static_cast<size_t>(e.node)][static_cast<size_t>(e.index)]);
   return out;
 }
 

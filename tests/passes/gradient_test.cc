@@ -165,13 +165,12 @@ TEST_P(GradientCases, MatchesEagerAutogradAndFiniteDifferences) {
   if (c.finite_differences) expect_finite_differences(fwd, c.wrt, b, mine);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Graphs, GradientCases,
-    ::testing::Values(Case{"mlp", kMlp, {"w1", "b1", "w2", "b2", "x"}, 1e-10, true},
-                      Case{"conv", kConvNet, {"cw", "cb", "fw", "x"}, 1e-4, false},
-                      Case{"broadcast", kBroadcast, {"x", "w", "b"}, 1e-10, true},
-                      Case{"shared", kShared, {"w", "x"}, 1e-10, true}),
-    [](const ::testing::TestParamInfo<Case>& info) { return std::string(info.param.name); });
+INSTANTIATE_TEST_SUITE_P(Graphs, GradientCases,
+                         ::testing::Values(Case{"mlp", kMlp, {"w1", "b1", "w2", "b2", "x"}, 1e-10, true},
+                                           Case{"conv", kConvNet, {"cw", "cb", "fw", "x"}, 1e-4, false},
+                                           Case{"broadcast", kBroadcast, {"x", "w", "b"}, 1e-10, true},
+                                           Case{"shared", kShared, {"w", "x"}, 1e-10, true}),
+                         [](const ::testing::TestParamInfo<Case>& info) { return std::string(info.param.name); });
 
 TEST(Gradient, BeforeAfterText) {
   const char* before = R"IR(graph {
@@ -240,11 +239,14 @@ TEST(Gradient, PipelineDefaultsToEveryParamAndSurvivesCleanup) {
   ir::Graph opt = run_pipeline(fwd, "gradient,eliminate-common-expr,eliminate-dead-code,plan-memory", ctx);
   Bindings b = bindings_for(fwd, 11);
   testing::expect_all_close(eval_graph(opt, b), eval_graph(raw, b), 1e-12, 1e-14);
-  testing::expect_all_close(eval_graph(raw, b), [&] {
-    auto g = eager_grads(fwd, {"w1", "b1", "w2", "b2"}, b);
-    g.insert(g.begin(), eval_graph(fwd, b)[0]);
-    return g;
-  }(), 1e-10, 1e-12);
+  testing::expect_all_close(
+      eval_graph(raw, b),
+      [&] {
+        auto g = eager_grads(fwd, {"w1", "b1", "w2", "b2"}, b);
+        g.insert(g.begin(), eval_graph(fwd, b)[0]);
+        return g;
+      }(),
+      1e-10, 1e-12);
   EXPECT_LT(ctx.memory_plan->arena_bytes, ctx.memory_plan->naive_bytes) << ctx.report();
 }
 

@@ -80,7 +80,8 @@ TEST(InferShape, RandomGraphsAtANewBatchSizeComputeTheSameRows) {
       rowwise = rowwise && !(n.is_op() && (n.op == OpId::kTranspose || n.op == OpId::kReshape));
     if (!rowwise) continue;
     int64_t batch = g.type({*g.find("x"), 0}).shape[0];
-    ir::Graph big = retype(g, {{"x", {Shape{batch + 3, 3}, DType::kFloat64}}, {"y", {Shape{batch + 3, 3}, DType::kFloat64}}});
+    ir::Graph big =
+        retype(g, {{"x", {Shape{batch + 3, 3}, DType::kFloat64}}, {"y", {Shape{batch + 3, 3}, DType::kFloat64}}});
     ir::verify(big);
     auto small_in = testing::random_bindings(g, seed);
     auto big_in = testing::random_bindings(big, seed + 1000);

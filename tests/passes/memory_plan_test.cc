@@ -156,7 +156,10 @@ void check_no_overlap(const ir::Graph& g, const MemoryPlan& p, const std::string
       int64_t bytes = p.bytes[i][static_cast<size_t>(k)];
       EXPECT_GE(bytes, aligned_bytes(n.types[static_cast<size_t>(k)])) << what;
       EXPECT_LE(off + bytes, p.arena_bytes) << what;
-      live.push_back({{static_cast<ir::NodeId>(i), k}, static_cast<ir::NodeId>(i), static_cast<ir::NodeId>(i), off,
+      live.push_back({{static_cast<ir::NodeId>(i), k},
+                      static_cast<ir::NodeId>(i),
+                      static_cast<ir::NodeId>(i),
+                      off,
                       aligned_bytes(n.types[static_cast<size_t>(k)])});
     }
   }

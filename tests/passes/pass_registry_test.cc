@@ -123,7 +123,8 @@ TEST(PassRegistry, VerifierRunsAfterAPassThatChangedTheGraph) {
 }
 
 TEST(PassRegistry, DumpsEveryPassAsTextAndDot) {
-  auto dir = std::filesystem::temp_directory_path() / fmt::format("kiln_dump_{}", ::testing::UnitTest::GetInstance()->random_seed());
+  auto dir = std::filesystem::temp_directory_path() /
+             fmt::format("kiln_dump_{}", ::testing::UnitTest::GetInstance()->random_seed());
   std::filesystem::remove_all(dir);
   ::setenv("KILN_DUMP_GRAPHS", dir.c_str(), 1);
   PassContext ctx;

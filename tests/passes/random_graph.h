@@ -58,7 +58,9 @@ inline ir::Graph random_graph(uint32_t seed, int num_ops = 24, bool identities =
     }
     switch (pick(identities ? 10 : 8)) {
       case 0:
-      case 1: apply(unary[pick(6)], {}, {a}); break;
+      case 1:
+        apply(unary[pick(6)], {}, {a});
+        break;
       case 2: {
         std::vector<ir::Entry> same;
         for (auto e : pool)
@@ -102,14 +104,20 @@ inline ir::Graph random_graph(uint32_t seed, int num_ops = 24, bool identities =
         }
         break;
       }
-      case 7: apply(OpId::kMulScalar, OpAttrs::make(ScalarAttrs{.scalar = 0.5}), {a}); break;
+      case 7:
+        apply(OpId::kMulScalar, OpAttrs::make(ScalarAttrs{.scalar = 0.5}), {a});
+        break;
       default: {
         InitAttrs init;
         init.shape = sa;
         init.dtype = f64;
         switch (pick(8)) {
-          case 0: apply(OpId::kMulScalar, OpAttrs::make(ScalarAttrs{.scalar = 1}), {a}); break;
-          case 1: apply(OpId::kPlusScalar, OpAttrs::make(ScalarAttrs{.scalar = 0}), {a}); break;
+          case 0:
+            apply(OpId::kMulScalar, OpAttrs::make(ScalarAttrs{.scalar = 1}), {a});
+            break;
+          case 1:
+            apply(OpId::kPlusScalar, OpAttrs::make(ScalarAttrs{.scalar = 0}), {a});
+            break;
           case 2:
             apply(OpId::kNegative, {}, {a});
             apply(OpId::kNegative, {}, {pool.back()});
@@ -129,7 +137,8 @@ inline ir::Graph random_graph(uint32_t seed, int num_ops = 24, bool identities =
           }
           case 5: {
             auto z = g.add_op(OpId::kZeros, OpAttrs::make(init), {})[0];
-            apply(pick(2) ? OpId::kElemwiseAdd : OpId::kBroadcastAdd, {}, pick(2) ? std::vector{a, z} : std::vector{z, a});
+            apply(pick(2) ? OpId::kElemwiseAdd : OpId::kBroadcastAdd, {},
+                  pick(2) ? std::vector{a, z} : std::vector{z, a});
             break;
           }
           case 6: {
