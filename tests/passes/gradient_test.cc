@@ -67,6 +67,24 @@ const char* kShared = R"IR(graph {
   return %e, %a, %p#1
 })IR";
 
+// Mode-dependent ops with effects and several outputs: BatchNorm (train
+// mode: batch statistics, running statistics updated in place) and Dropout
+// (a fixed seed, so eager and graph draw the same mask).
+const char* kBatchNormDropout = R"IR(graph {
+  %x = input f32[2,3,4,4]
+  %gamma = param f32[3]
+  %beta = param f32[3]
+  %mean = aux f32[3]
+  %var = aux f32[3]
+  %bn = BatchNorm(%x, %gamma, %beta, %mean, %var) {fix_gamma="False"} : f32[2,3,4,4], f32[3], f32[3]
+  %act = Activation(%bn) {act_type="tanh"} : f32[2,3,4,4]
+  %drop = Dropout(%act) {seed="5"} : f32[2,3,4,4], f32[2,3,4,4]
+  %flat = Flatten(%drop) : f32[2,48]
+  %w = param f32[3,48]
+  %fc = FullyConnected(%flat, %w) {no_bias="True", num_hidden="3"} : f32[2,3]
+  return %fc
+})IR";
+
 // Bindings for the forward inputs plus random head gradients.
 Bindings bindings_for(const ir::Graph& fwd, uint32_t seed) {
   Bindings b = testing::random_bindings(fwd, seed);
@@ -83,9 +101,11 @@ Bindings bindings_for(const ir::Graph& fwd, uint32_t seed) {
 }
 
 // Gradients from the gradient graph, one per `wrt` name.
+// Runs in train mode, as eager autograd's forward and backward do.
 std::vector<NDArray> graph_grads(const ir::Graph& fwd, const std::vector<std::string>& wrt, const Bindings& b) {
   ir::Graph g = build_gradient_graph(fwd, wrt);
   ir::verify(g);
+  autograd::TrainMode train;
   auto outs = eval_graph(g, b);
   EXPECT_EQ(outs.size(), fwd.outputs().size() + wrt.size());
   return {outs.begin() + static_cast<std::ptrdiff_t>(fwd.outputs().size()), outs.end()};
@@ -165,12 +185,14 @@ TEST_P(GradientCases, MatchesEagerAutogradAndFiniteDifferences) {
   if (c.finite_differences) expect_finite_differences(fwd, c.wrt, b, mine);
 }
 
-INSTANTIATE_TEST_SUITE_P(Graphs, GradientCases,
-                         ::testing::Values(Case{"mlp", kMlp, {"w1", "b1", "w2", "b2", "x"}, 1e-10, true},
-                                           Case{"conv", kConvNet, {"cw", "cb", "fw", "x"}, 1e-4, false},
-                                           Case{"broadcast", kBroadcast, {"x", "w", "b"}, 1e-10, true},
-                                           Case{"shared", kShared, {"w", "x"}, 1e-10, true}),
-                         [](const ::testing::TestParamInfo<Case>& info) { return std::string(info.param.name); });
+INSTANTIATE_TEST_SUITE_P(
+    Graphs, GradientCases,
+    ::testing::Values(Case{"mlp", kMlp, {"w1", "b1", "w2", "b2", "x"}, 1e-10, true},
+                      Case{"conv", kConvNet, {"cw", "cb", "fw", "x"}, 1e-4, false},
+                      Case{"broadcast", kBroadcast, {"x", "w", "b"}, 1e-10, true},
+                      Case{"shared", kShared, {"w", "x"}, 1e-10, true},
+                      Case{"batchnorm_dropout", kBatchNormDropout, {"gamma", "beta", "w", "x"}, 1e-4, false}),
+    [](const ::testing::TestParamInfo<Case>& info) { return std::string(info.param.name); });
 
 TEST(Gradient, BeforeAfterText) {
   const char* before = R"IR(graph {
