@@ -80,6 +80,7 @@ std::string PassStats::to_string() const {
                                 ops_before, ops_after, changed ? "" : ", unchanged");
   if (removed) out += fmt::format(", {} removed", removed);
   if (merged) out += fmt::format(", {} merged", merged);
+  if (fused) out += fmt::format(", {} fused", fused);
   if (rewritten) out += fmt::format(", {} rewritten", rewritten);
   if (added) out += fmt::format(", {} added", added);
   if (arena_bytes >= 0) out += fmt::format(", arena {} vs naive {}", bytes_text(arena_bytes), bytes_text(naive_bytes));
