@@ -1,5 +1,6 @@
 #include "passes/eliminate_common_expr.h"
 
+#include <tuple>
 #include <unordered_map>
 
 #include "passes/graph_copy.h"
@@ -25,6 +26,24 @@ struct CallHash {
   }
 };
 
+// Binary ops whose result does not depend on the order of the inputs, bit
+// for bit (add_n is not among them: the summation order changes rounding).
+bool is_commutative(OpId op) {
+  switch (op) {
+    case OpId::kElemwiseAdd:
+    case OpId::kElemwiseMul:
+    case OpId::kBroadcastAdd:
+    case OpId::kBroadcastMul:
+    case OpId::kBroadcastMaximum:
+    case OpId::kBroadcastMinimum:
+    case OpId::kBroadcastEqual:
+    case OpId::kBroadcastNotEqual:
+      return true;
+    default:
+      return false;
+  }
+}
+
 }  // namespace
 
 ir::Graph eliminate_common_expr(const ir::Graph& g, PassContext& ctx) {
@@ -40,6 +59,9 @@ ir::Graph eliminate_common_expr(const ir::Graph& g, PassContext& ctx) {
     }
     Call call{n.op, &n.attrs, {}};
     for (const ir::Entry& e : n.inputs) call.inputs.push_back(copy.map(e));
+    if (is_commutative(n.op) &&
+        std::tie(call.inputs[1].node, call.inputs[1].index) < std::tie(call.inputs[0].node, call.inputs[0].index))
+      std::swap(call.inputs[0], call.inputs[1]);
     auto it = seen.find(call);
     if (it != seen.end()) {
       for (int k = 0; k < n.num_outputs(); ++k) copy.map_entry({id, k}, {it->second, k});

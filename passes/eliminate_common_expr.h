@@ -4,7 +4,9 @@
 //
 // Two op nodes are the same when they have the same op, equal attributes
 // (OpAttrs::operator==) and the same input entries (after earlier merges, so
-// whole equal subexpressions merge). The later node is dropped and its uses
+// whole equal subexpressions merge); for commutative binary ops (elemwise and
+// broadcast add and mul, maximum, minimum, equal, not_equal) in either
+// order. The later node is dropped and its uses
 // (and any graph outputs naming it) read the earlier node instead. Nodes of
 // ops that are not passes::is_pure (random ops, ops with effects) are never
 // merged, nor are input, param, aux or const nodes.

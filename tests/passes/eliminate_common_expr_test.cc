@@ -51,16 +51,44 @@ TEST(EliminateCommonExpr, InputOrderAndOutputIndexMatter) {
   %b = elemwise_sub(%y, %x) : f64[2,4]
   %p = SliceChannel(%x) {num_outputs="2"} : f64[2,2], f64[2,2]
   %q = SliceChannel(%x) {num_outputs="2"} : f64[2,2], f64[2,2]
-  %s = elemwise_add(%p#0, %q#1) : f64[2,2]
-  %t = elemwise_add(%p#1, %q#0) : f64[2,2]
+  %s = elemwise_sub(%p#0, %q#1) : f64[2,2]
+  %t = elemwise_sub(%p#1, %q#0) : f64[2,2]
   return %a, %b, %s, %t
 }
 )IR";
   std::string out = cse(text);
   EXPECT_NE(out.find("%b = elemwise_sub(%y, %x)"), std::string::npos) << out;
   EXPECT_EQ(out.find("%q ="), std::string::npos) << out;
-  EXPECT_NE(out.find("%s = elemwise_add(%p, %p#1)"), std::string::npos) << out;
-  EXPECT_NE(out.find("%t = elemwise_add(%p#1, %p)"), std::string::npos) << out;
+  EXPECT_NE(out.find("%s = elemwise_sub(%p, %p#1)"), std::string::npos) << out;
+  EXPECT_NE(out.find("%t = elemwise_sub(%p#1, %p)"), std::string::npos) << out;
+}
+
+TEST(EliminateCommonExpr, CommutativeOpsMergeInEitherOrder) {
+  const char* before = R"IR(graph {
+  %x = input f64[2,3]
+  %w = param f64[3]
+  %a = broadcast_mul(%x, %w) : f64[2,3]
+  %b = broadcast_mul(%w, %x) : f64[2,3]
+  %c = elemwise_add(%a, %x) : f64[2,3]
+  %d = elemwise_add(%x, %b) : f64[2,3]
+  %e = broadcast_sub(%w, %x) : f64[2,3]
+  %f = broadcast_sub(%x, %w) : f64[2,3]
+  return %c, %d, %e, %f
+}
+)IR";
+  const char* after = R"IR(graph {
+  %x = input f64[2,3]
+  %w = param f64[3]
+  %a = broadcast_mul(%x, %w) : f64[2,3]
+  %c = elemwise_add(%a, %x) : f64[2,3]
+  %e = broadcast_sub(%w, %x) : f64[2,3]
+  %f = broadcast_sub(%x, %w) : f64[2,3]
+  return %c, %c, %e, %f
+}
+)IR";
+  int64_t merged = 0;
+  EXPECT_EQ(cse(before, &merged), after);
+  EXPECT_EQ(merged, 2);
 }
 
 TEST(EliminateCommonExpr, NeverMergesRandomOpsOrEffects) {
