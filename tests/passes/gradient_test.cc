@@ -273,6 +273,30 @@ TEST(Gradient, PipelineDefaultsToEveryParamAndSurvivesCleanup) {
   EXPECT_LT(ctx.memory_plan->arena_bytes, ctx.memory_plan->naive_bytes) << ctx.report();
 }
 
+TEST(Gradient, GradientOfAGradientGraphIsTheSecondDerivative) {
+  ir::Graph fwd = ir::parse_graph(R"IR(graph {
+  %x = input f64[4]
+  %sq = elemwise_mul(%x, %x) : f64[4]
+  %y = elemwise_mul(%sq, %x) : f64[4]
+  return %y
+})IR");
+  ir::Graph first = build_gradient_graph(fwd, std::vector<std::string>{"x"});  // y, dy/dx . h = 3x^2 h
+  ir::Graph second = build_gradient_graph(first, std::vector<std::string>{"x"});
+  ASSERT_EQ(second.outputs().size(), 3u);
+  std::vector<double> x{-1.5, 0.5, 1, 2};
+  Bindings b{{"x", nd::array(x, Shape{4})},
+             {"y_grad", nd::ones({4}, {.dtype = DType::kFloat64})},
+             {head_grad_name(first, 0), nd::zeros({4}, {.dtype = DType::kFloat64})},
+             {head_grad_name(first, 1), nd::ones({4}, {.dtype = DType::kFloat64})}};
+  auto outs = eval_graph(second, b);
+  auto dx = outs[1].to_vector<double>();
+  auto ddx = outs[2].to_vector<double>();
+  for (size_t i = 0; i < x.size(); ++i) {
+    EXPECT_NEAR(dx[i], 3 * x[i] * x[i], 1e-12);
+    EXPECT_NEAR(ddx[i], 6 * x[i], 1e-12);
+  }
+}
+
 TEST(Gradient, RandomGraphsMatchEagerAutogradBeforeAndAfterCleanup) {
   for (uint32_t seed = 1; seed <= 25; ++seed) {
     SCOPED_TRACE(fmt::format("seed {}", seed));
