@@ -90,15 +90,15 @@ class PassContext {
   std::optional<MemoryPlan> memory_plan;
 
   // The statistics of the running pass. A pass called directly (not through
-  // run_pass) gets a fresh entry named "?" if none is open.
+  // run_pass) gets an entry named "?" (the last one, if the last is one).
   PassStats& current();
   // A table of every pass run: name, nodes before -> after, counters, time.
   std::string report() const;
 
  private:
   friend ir::Graph run_pass(const PassInfo&, const ir::Graph&, PassContext&);
-  bool open_ = false;  // true while run_pass runs a pass
-  int dumps_ = 0;      // files written so far (for NN)
+  int open_ = -1;  // index in `stats` of the pass run_pass is running, or -1
+  int dumps_ = 0;  // files written so far (for NN)
 };
 
 using PassFn = ir::Graph (*)(const ir::Graph& g, PassContext& ctx);

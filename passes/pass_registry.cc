@@ -95,7 +95,8 @@ PassContext::PassContext() {
 PassContext::PassContext(PassOptions opts) : options(std::move(opts)) {}
 
 PassStats& PassContext::current() {
-  if (!open_ && (stats.empty() || stats.back().pass != "?")) stats.push_back(PassStats{.pass = "?"});
+  if (open_ >= 0) return stats[static_cast<size_t>(open_)];
+  if (stats.empty() || stats.back().pass != "?") stats.push_back(PassStats{.pass = "?"});
   return stats.back();
 }
 
@@ -143,18 +144,23 @@ ir::Graph run_pass(const PassInfo& pass, const ir::Graph& g, PassContext& ctx) {
   const PassInfo* p = &pass;
   if (!ctx.options.dump_dir.empty() && ctx.dumps_ == 0) dump(ctx, ctx.dumps_++, "input", g);
   ctx.stats.push_back(PassStats{.pass = std::string(p->name)});
-  ctx.open_ = true;
+  const size_t index = ctx.stats.size() - 1;
+  struct Open {  // a pass may run passes itself: restore the outer one
+    PassContext& ctx;
+    int outer;
+    ~Open() { ctx.open_ = outer; }
+  } open{ctx, ctx.open_};
+  ctx.open_ = static_cast<int>(index);
   auto start = std::chrono::steady_clock::now();
   ir::Graph out;
   try {
     out = p->fn(g, ctx);
   } catch (Error& e) {
-    ctx.open_ = false;
     e.add_context(fmt::format("pass {}", p->name));
     throw;
   }
-  ctx.open_ = false;
-  PassStats& s = ctx.stats.back();
+  ctx.open_ = open.outer;
+  PassStats& s = ctx.stats[index];
   s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   s.nodes_before = static_cast<int64_t>(g.size());
   s.nodes_after = static_cast<int64_t>(out.size());

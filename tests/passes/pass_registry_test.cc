@@ -122,6 +122,29 @@ TEST(PassRegistry, VerifierRunsAfterAPassThatChangedTheGraph) {
   EXPECT_NO_THROW(run_pass(PassInfo{"broken", &broken_pass}, g, ctx_off));
 }
 
+ir::Graph cleanup_pass(const ir::Graph& g, PassContext& ctx) {
+  ir::Graph out = run_pipeline(g, "eliminate-common-expr,eliminate-dead-code", ctx);
+  ctx.current().changed = out.size() != g.size();
+  ctx.current().removed = static_cast<int64_t>(g.size() - out.size());
+  return out;
+}
+
+TEST(PassRegistry, PassesMayRunPassesAndStatisticsStayWithTheirPass) {
+  PassContext ctx(PassOptions{});
+  ir::Graph out = run_pass(PassInfo{"cleanup", &cleanup_pass}, ir::parse_graph(kDeadAndRepeated), ctx);
+  ASSERT_EQ(ctx.stats.size(), 3u);
+  EXPECT_EQ(ctx.stats[0].pass, "cleanup");
+  EXPECT_EQ(ctx.stats[0].removed, 2);
+  EXPECT_EQ(ctx.stats[0].nodes_before, 5);
+  EXPECT_EQ(ctx.stats[0].nodes_after, 3);
+  EXPECT_EQ(ctx.stats[1].merged, 1);
+  EXPECT_EQ(ctx.stats[2].removed, 1);
+  // A pass called directly records into a "?" entry.
+  PassContext direct(PassOptions{});
+  cleanup_pass(ir::parse_graph(kDeadAndRepeated), direct);
+  EXPECT_EQ(direct.stats.back().pass, "?");
+}
+
 TEST(PassRegistry, DumpsEveryPassAsTextAndDot) {
   auto dir = std::filesystem::temp_directory_path() /
              fmt::format("kiln_dump_{}", ::testing::UnitTest::GetInstance()->random_seed());
