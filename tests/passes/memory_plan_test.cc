@@ -187,9 +187,10 @@ void check_no_overlap(const ir::Graph& g, const MemoryPlan& p, const std::string
 }
 
 TEST(MemoryPlan, LiveEntriesNeverOverlapOnRandomGraphs) {
-  int64_t arena = 0, naive = 0, inplace = 0;
+  int64_t arena = 0, naive = 0, inplace = 0, multi_output = 0;
   for (uint32_t seed = 1; seed <= 60; ++seed) {
     ir::Graph g = testing::random_graph(seed, 40);
+    for (const ir::Node& n : g.nodes()) multi_output += n.num_outputs() > 1 ? 1 : 0;
     MemoryPlan p = make_memory_plan(g);
     check_no_overlap(g, p, fmt::format("seed {}", seed));
     EXPECT_LE(p.arena_bytes, p.naive_bytes) << "seed " << seed;
@@ -199,6 +200,7 @@ TEST(MemoryPlan, LiveEntriesNeverOverlapOnRandomGraphs) {
   }
   EXPECT_LT(arena, naive) << "planning should save memory on random graphs";
   EXPECT_GT(inplace, 0);
+  EXPECT_GT(multi_output, 10) << "the random graphs should hold multi-output nodes";
 }
 
 TEST(MemoryPlan, TheOverlapCheckCanFail) {

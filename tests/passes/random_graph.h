@@ -1,5 +1,6 @@
 // Random graphs for pass tests: elementwise unary, binary and broadcast ops,
-// FullyConnected, Reshape, transpose and sum over float64 values, with
+// FullyConnected, Reshape, transpose, sum and SliceChannel (several
+// outputs) over float64 values, with
 // repeated subexpressions (for CSE) and unused nodes (for DCE). Deterministic
 // for a seed.
 //
@@ -97,7 +98,12 @@ inline ir::Graph random_graph(uint32_t seed, int num_ops = 24, bool identities =
         break;
       }
       case 6: {
-        if (sa.ndim() == 2) {
+        if (sa.ndim() == 2 && sa[1] % 3 == 0 && pick(2)) {  // three outputs, some maybe unused
+          SplitAttrs split;
+          split.num_outputs = 3;
+          split.axis = 1;
+          apply(OpId::kSplit, OpAttrs::make(split), {a});
+        } else if (sa.ndim() == 2) {
           apply(OpId::kSum, OpAttrs::make(ReduceAttrs{.axis = IntTuple{1}, .keepdims = true}), {a});
         } else {
           apply(OpId::kPlusScalar, OpAttrs::make(ScalarAttrs{.scalar = 1}), {a});
