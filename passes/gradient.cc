@@ -1,0 +1,182 @@
+#include "passes/gradient.h"
+
+#include <map>
+#include <memory>
+
+#include "ir/grad.h"
+#include "ir/ops/init.h"
+#include "ir/ops/nn.h"
+
+namespace kiln::passes {
+namespace {
+
+// The graph twin of autograd's EagerGradBuilder: values are entries of the
+// graph being built, and each op appends a node.
+class GraphGradBuilder final : public GradBuilder {
+ public:
+  explicit GraphGradBuilder(ir::Graph& g) : g_(g) {}
+
+  GradValue add(ir::Entry e) {
+    values_.push_back(e);
+    return GradValue{static_cast<int>(values_.size()) - 1};
+  }
+  ir::Entry entry(GradValue v) const {
+    KILN_ASSERT(!v.is_none() && static_cast<size_t>(v.index) < values_.size());
+    return values_[static_cast<size_t>(v.index)];
+  }
+  // Backward nodes are named after the forward node being differentiated.
+  void set_scope(std::string scope) { scope_ = std::move(scope); }
+
+  std::vector<GradValue> apply(OpId op, std::span<const GradValue> inputs, const OpAttrs& attrs) override {
+    std::vector<ir::Entry> in;
+    in.reserve(inputs.size());
+    for (GradValue v : inputs) in.push_back(entry(v));
+    std::vector<GradValue> out;
+    for (ir::Entry e : append(op, attrs, in)) out.push_back(add(e));
+    return out;
+  }
+
+  TensorType type(GradValue v) const override { return g_.type(entry(v)); }
+
+  std::vector<ir::Entry> append(OpId op, const OpAttrs& attrs, std::span<const ir::Entry> in) {
+    return g_.add_op(op, attrs, in, fresh_name(fmt::format("{}_grad/{}", scope_, op_def(op).name)));
+  }
+
+  // Sum of `parts` (one add_n for several), or zeros of `type` for none.
+  ir::Entry sum(const std::vector<ir::Entry>& parts, const TensorType& type) {
+    if (parts.size() == 1) return parts[0];
+    if (parts.empty()) {
+      InitAttrs z;
+      z.shape = type.shape;
+      z.dtype = type.dtype;
+      return append(OpId::kZeros, OpAttrs::make(z), {})[0];
+    }
+    AddNAttrs a;
+    a.num_args = static_cast<int>(parts.size());
+    return append(OpId::kAddN, OpAttrs::make(a), parts)[0];
+  }
+
+ private:
+  std::string fresh_name(const std::string& base) {
+    if (!g_.find(base)) return base;
+    for (int& n = counters_[base];; ++n) {
+      std::string name = fmt::format("{}{}", base, n);
+      if (!g_.find(name)) return name;
+    }
+  }
+
+  ir::Graph& g_;
+  std::vector<ir::Entry> values_;
+  std::string scope_;
+  std::map<std::string, int> counters_;
+};
+
+}  // namespace
+
+std::string head_grad_name(const ir::Graph& forward, size_t i) {
+  const ir::Entry& e = forward.outputs()[i];
+  const std::string& node = forward.node(e.node).name;
+  std::string name = e.index == 0 ? node + "_grad" : fmt::format("{}_{}_grad", node, e.index);
+  bool taken = forward.find(name).has_value();
+  for (size_t j = 0; j < i && !taken; ++j) taken = forward.outputs()[j] == e;
+  return taken ? fmt::format("{}_{}", name, i) : name;
+}
+
+ir::Graph build_gradient_graph(const ir::Graph& forward, std::span<const std::string> wrt) {
+  const size_t n = forward.size();
+  std::vector<ir::NodeId> targets;
+  std::vector<bool> needs(n, false);  // the node's outputs depend on a requested node
+  for (const std::string& name : wrt) {
+    auto id = forward.find(name);
+    KILN_CHECK(id.has_value(), ValueError, "gradient: no node named '{}' to differentiate with respect to", name);
+    const ir::Node& node = forward.node(*id);
+    KILN_CHECK(!node.is_op() && node.kind != ir::NodeKind::kConst, ValueError,
+               "gradient: '{}' is {} node ({}); expected an input, param or aux node", name,
+               node.is_op() ? "an op" : "a const", node.is_op() ? op_def(node.op).name : "constant");
+    targets.push_back(*id);
+    needs[static_cast<size_t>(*id)] = true;
+  }
+  for (size_t i = 0; i < n; ++i) {
+    const ir::Node& node = forward.node(static_cast<ir::NodeId>(i));
+    if (!node.is_op() || !op_def(node.op).differentiable) continue;
+    for (const ir::Entry& e : node.inputs) needs[i] = needs[i] || needs[static_cast<size_t>(e.node)];
+  }
+
+  ir::Graph g = forward;
+  GraphGradBuilder b(g);
+  // Contributions to the gradient of each forward entry, by node then output.
+  std::vector<std::vector<std::vector<ir::Entry>>> parts(n);
+  auto parts_of = [&](ir::Entry e) -> std::vector<ir::Entry>& {
+    auto& p = parts[static_cast<size_t>(e.node)];
+    if (p.empty()) p.resize(static_cast<size_t>(forward.node(e.node).num_outputs()));
+    return p[static_cast<size_t>(e.index)];
+  };
+  for (size_t i = 0; i < forward.outputs().size(); ++i) {
+    ir::Entry out = forward.outputs()[i];
+    ir::Entry head = g.add_input(head_grad_name(forward, i), forward.type(out));
+    if (needs[static_cast<size_t>(out.node)]) parts_of(out).push_back(head);
+  }
+
+  for (size_t r = n; r-- > 0;) {
+    auto id = static_cast<ir::NodeId>(r);
+    const ir::Node& node = forward.node(id);
+    if (!node.is_op() || !needs[r] || parts[r].empty()) continue;
+    const OpDef& def = op_def(node.op);
+    KILN_CHECK(def.grad != nullptr, NotSupported, "gradient: node '{}' ({}) is differentiable but has no gradient",
+               node.name, def.name);
+    b.set_scope(node.name);
+    std::vector<GradValue> in_vals, out_vals, og_vals;
+    std::vector<TensorType> in_types;
+    for (const ir::Entry& e : node.inputs) {
+      if (def.grad_uses_inputs) in_vals.push_back(b.add(e));
+      in_types.push_back(forward.type(e));
+    }
+    for (int k = 0; k < node.num_outputs(); ++k) {
+      if (def.grad_uses_outputs) out_vals.push_back(b.add({id, k}));
+      og_vals.push_back(b.add(b.sum(parts[r][static_cast<size_t>(k)], node.types[static_cast<size_t>(k)])));
+    }
+    const size_t n_in = node.inputs.size();
+    std::unique_ptr<bool[]> in_needs(new bool[n_in]);  // not vector<bool>: GradArgs needs contiguous bools
+    for (size_t k = 0; k < n_in; ++k) in_needs[k] = needs[static_cast<size_t>(node.inputs[k].node)];
+    std::vector<GradValue> in_grads(n_in);
+    GradArgs args{node.attrs, in_vals, out_vals, og_vals, {in_needs.get(), n_in}, in_types};
+    try {
+      def.grad(b, args, in_grads);
+    } catch (Error& e) {
+      e.add_context(fmt::format("gradient of node '{}' ({})", node.name, def.name));
+      throw;
+    }
+    for (size_t k = 0; k < n_in; ++k) {
+      if (!in_needs[k] || in_grads[k].is_none()) continue;
+      parts_of(node.inputs[k]).push_back(b.entry(in_grads[k]));
+    }
+    parts[r].clear();  // consumed
+  }
+
+  std::vector<ir::Entry> outputs = forward.outputs();
+  std::map<ir::NodeId, ir::Entry> summed;
+  for (ir::NodeId id : targets) {
+    auto it = summed.find(id);
+    if (it == summed.end()) {
+      b.set_scope(forward.node(id).name);
+      auto& p = parts[static_cast<size_t>(id)];
+      it = summed.emplace(id, b.sum(p.empty() ? std::vector<ir::Entry>{} : p[0], forward.node(id).types[0])).first;
+    }
+    outputs.push_back(it->second);
+  }
+  g.set_outputs(std::move(outputs));
+  return g;
+}
+
+ir::Graph gradient(const ir::Graph& g, PassContext& ctx) {
+  std::vector<std::string> wrt = ctx.options.gradient.wrt;
+  if (wrt.empty())
+    for (ir::NodeId id : g.nodes_of_kind(ir::NodeKind::kParam)) wrt.push_back(g.node(id).name);
+  ir::Graph out = build_gradient_graph(g, wrt);
+  PassStats& stats = ctx.current();
+  stats.added += static_cast<int64_t>(out.size() - g.size());
+  stats.changed = true;
+  return out;
+}
+
+}  // namespace kiln::passes
