@@ -6,6 +6,7 @@
 #include "frontend/autograd.h"
 #include "frontend/graph_eval.h"
 #include "frontend/nn/block.h"
+#include "passes/pass.h"
 
 namespace kiln {
 namespace {
@@ -20,7 +21,42 @@ bool log_retraces() {
 
 std::string input_name(size_t i, size_t n) { return n == 1 ? "data" : fmt::format("data{}", i); }
 
+// Node ids change when a pass rebuilds the graph; names do not.
+void remap(trace::TracedGraph& t, const ir::Graph& before) {
+  auto id_of = [&](ir::NodeId old) {
+    const std::string& name = before.node(old).name;
+    auto found = t.graph.find(name);
+    KILN_CHECK(found.has_value(), InternalError, "hybridize: a pass dropped the graph's leaf node '{}'", name);
+    return *found;
+  };
+  for (ir::NodeId& id : t.inputs) id = id_of(id);
+  for (auto& [id, _] : t.params) id = id_of(id);
+  for (auto& [id, _] : t.consts) id = id_of(id);
+}
+
 }  // namespace
+
+// The optimization pipeline every traced graph goes through before it runs.
+// KILN_DUMP_GRAPHS=dir writes the graph after each pass.
+constexpr std::string_view kPipeline = "eliminate-common-expr,simplify-algebra,eliminate-dead-code";
+
+void CachedOp::optimize(trace::TracedGraph& traced, const std::string& what) {
+  passes::PassContext ctx;
+  ir::Graph before = traced.graph;
+  try {
+    traced.graph = passes::run_pipeline(before, kPipeline, ctx);
+  } catch (Error& e) {
+    e.add_context(fmt::format("{}: optimizing the traced graph", what));
+    throw;
+  }
+  remap(traced, before);
+  pass_report_ = ctx.report();
+}
+
+std::string CachedOp::pass_report() const {
+  std::lock_guard lock(mutex_);
+  return pass_report_;
+}
 
 CachedOp::CachedOp(int max_entries) : max_entries_(std::max(1, max_entries)) {}
 
@@ -88,6 +124,7 @@ std::shared_ptr<const CachedOp::Entry> CachedOp::lookup(nn::Block& block, std::s
     std::vector<NDArray> outs = block.forward(std::span<const NDArray>(sym));
     traced = std::make_shared<trace::TracedGraph>(tracer.finish(outs));
   }
+  optimize(*traced, what);
   if (num_traces_ > 0 && !entries_.empty()) {
     std::string line = fmt::format("re-traced {}: {}", what, explain(entries_.front()->key, key));
     if (log_retraces()) std::fprintf(stderr, "kiln: %s\n", line.c_str());

@@ -5,7 +5,9 @@
 //
 // The key of an entry is (input shapes and dtypes, device, train/predict
 // mode). A miss traces the block's forward (frontend/trace.h) into a graph,
-// runs the optimization pipeline on it, and stores it; the least recently
+// runs the optimization pipeline on it (common subexpressions, algebraic
+// simplification, dead code; KILN_DUMP_GRAPHS=dir dumps each step), and
+// stores it; the least recently
 // used entry is dropped beyond `max_entries`. Every trace after the first is
 // counted and explained (which part of the key changed): `retrace_log()`, and
 // on stderr with KILN_LOG_RETRACE=1.
@@ -54,8 +56,12 @@ class CachedOp {
   int64_t num_traces() const;
   // One line per re-trace: "re-traced HybridNet: input 0 shape [32,784] -> [16,784]".
   std::vector<std::string> retrace_log() const;
-  // The graph of the most recently used entry (null before the first call).
+  // The graph of the most recently used entry (null before the first call),
+  // as optimized.
   std::shared_ptr<const trace::TracedGraph> last_graph() const;
+  // What the optimization pipeline did to the last traced graph, one line
+  // per pass (passes::PassContext::report).
+  std::string pass_report() const;
 
  private:
   struct Key {
@@ -74,12 +80,14 @@ class CachedOp {
 
   std::shared_ptr<const Entry> lookup(nn::Block& block, std::span<const NDArray> inputs, const std::string& what);
   static std::string explain(const Key& before, const Key& after);
+  void optimize(trace::TracedGraph& traced, const std::string& what);
 
   int max_entries_;
   mutable std::mutex mutex_;
   std::list<std::shared_ptr<const Entry>> entries_;  // most recently used first
   int64_t num_traces_ = 0;
   std::vector<std::string> retrace_log_;
+  std::string pass_report_;
 };
 
 }  // namespace kiln

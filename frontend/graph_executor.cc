@@ -1,66 +1,16 @@
 #include "frontend/graph_executor.h"
 
 #include <algorithm>
+#include <array>
 #include <map>
 
 #include "ir/error.h"
+#include "passes/memory_plan.h"
+#include "passes/op_effects.h"
 #include "runtime/kernel.h"
 
 namespace kiln {
 
-namespace {
-
-constexpr int64_t kAlign = 64;
-
-int64_t aligned(int64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
-
-bool is_random(OpId op) {
-  std::string_view name = op_def(op).name;
-  return name.starts_with("_random_") || name.starts_with("random_") || name.starts_with("_sample_");
-}
-
-// Best-fit reuse of freed arena blocks; grows the arena when none fits.
-class ArenaAllocator {
- public:
-  int64_t alloc(int64_t bytes) {
-    bytes = aligned(std::max<int64_t>(bytes, 1));
-    auto best = free_.end();
-    for (auto it = free_.begin(); it != free_.end(); ++it)
-      if (it->second >= bytes && (best == free_.end() || it->second < best->second)) best = it;
-    if (best == free_.end()) {
-      int64_t at = top_;
-      top_ += bytes;
-      return at;
-    }
-    int64_t at = best->first, size = best->second;
-    free_.erase(best);
-    if (size > bytes) free_.emplace(at + bytes, size - bytes);
-    return at;
-  }
-  void release(int64_t at, int64_t bytes) {
-    bytes = aligned(std::max<int64_t>(bytes, 1));
-    auto [it, _] = free_.emplace(at, bytes);
-    // Merge with the following and the preceding free blocks.
-    if (auto next = std::next(it); next != free_.end() && it->first + it->second == next->first) {
-      it->second += next->second;
-      free_.erase(next);
-    }
-    if (it != free_.begin()) {
-      auto prev = std::prev(it);
-      if (prev->first + prev->second == it->first) {
-        prev->second += it->second;
-        free_.erase(it);
-      }
-    }
-  }
-  int64_t size() const { return top_; }
-
- private:
-  std::map<int64_t, int64_t> free_;  // offset -> bytes
-  int64_t top_ = 0;
-};
-
-}  // namespace
 
 struct GraphExecutor::Program {
   // Where a value lives: a bound array (ext >= 0) or the arena at `offset`.
@@ -94,7 +44,7 @@ struct GraphExecutor::Program {
 bool GraphExecutor::supports(const ir::Graph& g, bool is_train) {
   for (const ir::Node& n : g.nodes()) {
     if (!n.is_op()) continue;
-    if (is_random(n.op)) return false;
+    if (passes::is_random(op_def(n.op))) return false;
     if (n.op == OpId::kDropout && is_train) return false;
   }
   return true;
@@ -128,18 +78,12 @@ GraphExecutor::GraphExecutor(std::shared_ptr<const trace::TracedGraph> traced)
     p.output_types.push_back(g.type(e));
   }
 
-  // Last reader of every op output (graph outputs are never freed).
-  std::map<std::pair<ir::NodeId, int32_t>, size_t> last_use;
-  for (size_t id = 0; id < g.size(); ++id)
-    for (const ir::Entry& e : g.nodes()[id].inputs)
-      if (e.node >= 0) last_use[{e.node, e.index}] = id;
-
-  ArenaAllocator arena;
+  const passes::MemoryPlan plan = passes::make_memory_plan(g);
   for (size_t id = 0; id < g.size(); ++id) {
     const ir::Node& n = g.nodes()[id];
+    auto& r = refs[id];
+    r.resize(n.types.size());
     for (size_t i = 0; i < n.types.size(); ++i) {
-      auto& r = refs[id];
-      r.resize(n.types.size());
       r[i].shape = n.types[i].shape;
       r[i].dtype = n.types[i].dtype;
     }
@@ -150,42 +94,27 @@ GraphExecutor::GraphExecutor(std::shared_ptr<const trace::TracedGraph> traced)
     step.attrs = n.attrs;
     for (const ir::Entry& e : n.inputs) step.in.push_back(refs[static_cast<size_t>(e.node)][static_cast<size_t>(e.index)]);
     for (int m : def.mutate_inputs) {
-      const Program::Ref& r = step.in[static_cast<size_t>(m)];
-      KILN_CHECK(r.ext >= 0, NotSupported, "hybridize: node '{}' ({}) mutates input {}, which is not a graph input",
+      const Program::Ref& in = step.in[static_cast<size_t>(m)];
+      KILN_CHECK(in.ext >= 0, NotSupported, "hybridize: node '{}' ({}) mutates input {}, which is not a graph input",
                  n.name, def.name, m);
-      p.externals[static_cast<size_t>(r.ext)].mutated = true;
+      p.externals[static_cast<size_t>(in.ext)].mutated = true;
     }
-    // Outputs: fresh graph outputs, or arena blocks.
-    std::vector<int32_t> dead;
+    // Outputs: fresh graph outputs, or their planned place in the arena.
     for (int32_t i = 0; i < n.num_outputs(); ++i) {
-      Program::Ref& r = refs[id][static_cast<size_t>(i)];
+      Program::Ref& out = r[static_cast<size_t>(i)];
       if (auto it = output_of.find({static_cast<ir::NodeId>(id), i}); it != output_of.end()) {
-        r.ext = it->second;
+        out.ext = it->second;
       } else {
-        int64_t bytes = static_cast<int64_t>(r.shape.size() * static_cast<int64_t>(dtype_size(r.dtype)));
-        r.offset = arena.alloc(bytes);
-        p.naive_bytes += aligned(std::max<int64_t>(bytes, 1));
-        if (!last_use.contains({static_cast<ir::NodeId>(id), i})) dead.push_back(i);
+        out.offset = plan.offset[id][static_cast<size_t>(i)];
+        KILN_ASSERT(out.offset >= 0);
       }
-      step.out.push_back(r);
-    }
-    // Storage whose last reader is this step, and outputs nobody reads, is free for later steps.
-    for (const ir::Entry& e : n.inputs) {
-      auto it = last_use.find({e.node, e.index});
-      const Program::Ref& r = refs[static_cast<size_t>(e.node)][static_cast<size_t>(e.index)];
-      if (it != last_use.end() && it->second == id && r.ext < 0) {
-        arena.release(r.offset, static_cast<int64_t>(r.shape.size() * static_cast<int64_t>(dtype_size(r.dtype))));
-        last_use.erase(it);  // an entry read twice by this node is freed once
-      }
-    }
-    for (int32_t i : dead) {
-      const Program::Ref& r = refs[id][static_cast<size_t>(i)];
-      arena.release(r.offset, static_cast<int64_t>(r.shape.size() * static_cast<int64_t>(dtype_size(r.dtype))));
+      step.out.push_back(out);
     }
     p.steps.push_back(std::move(step));
   }
   for (const ir::Entry& e : g.outputs()) p.output_ext.push_back(refs[static_cast<size_t>(e.node)][static_cast<size_t>(e.index)].ext);
-  p.arena_bytes = arena.size();
+  p.arena_bytes = plan.arena_bytes;
+  p.naive_bytes = plan.naive_bytes;
   if (p.arena_bytes > 0) p.arena = NDArray::empty(Shape{p.arena_bytes}, {DType::kUint8, p.device});
 }
 

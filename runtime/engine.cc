@@ -47,7 +47,7 @@ int default_cpu_threads() {
 int64_t default_max_pending_bytes() {
   static const int64_t n = [] {
     int64_t mb = env_positive("KILN_MAX_PENDING_MB");
-    return mb > 0 ? mb << 20 : int64_t{64} << 20;
+    return mb > 0 ? mb << 20 : int64_t{4} << 20;
   }();
   return n;
 }

@@ -28,10 +28,13 @@
 // poison of the variables it writes. Unrelated work is unaffected.
 //
 // Back-pressure: `PushOptions::bytes` (bytes of output the op allocates) are
-// counted while the op is pending; `push` blocks while that count is above
-// `max_pending_bytes()` and at least one other op is pending, so a frontend
-// that runs ahead cannot pile up unbounded memory. Pushes from engine worker
-// threads never block.
+// counted per device while the op is pending; `push` blocks while the count of
+// the op's device is above `max_pending_bytes()` and another op of that
+// device is pending, so a frontend that runs ahead cannot pile up unbounded
+// memory. The default bound (4 MiB) keeps a frontend about one large op ahead
+// of each device, which is all a device needs to stay busy: ops whose outputs
+// are that large take far longer than a push. Small ops are not held back.
+// Pushes from engine worker threads never block.
 //
 // Thread safety: every method may be called from any thread, including from
 // inside a running operation (except `wait_*`, which throw from a worker).
@@ -99,7 +102,7 @@ class Engine {
 
   virtual Kind kind() const = 0;
 
-  // Back-pressure bound; default 64 MiB or KILN_MAX_PENDING_MB.
+  // Back-pressure bound per device; default 4 MiB or KILN_MAX_PENDING_MB.
   void set_max_pending_bytes(int64_t bytes) { max_pending_bytes_ = bytes; }
   int64_t max_pending_bytes() const { return max_pending_bytes_; }
 
@@ -109,7 +112,7 @@ class Engine {
   virtual int cpu_threads(Device device) const = 0;
 
  protected:
-  int64_t max_pending_bytes_ = 64ll << 20;
+  int64_t max_pending_bytes_ = 4ll << 20;
 };
 
 std::unique_ptr<Engine> create(Kind kind);

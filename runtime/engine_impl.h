@@ -16,7 +16,7 @@ std::unique_ptr<Engine> make_naive_engine();
 
 // Defaults read from the environment once per process.
 int default_cpu_threads();           // KILN_CPU_THREADS, else all cores
-int64_t default_max_pending_bytes();  // KILN_MAX_PENDING_MB, else 64 MiB
+int64_t default_max_pending_bytes();  // KILN_MAX_PENDING_MB, else 4 MiB
 
 // Throws DeviceError unless `d` fits the engine's per-device tables.
 void check_engine_device(Device d);

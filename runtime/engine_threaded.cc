@@ -146,7 +146,7 @@ class ThreadedEngine final : public Engine {
   void push(Fn fn, std::span<Var* const> reads, std::span<Var* const> writes,
             const PushOptions& options) override {
     Worker* worker = worker_for(options.device, options.lane);
-    if (tl_worker_engine == nullptr) throttle();
+    if (tl_worker_engine == nullptr) throttle(options.device);
     Op* op = RecordPool<Op>::alloc();
     op->fn = std::move(fn);
     op->priority = options.priority;
@@ -277,6 +277,9 @@ class ThreadedEngine final : public Engine {
     if (!op->signal) {  // counted before any grant can let the op complete
       counters_.pending.fetch_add(1, std::memory_order_relaxed);
       if (op->bytes != 0) counters_.bytes.fetch_add(op->bytes, std::memory_order_relaxed);
+      DeviceLoad& load = device_load_[device_index(op->device)];
+      load.pending.fetch_add(1, std::memory_order_relaxed);
+      if (op->bytes != 0) load.bytes.fetch_add(op->bytes, std::memory_order_relaxed);
     }
     int32_t granted = 0;
     for (VarUse& u : uses) granted += append(u);
@@ -312,6 +315,7 @@ class ThreadedEngine final : public Engine {
   void complete(Op* op) {
     bool counted = op->signal == nullptr;
     int64_t bytes = op->bytes;
+    DeviceLoad& load = device_load_[device_index(op->device)];
     ReadyList ready;
     for (VarUse& u : op->use_span()) release(u, ready);
     RecordPool<Op>::free(op);
@@ -322,7 +326,11 @@ class ThreadedEngine final : public Engine {
       r = next;
     }
     if (!counted) return;
-    if (bytes != 0) counters_.bytes.fetch_sub(bytes, std::memory_order_seq_cst);
+    if (bytes != 0) {
+      load.bytes.fetch_sub(bytes, std::memory_order_seq_cst);
+      counters_.bytes.fetch_sub(bytes, std::memory_order_seq_cst);
+    }
+    load.pending.fetch_sub(1, std::memory_order_seq_cst);
     counters_.pending.fetch_sub(1, std::memory_order_seq_cst);
     if (progress_waiters_.load(std::memory_order_seq_cst) > 0) {
       std::lock_guard<std::mutex> lock(progress_mutex_);
@@ -414,11 +422,14 @@ class ThreadedEngine final : public Engine {
     return w;
   }
 
-  // Back-pressure: blocks while too many output bytes are pending.
-  void throttle() {
+  // Back-pressure: blocks while too many output bytes are pending on the
+  // device the op goes to (so one device's backlog does not hold back work
+  // for another, idle one).
+  void throttle(Device device) {
+    const DeviceLoad& load = device_load_[device_index(device)];
     auto over = [&] {
-      return counters_.bytes.load(std::memory_order_seq_cst) > max_pending_bytes_ &&
-             counters_.pending.load(std::memory_order_seq_cst) > 0;
+      return load.bytes.load(std::memory_order_seq_cst) > max_pending_bytes_ &&
+             load.pending.load(std::memory_order_seq_cst) > 0;
     };
     if (!over()) return;
     std::unique_lock<std::mutex> lock(progress_mutex_);
@@ -450,6 +461,11 @@ class ThreadedEngine final : public Engine {
     std::atomic<int64_t> bytes{0};
   };
   Counters counters_;
+  struct alignas(64) DeviceLoad {
+    std::atomic<int64_t> pending{0};
+    std::atomic<int64_t> bytes{0};
+  };
+  std::array<DeviceLoad, kNumDeviceSlots> device_load_;
   alignas(64) std::atomic<int> progress_waiters_{0};
   std::mutex progress_mutex_;
   std::condition_variable progress_cv_;

@@ -316,9 +316,11 @@ TEST(Hybridize, ExecutorReusesArenaStorage) {
   }
   GraphExecutor exec(std::make_shared<trace::TracedGraph>(std::move(traced)));
   expect_close(exec.run({&x, 1}, false)[0], want, 0, "executor");
-  // 11 intermediates of 8x64 floats; at most two are live at once.
+  // 11 intermediates of 8x64 floats; at most two are live at once (one with
+  // relu in place).
   EXPECT_EQ(exec.naive_bytes(), 11 * 8 * 64 * 4);
-  EXPECT_EQ(exec.arena_bytes(), 2 * 8 * 64 * 4);
+  EXPECT_LE(exec.arena_bytes(), 2 * 8 * 64 * 4);
+  EXPECT_GE(exec.arena_bytes(), 8 * 64 * 4);
 }
 
 // Every zoo model: hybridized agrees with imperative in predict mode and in
