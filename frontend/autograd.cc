@@ -146,6 +146,37 @@ std::vector<Node*> topological_order(std::span<const NDArray> heads) {
   return order;
 }
 
+// A custom node's backward (see Node::custom_backward), accumulating into
+// the input edges' slots.
+template <typename Slot>
+void run_custom_backward(Node& node, std::vector<NDArray>& out_grads, Device device, bool retain_graph,
+                         bool create_graph, Slot& slot) {
+  KILN_CHECK(!create_graph, NotSupported,
+             "grad(create_graph=true) through a hybridized block is not supported yet; call hybridize(false) on it "
+             "for higher-order gradients");
+  std::vector<NDArray> full(out_grads.size());
+  for (size_t k = 0; k < out_grads.size(); ++k) {
+    if (!out_grads[k].is_none()) device = out_grads[k].device();
+  }
+  for (size_t k = 0; k < out_grads.size(); ++k) {
+    full[k] = out_grads[k].is_none()
+                  ? nd::zeros(node.output_types[k].shape, {node.output_types[k].dtype, device})
+                  : out_grads[k];
+  }
+  std::vector<NDArray> in_grads = node.custom_backward(full);
+  KILN_ASSERT(in_grads.size() == node.inputs.size());
+  for (size_t k = 0; k < node.inputs.size(); ++k) {
+    const Edge& e = node.inputs[k];
+    if (!e.node || !e.node->needs_grad() || in_grads[k].is_none()) continue;
+    auto& g = slot(e.node.get())[static_cast<size_t>(e.index)];
+    g = add_grads(g, in_grads[k]);
+  }
+  if (!retain_graph) {
+    node.custom_backward = nullptr;  // releases the saved values
+    node.freed = true;
+  }
+}
+
 // The core of backward and grad: returns the gradient reaching each node output.
 std::unordered_map<Node*, std::vector<NDArray>> run_backward(std::span<const NDArray> heads,
                                                              std::span<const NDArray> head_grads,
@@ -192,8 +223,13 @@ std::unordered_map<Node*, std::vector<NDArray>> run_backward(std::span<const NDA
     KILN_CHECK(!node->freed, ValueError,
                "backward: the tape through {} was freed by an earlier backward; pass retain_graph = true to "
                "differentiate twice",
-               node->def->name);
+               node->name());
     std::vector<NDArray>& out_grads = found->second;
+    if (node->custom) {
+      run_custom_backward(*node, out_grads, heads[0].device(), retain_graph, create_graph, slot);
+      if (!keep.contains(node)) grads.erase(node);
+      continue;
+    }
     EagerGradBuilder b;
     std::vector<GradValue> in_vals, out_vals, og_vals;
     for (const NDArray& x : node->saved_inputs) in_vals.push_back(b.add(create_graph ? x : x.detach()));

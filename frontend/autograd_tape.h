@@ -1,7 +1,9 @@
 // Internal to autograd and invoke: the tape's node and the recording hook.
 #pragma once
 
+#include <functional>
 #include <memory>
+#include <string_view>
 #include <span>
 #include <vector>
 
@@ -30,11 +32,18 @@ struct Node : std::enable_shared_from_this<Node> {
   std::vector<TensorType> output_types;
   bool freed = false;  // saved arrays released by a backward without retain_graph
 
+  // A node with its own backward instead of an OpDef (a hybridized block's
+  // CachedOp): given one gradient per output (zeros where none arrived),
+  // returns one gradient per input edge (none where not needed).
+  bool custom = false;
+  std::function<std::vector<NDArray>(std::span<const NDArray> out_grads)> custom_backward;
+
   // Leaves only.
   NDArray grad;
   GradReq req = GradReq::kNull;
 
-  bool is_leaf() const { return def == nullptr; }
+  bool is_leaf() const { return def == nullptr && !custom; }
+  std::string_view name() const { return def ? def->name : custom ? std::string_view("CachedOp") : "leaf"; }
   bool needs_grad() const { return !is_leaf() || req != GradReq::kNull; }
 };
 

@@ -19,6 +19,16 @@ bool log_retraces() {
   return on;
 }
 
+// KILN_HYBRID_TRAIN=eager evaluates hybridized blocks op by op while
+// recording (for comparing against the compiled training step).
+bool compiled_training_enabled() {
+  static const bool on = [] {
+    const char* env = std::getenv("KILN_HYBRID_TRAIN");
+    return env == nullptr || std::string_view(env) != "eager";
+  }();
+  return on;
+}
+
 std::string input_name(size_t i, size_t n) { return n == 1 ? "data" : fmt::format("data{}", i); }
 
 // Node ids change when a pass rebuilds the graph; names do not.
@@ -145,6 +155,19 @@ std::vector<NDArray> CachedOp::call(nn::Block& block, std::span<const NDArray> i
   if (!autograd::is_recording() && GraphExecutor::supports(t.graph, entry->key.train)) {
     std::call_once(entry->compile_once, [&] { entry->executor = std::make_unique<GraphExecutor>(entry->traced); });
     return entry->executor->run(inputs, entry->key.train);
+  }
+  if (autograd::is_recording() && compiled_training_enabled()) {
+    std::vector<bool> needs(inputs.size());
+    for (size_t i = 0; i < inputs.size(); ++i) needs[i] = inputs[i].requires_grad();
+    std::shared_ptr<const TrainProgram> program;
+    {
+      std::lock_guard lock(entry->train_mutex);
+      auto it = entry->train.find(needs);
+      if (it == entry->train.end())
+        it = entry->train.emplace(needs, TrainProgram::compile(t, needs, entry->key.train)).first;
+      program = it->second;
+    }
+    if (program) return program->call(inputs, entry->key.train);
   }
   std::vector<NDArray> values(t.graph.size());
   for (size_t i = 0; i < t.inputs.size(); ++i) values[static_cast<size_t>(t.inputs[i])] = inputs[i];

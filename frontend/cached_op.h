@@ -15,11 +15,13 @@
 // A call binds the entry's graph to the inputs, the parameters' current
 // arrays on the inputs' device and the captured constants. When autograd is
 // not recording, the entry's GraphExecutor runs it as one engine operation
-// from a static memory plan. While recording, it is evaluated node by node
-// (eval_graph), so the tape records every op and backward works; aux states
-// such as BatchNorm's running statistics are updated in place either way.
-// (Next: the CachedOp as one tape node whose backward is the gradient pass's
-// graph.)
+// from a static memory plan. While recording, the entry's TrainProgram
+// (frontend/cached_op_train.h) runs the forward part of the gradient pass's
+// graph and puts the CachedOp on the tape as one node whose backward is the
+// backward part. Graphs that must draw new random values per call (Dropout
+// in train mode, random ops) are evaluated node by node instead (eval_graph),
+// the tape recording every op. Aux states such as BatchNorm's running
+// statistics are updated in place on every path.
 //
 // Thread safety: call() may run from several threads at once on one CachedOp
 // (lookups and traces are serialized by a mutex; evaluation is ordered by the
@@ -28,12 +30,14 @@
 
 #include <cstdint>
 #include <list>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "frontend/cached_op_train.h"
 #include "frontend/graph_executor.h"
 #include "frontend/ndarray.h"
 #include "frontend/trace.h"
@@ -76,6 +80,10 @@ class CachedOp {
     // Compiled on the first call that can use it (autograd not recording).
     mutable std::once_flag compile_once;
     mutable std::unique_ptr<GraphExecutor> executor;
+    // Compiled training steps, by which inputs need a gradient (null: not
+    // compilable, evaluate op by op).
+    mutable std::mutex train_mutex;
+    mutable std::map<std::vector<bool>, std::shared_ptr<const TrainProgram>> train;
   };
 
   std::shared_ptr<const Entry> lookup(nn::Block& block, std::span<const NDArray> inputs, const std::string& what);

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "frontend/autograd.h"
+#include "frontend/autograd_tape.h"
 #include "frontend/cached_op.h"
 #include "frontend/graph_executor.h"
 #include "frontend/kiln.h"
@@ -276,6 +277,36 @@ TEST(Hybridize, ConcurrentCallsFromThreads) {
   auto w = want.to_vector<float>();
   for (auto& g : got) EXPECT_EQ(g, w);
   EXPECT_EQ(net.cached_op()->num_traces(), 1);
+}
+
+TEST(Hybridize, TrainingRecordsOneTapeNodeAndRoutesInputAndAddGradients) {
+  nd::random::seed(7);
+  HybridNet net;
+  net.initialize(init::Xavier());
+  NDArray x = nd::random::normal({5, 6});
+  // Imperative reference: input gradient and twice-accumulated parameter gradients.
+  auto grads = [&](bool hybrid) {
+    net.hybridize(hybrid);
+    net.collect_params().set_grad_req(GradReq::kAdd);
+    net.collect_params().zero_grad();
+    NDArray xi = x.copy();
+    xi.attach_grad();
+    for (int step = 0; step < 2; ++step) {
+      autograd::Record record;
+      NDArray y = net(xi);
+      if (hybrid) {
+        EXPECT_NE(y.ag_node(), nullptr);
+        EXPECT_TRUE(y.ag_node()->custom) << "a hybridized call is one tape node";
+      }
+      autograd::backward({nd::sum(y * y)});
+    }
+    std::vector<NDArray> g{xi.grad().copy()};
+    for (auto& [name, p] : net.collect_params()) g.push_back(p.grad().copy());
+    return g;
+  };
+  auto imperative = grads(false);
+  auto hybrid = grads(true);
+  for (size_t i = 0; i < hybrid.size(); ++i) expect_close(hybrid[i], imperative[i], 1e-5, "gradient " + std::to_string(i));
 }
 
 struct TwoOutputs : nn::HybridBlock {

@@ -1,0 +1,136 @@
+#include "frontend/cached_op_train.h"
+
+#include "frontend/autograd.h"
+#include "frontend/autograd_tape.h"
+#include "ir/error.h"
+#include "passes/gradient.h"
+#include "passes/pass.h"
+#include "passes/split_gradient.h"
+
+namespace kiln {
+namespace {
+
+// Binds `g`'s leaves to what `traced` bound them to, by name; input nodes are
+// bound in `input_order`.
+std::shared_ptr<trace::TracedGraph> bind_leaves(ir::Graph g, const trace::TracedGraph& traced,
+                                         const std::vector<std::string>& input_order) {
+  auto t = std::make_shared<trace::TracedGraph>();
+  t->device = traced.device;
+  for (const std::string& name : input_order) {
+    auto id = g.find(name);
+    KILN_CHECK(id.has_value(), InternalError, "hybridize: compiled training graph has no input '{}'", name);
+    t->inputs.push_back(*id);
+  }
+  for (const auto& [old, p] : traced.params)
+    if (auto id = g.find(traced.graph.node(old).name)) t->params.emplace_back(*id, p);
+  for (const auto& [old, a] : traced.consts)
+    if (auto id = g.find(traced.graph.node(old).name)) t->consts.emplace_back(*id, a);
+  size_t bound = t->inputs.size() + t->params.size() + t->consts.size();
+  size_t leaves = 0;
+  for (const ir::Node& n : g.nodes()) leaves += !n.is_op();
+  KILN_CHECK(bound == leaves, InternalError, "hybridize: {} of {} leaves of a compiled training graph are bound",
+             bound, leaves);
+  t->graph = std::move(g);
+  return t;
+}
+
+}  // namespace
+
+std::shared_ptr<const TrainProgram> TrainProgram::compile(const trace::TracedGraph& traced,
+                                                          const std::vector<bool>& input_needs_grad, bool is_train) {
+  const ir::Graph& fwd = traced.graph;
+  if (!GraphExecutor::supports(fwd, is_train)) return nullptr;
+  std::vector<std::string> wrt;
+  auto program = std::shared_ptr<TrainProgram>(new TrainProgram);
+  program->device_ = traced.device;
+  program->num_outputs_ = fwd.outputs().size();
+  for (const ir::Entry& e : fwd.outputs()) program->output_types_.push_back(fwd.type(e));
+  program->input_grad_.assign(traced.inputs.size(), -1);
+  for (size_t i = 0; i < traced.inputs.size(); ++i) {
+    if (!input_needs_grad[i]) continue;
+    program->input_grad_[i] = static_cast<int>(wrt.size());
+    wrt.push_back(fwd.node(traced.inputs[i]).name);
+  }
+  for (const auto& [node, p] : traced.params) {
+    if (p.is_aux() || p.grad_req() == GradReq::kNull) continue;
+    program->param_grads_.emplace_back(p, static_cast<int>(wrt.size()));
+    wrt.push_back(fwd.node(node).name);
+  }
+  if (wrt.empty()) return nullptr;
+
+  ir::Graph grad = passes::build_gradient_graph(fwd, wrt);
+  std::vector<std::string> heads;
+  for (size_t i = 0; i < fwd.outputs().size(); ++i) heads.push_back(passes::head_grad_name(fwd, i));
+  passes::SplitGraph split = passes::split_gradient_graph(grad, fwd.outputs().size(), heads);
+  passes::PassContext ctx;
+  ir::Graph backward = passes::run_pipeline(split.backward, "eliminate-common-expr,eliminate-dead-code", ctx);
+
+  std::vector<std::string> forward_inputs;
+  for (ir::NodeId id : traced.inputs) forward_inputs.push_back(fwd.node(id).name);
+  program->forward_ = std::make_unique<GraphExecutor>(bind_leaves(std::move(split.forward), traced, forward_inputs));
+
+  std::vector<std::string> backward_order;
+  for (size_t k = 0; k < split.saved.size(); ++k) {
+    backward_order.push_back(split.saved[k]);
+    program->backward_inputs_.push_back({Source::kSaved, k});
+  }
+  for (size_t k = 0; k < heads.size(); ++k) {
+    if (!backward.find(heads[k])) continue;  // a head gradient nothing reads
+    backward_order.push_back(heads[k]);
+    program->backward_inputs_.push_back({Source::kHeadGrad, k});
+  }
+  for (size_t k = 0; k < forward_inputs.size(); ++k) {
+    auto id = backward.find(forward_inputs[k]);
+    if (!id || backward.node(*id).kind != ir::NodeKind::kInput) continue;
+    backward_order.push_back(forward_inputs[k]);
+    program->backward_inputs_.push_back({Source::kInput, k});
+  }
+  program->backward_ = std::make_unique<GraphExecutor>(bind_leaves(std::move(backward), traced, backward_order));
+  return program;
+}
+
+std::vector<NDArray> TrainProgram::call(std::span<const NDArray> inputs, bool is_train) const {
+  std::vector<NDArray> all = forward_->run(inputs, is_train);
+  std::vector<NDArray> outputs(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(num_outputs_));
+  std::vector<NDArray> saved(all.begin() + static_cast<std::ptrdiff_t>(num_outputs_), all.end());
+
+  auto node = std::make_shared<autograd::detail::Node>();
+  node->custom = true;
+  node->is_train = is_train;
+  node->output_types = output_types_;
+  for (const NDArray& x : inputs) {
+    node->inputs.push_back(x.requires_grad() ? autograd::detail::Edge{x.ag_node(), x.ag_index()}
+                                             : autograd::detail::Edge{});
+    node->input_types.push_back({x.shape(), x.dtype()});
+  }
+  for (const auto& [p, _] : param_grads_) {
+    NDArray d = p.data(device_);
+    node->inputs.push_back(autograd::detail::Edge{d.ag_node(), d.ag_index()});
+    node->input_types.push_back({d.shape(), d.dtype()});
+  }
+  std::vector<NDArray> kept_inputs(inputs.begin(), inputs.end());
+  // The closure holds the program: backward may run after the CachedOp dropped it.
+  std::shared_ptr<const TrainProgram> self = shared_from_this();
+  node->custom_backward = [self, saved = std::move(saved), kept_inputs = std::move(kept_inputs),
+                           is_train](std::span<const NDArray> out_grads) {
+    const TrainProgram& p = *self;
+    std::vector<NDArray> bin;
+    bin.reserve(p.backward_inputs_.size());
+    for (const BackwardInput& b : p.backward_inputs_) {
+      switch (b.source) {
+        case Source::kSaved: bin.push_back(saved[b.index]); break;
+        case Source::kHeadGrad: bin.push_back(out_grads[b.index]); break;
+        case Source::kInput: bin.push_back(kept_inputs[b.index]); break;
+      }
+    }
+    std::vector<NDArray> grads = p.backward_->run(bin, is_train);
+    std::vector<NDArray> per_edge;
+    for (int g : p.input_grad_) per_edge.push_back(g >= 0 ? grads[static_cast<size_t>(g)] : NDArray());
+    for (const auto& [_, g] : p.param_grads_) per_edge.push_back(grads[static_cast<size_t>(g)]);
+    return per_edge;
+  };
+  for (size_t i = 0; i < outputs.size(); ++i) outputs[i].set_ag_entry(node, static_cast<int>(i));
+  return outputs;
+}
+
+}  // namespace kiln

@@ -1,0 +1,55 @@
+// The compiled training step of a CachedOp entry: forward and backward graphs
+// from the gradient pass, run as two engine operations, with the CachedOp as
+// one node on the autograd tape.
+//
+//   auto program = TrainProgram::compile(traced, input_needs_grad);
+//   std::vector<NDArray> y = program->call(inputs, is_train);   // records one tape node
+//
+// compile: the gradient graph of the traced forward with respect to the
+// inputs that need a gradient and every parameter whose grad_req is not null
+// (passes::build_gradient_graph, the same GradFns eager autograd runs), split
+// into the part that runs at the call and the part that runs at backward
+// (passes::split_gradient_graph), each planned and run by a GraphExecutor.
+// call: runs the forward part, keeps its saved values on the tape node, and
+// returns the forward outputs; autograd::backward later runs the backward
+// part with the head gradients and routes the gradients to the inputs and
+// to the parameters' gradient buffers (write/add as their grad_req says).
+#pragma once
+
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "frontend/graph_executor.h"
+#include "frontend/trace.h"
+
+namespace kiln {
+
+class TrainProgram : public std::enable_shared_from_this<TrainProgram> {
+ public:
+  // Null when there is nothing to differentiate (no input needs a gradient
+  // and no parameter has one) or when the graph cannot run compiled
+  // (GraphExecutor::supports).
+  static std::shared_ptr<const TrainProgram> compile(const trace::TracedGraph& traced,
+                                                     const std::vector<bool>& input_needs_grad, bool is_train);
+
+  std::vector<NDArray> call(std::span<const NDArray> inputs, bool is_train) const;
+
+ private:
+  // Where each backward input comes from.
+  enum class Source : int8_t { kSaved, kHeadGrad, kInput };
+  struct BackwardInput {
+    Source source;
+    size_t index;
+  };
+
+  Device device_;
+  size_t num_outputs_ = 0;
+  std::vector<TensorType> output_types_;
+  std::unique_ptr<GraphExecutor> forward_, backward_;
+  std::vector<BackwardInput> backward_inputs_;
+  std::vector<int> input_grad_;  // per call input: index among the backward outputs, or -1
+  std::vector<std::pair<nn::Parameter, int>> param_grads_;  // parameter, index among the backward outputs
+};
+
+}  // namespace kiln
