@@ -18,9 +18,9 @@
 // from a static memory plan. While recording, the entry's TrainProgram
 // (frontend/cached_op_train.h) runs the forward part of the gradient pass's
 // graph and puts the CachedOp on the tape as one node whose backward is the
-// backward part. Graphs that must draw new random values per call (Dropout
-// in train mode, random ops) are evaluated node by node instead (eval_graph),
-// the tape recording every op. Aux states such as BatchNorm's running
+// backward part. Dropout draws a new mask per call on both paths. Graphs with
+// random ops are evaluated node by node instead (eval_graph), the tape
+// recording every op. Aux states such as BatchNorm's running
 // statistics are updated in place on every path.
 //
 // Thread safety: call() may run from several threads at once on one CachedOp

@@ -15,9 +15,10 @@
 // Calls on one executor are ordered by the arena's engine variable: they may
 // come from several threads and overlap freely with other work.
 //
-// The executor does not record autograd; CachedOp uses it only when autograd
-// is not recording. Graphs whose results must differ per call (Dropout in
-// train mode, random ops) are not supported (`supports` says so).
+// The executor does not record autograd (TrainProgram puts it on the tape).
+// Dropout draws a new mask per call, at the call, from the device's dropout
+// stream (as nd::dropout does). Graphs with random ops, whose values must
+// also differ per call, are not supported (`supports` says so).
 #pragma once
 
 #include <memory>
@@ -34,8 +35,7 @@ class GraphExecutor {
   explicit GraphExecutor(std::shared_ptr<const trace::TracedGraph> traced);
   ~GraphExecutor();
 
-  // False when the graph holds ops whose values must change per call
-  // (random ops; Dropout when `is_train`).
+  // False when the graph holds random ops (their values must change per call).
   static bool supports(const ir::Graph& g, bool is_train);
 
   // Runs the graph on `inputs` (one per input node, types as traced) with the

@@ -58,18 +58,32 @@ void dropout_seed(uint64_t seed) {
   st.drawn.clear();
 }
 
+namespace {
+
+// Draws a mask's stream position when a mask will be made; the mask's size is
+// x's with `axes` at 1.
+void draw_mask(DropoutAttrs& a, const Shape& x, Device device, bool is_train) {
+  if (!(a.p > 0 && (a.mode == DropoutMode::kAlways || is_train))) return;
+  int64_t n = x.size();
+  for (int64_t axis : a.axes) {
+    int ax = static_cast<int>(axis < 0 ? axis + x.ndim() : axis);
+    if (ax >= 0 && ax < x.ndim() && x[ax] > 0) n /= x[ax];
+  }
+  std::tie(a.seed, a.offset) = dropout_streams().next(device, n);
+}
+
+}  // namespace
+
 NDArray dropout(const NDArray& x, double p, const IntTuple& axes, DropoutMode mode) {
   DropoutAttrs a{.p = p, .mode = mode, .axes = axes};
-  // Draw only when a mask will be made; the mask's size is x's with `axes` at 1.
-  if (!x.is_none() && p > 0 && (mode == DropoutMode::kAlways || autograd::is_training())) {
-    int64_t n = x.size();
-    for (int64_t axis : axes) {
-      int ax = static_cast<int>(axis < 0 ? axis + x.ndim() : axis);
-      if (ax >= 0 && ax < x.ndim() && x.shape()[ax] > 0) n /= x.shape()[ax];
-    }
-    std::tie(a.seed, a.offset) = dropout_streams().next(x.device(), n);
-  }
+  if (!x.is_none()) draw_mask(a, x.shape(), x.device(), autograd::is_training());
   return invoke(OpId::kDropout, {x}, OpAttrs::make(a))[0];
+}
+
+OpAttrs dropout_attrs_for_call(const OpAttrs& attrs, const Shape& x, Device device, bool is_train) {
+  DropoutAttrs a = attrs.as<DropoutAttrs>();
+  draw_mask(a, x, device, is_train);
+  return OpAttrs::make(a);
 }
 
 NDArray flatten(const NDArray& x) { return invoke1(OpId::kFlatten, {x}); }

@@ -59,4 +59,10 @@ inline NDArray add_n(const std::vector<NDArray>& arrays) { return add_n(std::spa
 // Not yet tied to nd::random::seed: call both for a reproducible run.
 void dropout_seed(uint64_t seed);
 
+// For executors of traced graphs: Dropout's attributes `attrs` with the
+// stream position of a new mask for input shape `x` on `device` (drawn as
+// nd::dropout draws it; unchanged when no mask is made: p == 0, or predict
+// mode and mode "training").
+OpAttrs dropout_attrs_for_call(const OpAttrs& attrs, const Shape& x, Device device, bool is_train);
+
 }  // namespace kiln::nd

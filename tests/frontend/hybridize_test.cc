@@ -309,6 +309,34 @@ TEST(Hybridize, TrainingRecordsOneTapeNodeAndRoutesInputAndAddGradients) {
   for (size_t i = 0; i < hybrid.size(); ++i) expect_close(hybrid[i], imperative[i], 1e-5, "gradient " + std::to_string(i));
 }
 
+TEST(Hybridize, CompiledDropoutGradientUsesTheCallsMask) {
+  nd::random::seed(8);
+  nn::HybridSequential net;
+  net.add(nn::Dropout(0.5));
+  net.initialize();
+  net.hybridize();
+  NDArray x = nd::random::uniform({64}, 1, 2);
+  x.attach_grad();
+  for (int call = 0; call < 2; ++call) {
+    NDArray y, total;
+    {
+      autograd::Record record;
+      y = net(x);
+      total = nd::sum(y);
+    }
+    EXPECT_TRUE(y.ag_node()->custom);
+    autograd::backward({total});
+    auto yv = y.to_vector<float>(), xv = x.to_vector<float>(), gv = x.grad().to_vector<float>();
+    int dropped = 0;
+    for (size_t i = 0; i < yv.size(); ++i) {
+      ASSERT_NEAR(gv[i] * xv[i], yv[i], 1e-5) << "call " << call << " element " << i;  // dy/dx is the mask
+      dropped += yv[i] == 0;
+    }
+    EXPECT_GT(dropped, 10);
+    EXPECT_LT(dropped, 54);
+  }
+}
+
 struct TwoOutputs : nn::HybridBlock {
   std::vector<NDArray> forward(std::span<const NDArray> xs) override {
     NDArray a = nd::relu(xs[0] + xs[1]);
