@@ -149,7 +149,11 @@ int parse_version(const json& attrs) {
   return 800;
 }
 
-SymbolNode parse_node(const json& j, size_t index, std::string_view source) {
+// MXNet < 0.9 stored no aux variables: an op may lack its trailing inputs,
+// which the loader creates (UpgradeJSON_000800_000900).
+constexpr int kAuxStoredSince = 900;
+
+SymbolNode parse_node(const json& j, size_t index, std::string_view source, int version) {
   NodeError err(source, index, j);
   if (!j.is_object()) err.fail("a node must be a JSON object");
   SymbolNode n;
@@ -202,10 +206,39 @@ SymbolNode parse_node(const json& j, size_t index, std::string_view source) {
     throw NotSupported(
         fmt::format("{}: node {} '{}': op '{}' is not supported by Kiln", source, index, n.name, n.op));
   }
-  if (num_inputs >= 0 && static_cast<int>(n.inputs.size()) != num_inputs) {
+  bool synthesized = version < kAuxStoredSince && n.def != nullptr &&
+                     static_cast<int>(n.inputs.size()) < num_inputs &&
+                     n.def->input_names.size() == static_cast<size_t>(num_inputs);
+  if (num_inputs >= 0 && static_cast<int>(n.inputs.size()) != num_inputs && !synthesized) {
     err.fail(fmt::format("expected {} input(s), got {}", num_inputs, n.inputs.size()));
   }
   return n;
+}
+
+// Adds the variables pre-0.9 files left out, named "<node>_<input name>"
+// ("bn0_moving_mean"), just before their op; renumbers every entry.
+void add_missing_variables(Symbol& s) {
+  std::vector<SymbolNode> nodes;
+  std::vector<int32_t> new_id(s.nodes.size());
+  auto remap = [&](SymbolEntry& e) { e.node = new_id[static_cast<size_t>(e.node)]; };
+  for (size_t i = 0; i < s.nodes.size(); ++i) {
+    SymbolNode n = std::move(s.nodes[i]);
+    for (SymbolEntry& e : n.inputs) remap(e);
+    if (n.def != nullptr && n.def->num_inputs > static_cast<int>(n.inputs.size())) {
+      for (auto k = static_cast<int>(n.inputs.size()); k < n.def->num_inputs; ++k) {
+        SymbolNode v;
+        v.op = "null";
+        v.name = n.name + "_" + std::string(n.def->input_names[static_cast<size_t>(k)]);
+        v.num_outputs = 1;
+        n.inputs.push_back({static_cast<int32_t>(nodes.size()), 0, 0});
+        nodes.push_back(std::move(v));
+      }
+    }
+    new_id[i] = static_cast<int32_t>(nodes.size());
+    nodes.push_back(std::move(n));
+  }
+  for (SymbolEntry& e : s.heads) remap(e);
+  s.nodes = std::move(nodes);
 }
 
 const char* shape_suffix(int n) { return n == 1 ? "" : "s"; }
@@ -264,7 +297,7 @@ Symbol parse_symbol_json(std::string_view text, std::string_view source) {
   Symbol s;
   if (auto a = root.find("attrs"); a != root.end()) s.mxnet_version = parse_version(*a);
   s.nodes.reserve(nodes.size());
-  for (size_t i = 0; i < nodes.size(); ++i) s.nodes.push_back(parse_node(nodes[i], i, source));
+  for (size_t i = 0; i < nodes.size(); ++i) s.nodes.push_back(parse_node(nodes[i], i, source, s.mxnet_version));
 
   // Output counts from node_row_ptr (MXNet's counts, hidden outputs included).
   if (auto rp = root.find("node_row_ptr"); rp != root.end()) {
@@ -297,13 +330,6 @@ Symbol parse_symbol_json(std::string_view text, std::string_view source) {
     for (size_t k = 0; k < n.inputs.size(); ++k) {
       check_entry(n.inputs[k], i, fmt::format("node {} '{}' ({}) input {}", i, n.name, n.op, k));
     }
-    if (n.def != nullptr) {
-      for (int m : n.def->mutate_inputs) {
-        if (static_cast<size_t>(m) >= n.inputs.size()) continue;
-        SymbolNode& src = s.nodes[static_cast<size_t>(n.inputs[static_cast<size_t>(m)].node)];
-        if (src.is_variable()) src.is_aux = true;
-      }
-    }
   }
   const json& heads = root["heads"];
   KILN_CHECK(heads.is_array() && !heads.empty(), ValueError, "{}: 'heads' must be a non-empty array of entries",
@@ -322,6 +348,16 @@ Symbol parse_symbol_json(std::string_view text, std::string_view source) {
   for (int32_t id : parse_int_array(root["arg_nodes"], "arg_nodes", source)) {
     KILN_CHECK(static_cast<size_t>(id) < s.nodes.size() && s.nodes[static_cast<size_t>(id)].is_variable(),
                ValueError, "{}: arg_nodes lists node {}, which is not a variable", source, id);
+  }
+  if (s.mxnet_version < kAuxStoredSince) add_missing_variables(s);
+  // Aux states: variables an op mutates.
+  for (const SymbolNode& n : s.nodes) {
+    if (n.def == nullptr) continue;
+    for (int m : n.def->mutate_inputs) {
+      if (static_cast<size_t>(m) >= n.inputs.size()) continue;
+      SymbolNode& src = s.nodes[static_cast<size_t>(n.inputs[static_cast<size_t>(m)].node)];
+      if (src.is_variable()) src.is_aux = true;
+    }
   }
   return s;
 }

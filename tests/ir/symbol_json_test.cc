@@ -138,6 +138,30 @@ TEST(SymbolJson, ParsesLegacyLayoutAndLowersSoftmaxActivation) {
   EXPECT_EQ(g4.node(g4.outputs()[1].node).attrs.as<SoftmaxAttrs>().axis, 1);
 }
 
+TEST(SymbolJson, PreNineFilesGetTheirAuxVariables) {
+  // MXNet < 0.9 stored no aux states: BatchNorm has 3 inputs; the loader adds
+  // bn0_moving_mean and bn0_moving_var before it (as UpgradeJSON_000800_000900).
+  std::string text = R"J({"nodes": [{"op": "null", "name": "data", "inputs": []},
+    {"op": "null", "name": "bn0_gamma", "inputs": []}, {"op": "null", "name": "bn0_beta", "inputs": []},
+    {"op": "BatchNorm", "name": "bn0", "param": {"eps": "0.001", "fix_gamma": "True"}, "inputs": [[0, 0], [1, 0], [2, 0]]},
+    {"op": "_Plus", "name": "plus0", "inputs": [[3, 0], [0, 0]]}],
+    "arg_nodes": [0, 1, 2], "heads": [[4, 0], [3, 0]]})J";
+  Symbol s = parse_symbol_json(text, "old.json");
+  ASSERT_EQ(s.nodes.size(), 7u);
+  EXPECT_EQ(s.nodes[3].name, "bn0_moving_mean");
+  EXPECT_EQ(s.nodes[4].name, "bn0_moving_var");
+  EXPECT_EQ(s.list_auxiliary_states(), (std::vector<std::string>{"bn0_moving_mean", "bn0_moving_var"}));
+  EXPECT_EQ(s.nodes[5].inputs.size(), 5u);
+  EXPECT_EQ(s.nodes[6].inputs[0].node, 5);
+  EXPECT_EQ(s.heads, (std::vector<SymbolEntry>{{6, 0, 0}, {5, 0, 0}}));
+  std::vector<std::string> in{"data"};
+  Graph g = to_graph(s, {{"data", f32({2, 3, 4})}}, in);
+  EXPECT_EQ(g.node(*g.find("bn0_moving_var")).kind, NodeKind::kAux);
+  // A file that says it is newer must list every input.
+  std::string newer = text.substr(0, text.size() - 1) + R"J(, "attrs": {"mxnet_version": ["int", 10000]}})J";
+  EXPECT_CONTAINS(error_of<ValueError>([&] { parse_symbol_json(newer, "new.json"); }), "expected 5 input(s), got 3");
+}
+
 TEST(SymbolJson, AliasesResolve) {
   for (const char* op : {"_Plus", "elemwise_add", "ElementWiseSum"}) {
     SCOPED_TRACE(op);
