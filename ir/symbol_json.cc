@@ -1,6 +1,7 @@
 // MXNet symbol JSON <-> Symbol <-> ir::Graph (contract: ir/symbol_json.h).
 #include "ir/symbol_json.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -149,8 +150,8 @@ int parse_version(const json& attrs) {
   return 800;
 }
 
-// MXNet < 0.9 stored no aux variables: an op may lack its trailing inputs,
-// which the loader creates (UpgradeJSON_000800_000900).
+// MXNet < 0.9 stored no aux variables: an op may lack its trailing aux
+// inputs, which the loader creates (UpgradeJSON_000800_000900).
 constexpr int kAuxStoredSince = 900;
 
 SymbolNode parse_node(const json& j, size_t index, std::string_view source, int version) {
@@ -206,9 +207,13 @@ SymbolNode parse_node(const json& j, size_t index, std::string_view source, int 
     throw NotSupported(
         fmt::format("{}: node {} '{}': op '{}' is not supported by Kiln", source, index, n.name, n.op));
   }
+  // Only missing aux inputs are added (MXNet adds any missing input; Kiln
+  // reports the others as a wrong input count).
   bool synthesized = version < kAuxStoredSince && n.def != nullptr &&
                      static_cast<int>(n.inputs.size()) < num_inputs &&
                      n.def->input_names.size() == static_cast<size_t>(num_inputs);
+  for (auto k = static_cast<int>(n.inputs.size()); synthesized && k < num_inputs; ++k)
+    synthesized = std::ranges::find(n.def->mutate_inputs, k) != n.def->mutate_inputs.end();
   if (num_inputs >= 0 && static_cast<int>(n.inputs.size()) != num_inputs && !synthesized) {
     err.fail(fmt::format("expected {} input(s), got {}", num_inputs, n.inputs.size()));
   }

@@ -251,7 +251,8 @@ TEST(SymbolJson, WritesMxnetLayout) {
     if (n["name"] == "conv0_weight") {
       EXPECT_EQ(n["attrs"]["__shape__"], "(4, 3, 3, 3)");
     }
-    for (auto& [k, v] : n.value("attrs", nlohmann::json::object()).items()) EXPECT_TRUE(v.is_string()) << k;
+    nlohmann::json attrs = n.value("attrs", nlohmann::json::object());
+    for (auto& [k, v] : attrs.items()) EXPECT_TRUE(v.is_string()) << k;
   }
   EXPECT_EQ(j["heads"], nlohmann::json::parse("[[19, 0, 0], [11, 1, 0]]"));
 }
