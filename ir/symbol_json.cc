@@ -464,11 +464,12 @@ std::vector<Entry> lower_legacy(Graph& g, const SymbolNode& n, std::span<const E
       if (k == "mode") {
         mode = v;
       } else {
-        KILN_CHECK(detail::is_ignorable_attr_key(k), ValueError, "SoftmaxActivation: unknown attribute '{}'", k);
+        KILN_CHECK(detail::is_ignorable_attr_key(k), ValueError, "node '{}': SoftmaxActivation: unknown attribute '{}'",
+                   n.name, k);
       }
     }
     KILN_CHECK(mode == "channel" || mode == "instance", ValueError,
-               "SoftmaxActivation: mode must be 'channel' or 'instance', got '{}'", mode);
+               "node '{}': SoftmaxActivation: mode must be 'channel' or 'instance', got '{}'", n.name, mode);
     const Shape& x = g.type(in[0]).shape;
     if (mode == "channel" || x.ndim() <= 2) {  // channel: along axis 1; instance on [N, D]: along D
       SoftmaxAttrs a;
@@ -552,11 +553,11 @@ Graph to_graph(const Symbol& s, const TypeMap& types, std::span<const std::strin
       }
       continue;
     }
+    OpAttrs attrs;
+    std::vector<Entry> in;
     try {
       // Parse first: deduction reads the attributes.
-      OpAttrs attrs;
       if (n.def != nullptr) attrs = parse_node_attrs(*n.def, n);
-      std::vector<Entry> in;
       for (size_t k = 0; k < n.inputs.size(); ++k) {
         const SymbolEntry& e = n.inputs[k];
         auto src = static_cast<size_t>(e.node);
@@ -575,11 +576,12 @@ Graph to_graph(const Symbol& s, const TypeMap& types, std::span<const std::strin
                    s.nodes[src].op, src_outs.size());
         in.push_back(src_outs[static_cast<size_t>(e.index)]);
       }
-      outs[i] = n.def != nullptr ? g.add_op(n.def->id, std::move(attrs), in, n.name) : lower_legacy(g, n, in);
     } catch (Error& e) {
       e.add_context(fmt::format("node {} '{}' ({})", i, n.name, n.op));
       throw;
     }
+    // Inference errors already name the node and its input types.
+    outs[i] = n.def != nullptr ? g.add_op(n.def->id, std::move(attrs), in, n.name) : lower_legacy(g, n, in);
   }
   for (size_t i = 0; i < s.nodes.size(); ++i) {
     KILN_CHECK(!pending[i], ValueError, "variable '{}' (node {}) is used by no op and has no type", s.nodes[i].name,

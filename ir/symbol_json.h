@@ -97,7 +97,8 @@ using TypeMap = std::map<std::string, TensorType, std::less<>>;
 // else float32), else is deduced from its consumer and that consumer's data
 // input (Convolution, FullyConnected, BatchNorm, prelu's gamma). Node names
 // are the file's. Shape and dtype errors are the graph's (ShapeError naming
-// the node and its input types), prefixed with the node's index.
+// the node and its input types: "node 'conv0': Convolution(f32[2,3], ...)");
+// other errors name the node's index, name and op.
 Graph to_graph(const Symbol& symbol, const TypeMap& types, std::span<const std::string> input_names);
 
 // What the symbol alone tells of variable `node`'s shape (0 = unknown dim):

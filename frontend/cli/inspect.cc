@@ -69,11 +69,12 @@ std::string to_dot(const ir::Symbol& s, const std::vector<std::string>& inputs, 
   for (size_t i = 0; i < s.nodes.size(); ++i) {
     const ir::SymbolNode& n = s.nodes[i];
     if (n.is_variable() && !is_input(n)) continue;
-    std::string label = n.is_variable() ? n.name : fmt::format("{}\\n{}", n.op, n.name);
+    // Lines joined by Graphviz's \n escape, each escaped on its own.
+    std::string label = n.is_variable() ? dot_escape(n.name) : dot_escape(n.op) + "\\n" + dot_escape(n.name);
     if (typed) {
-      if (auto id = typed->find(n.name)) label += "\\n" + types_text(typed->node(*id).types);
+      if (auto id = typed->find(n.name)) label += "\\n" + dot_escape(types_text(typed->node(*id).types));
     }
-    out += fmt::format("  n{} [label=\"{}\", shape={}{}];\n", i, dot_escape(label), n.is_variable() ? "oval" : "box",
+    out += fmt::format("  n{} [label=\"{}\", shape={}{}];\n", i, label, n.is_variable() ? "oval" : "box",
                        n.is_variable() ? ", style=filled, fillcolor=\"#dde8f5\"" : "");
   }
   for (size_t i = 0; i < s.nodes.size(); ++i) {

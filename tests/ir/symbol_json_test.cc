@@ -382,7 +382,7 @@ TEST(SymbolJson, TypingErrorsNameTheNode) {
   std::vector<std::string> inputs{"data"};
   // 2-d data into a 2-d convolution.
   std::string e = error_of<Error>([&] { to_graph(s, {{"data", f32({2, 3})}}, inputs); });
-  EXPECT_CONTAINS(e, "node 3 'conv0_fwd' (Convolution)");
+  EXPECT_CONTAINS(e, "node 'conv0_fwd': Convolution(f32[2,3], f32[4,3,3,3], f32[4])");
   EXPECT_CONTAINS(e, "f32[2,3]");
   // A weight whose shape disagrees with the data.
   e = error_of<Error>(
