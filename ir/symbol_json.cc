@@ -246,7 +246,7 @@ void add_missing_variables(Symbol& s) {
   s.nodes = std::move(nodes);
 }
 
-const char* shape_suffix(int n) { return n == 1 ? "" : "s"; }
+const char* plural_s(int n) { return n == 1 ? "" : "s"; }
 
 }  // namespace
 
@@ -328,7 +328,7 @@ Symbol parse_symbol_json(std::string_view text, std::string_view source) {
     const SymbolNode& src = s.nodes[static_cast<size_t>(e.node)];
     KILN_CHECK(src.num_outputs < 0 || e.index < src.num_outputs, ValueError,
                "{}: {} reads output {} of node {} '{}', which has {} output{}", source, where, e.index, e.node,
-               src.name, src.num_outputs, shape_suffix(src.num_outputs));
+               src.name, src.num_outputs, plural_s(src.num_outputs));
   };
   for (size_t i = 0; i < s.nodes.size(); ++i) {
     SymbolNode& n = s.nodes[i];

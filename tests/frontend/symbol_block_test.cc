@@ -253,6 +253,32 @@ TEST(SymbolBlock, ExportGraphImportsBack) {
   EXPECT_FALSE(fs::exists(tmp / "bad-symbol.json"));
 }
 
+// Gluon 2 exports name parameters structurally ("features.0.weight"): they
+// keep those names in collect_params, through nested empty children.
+TEST(SymbolBlock, DottedParameterNames) {
+  ir::Graph g;
+  ir::Entry x = g.add_input("data", {Shape{3, 5}, DType::kFloat32});
+  ir::Entry w = g.add_param("features.0.weight", {Shape{2, 5}, DType::kFloat32});
+  ir::Entry b = g.add_param("features.0.bias", {Shape{2}, DType::kFloat32});
+  ir::Entry s = g.add_param("output.scale", {Shape{2}, DType::kFloat32});
+  ir::Entry fc = g.add_op(OpId::kFullyConnected, OpAttrs::make(FullyConnectedAttrs{.num_hidden = 2}),
+                          std::vector<ir::Entry>{x, w, b}, "dense0")[0];
+  g.set_outputs({g.add_op(OpId::kBroadcastMul, {}, std::vector<ir::Entry>{fc, s}, "scale0")[0]});
+  nn::ArrayMap values{{"features.0.weight", nd::ones({2, 5})},
+                      {"features.0.bias", nd::zeros({2})},
+                      {"output.scale", nd::full({2}, 3.0)}};
+  TempDir tmp;
+  auto [json, params] = nn::export_graph(tmp / "dotted", 1, g, values);
+  auto net = nn::SymbolBlock::imports(json, {"data"}, params);
+  EXPECT_EQ(net.collect_params().names(),
+            (std::vector<std::string>{"features.0.weight", "features.0.bias", "output.scale"}));
+  EXPECT_EQ(net(nd::ones({3, 5})).to_vector<float>(), std::vector<float>(6, 15.0f));
+  net.save_parameters(tmp / "dotted.params");
+  auto again = nn::SymbolBlock::imports(json, {"data"});
+  again.load_parameters(tmp / "dotted.params");
+  EXPECT_EQ(again(nd::ones({3, 5})).to_vector<float>(), std::vector<float>(6, 15.0f));
+}
+
 TEST(SymbolBlock, ParamsFileNamesAreCheckedAgainstTheGraph) {
   auto dir = model_dir("mtcnn-det1-legacy");
   ASSERT_TRUE(dir);

@@ -29,7 +29,7 @@ std::string error_of(F&& f) {
   return "no error";
 }
 
-const TensorType f32(Shape s) { return {s, DType::kFloat32}; }
+TensorType f32(Shape s) { return {s, DType::kFloat32}; }
 
 // A Gluon-1.x-style export (MXNet 1.4.1, oneDNN build: Pooling lists 2
 // outputs in node_row_ptr), written for this test.
