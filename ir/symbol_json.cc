@@ -23,12 +23,20 @@ using nlohmann::json;
 // checked before parsing so that no recursion depends on the input.
 constexpr int kMaxJsonDepth = 64;
 
-// Ops MXNet files use that Kiln has no OpDef for; to_graph lowers them.
+// Ops MXNet files use that Kiln has no OpDef for; to_graph lowers them to
+// Kiln ops. The loss outputs of Module checkpoints read a label after their
+// data; their forward ignores it, and so does the lowering (inference only:
+// the lowered graph's gradient is not the loss op's).
 struct LegacyOp {
   std::string_view name;
-  int num_inputs;
+  int num_inputs;   // as MXNet lists them
+  int data_inputs;  // the leading inputs the forward reads
 };
-constexpr LegacyOp kLegacyOps[] = {{"SoftmaxActivation", 1}};
+constexpr LegacyOp kLegacyOps[] = {{"SoftmaxActivation", 1, 1},
+                                   {"SoftmaxOutput", 2, 1},
+                                   {"LinearRegressionOutput", 2, 1},
+                                   {"MAERegressionOutput", 2, 1},
+                                   {"LogisticRegressionOutput", 2, 1}};
 
 const LegacyOp* find_legacy_op(std::string_view name) {
   for (const LegacyOp& op : kLegacyOps)
@@ -203,6 +211,8 @@ SymbolNode parse_node(const json& j, size_t index, std::string_view source, int 
     num_inputs = n.def->num_inputs;
   } else if (const LegacyOp* legacy = find_legacy_op(n.op)) {
     num_inputs = legacy->num_inputs;
+    // A loss output without its label (files saved for inference) is fine.
+    if (static_cast<int>(n.inputs.size()) == legacy->data_inputs) num_inputs = legacy->data_inputs;
   } else {
     throw NotSupported(
         fmt::format("{}: node {} '{}': op '{}' is not supported by Kiln", source, index, n.name, n.op));
@@ -364,6 +374,18 @@ Symbol parse_symbol_json(std::string_view text, std::string_view source) {
       if (src.is_variable()) src.is_aux = true;
     }
   }
+  // Labels: variables that only loss outputs read, as their label.
+  std::vector<int> reads(s.nodes.size(), 0), label_reads(s.nodes.size(), 0);
+  for (const SymbolNode& n : s.nodes) {
+    const LegacyOp* legacy = n.def == nullptr && !n.is_variable() ? find_legacy_op(n.op) : nullptr;
+    for (size_t k = 0; k < n.inputs.size(); ++k) {
+      auto src = static_cast<size_t>(n.inputs[k].node);
+      ++reads[src];
+      if (legacy != nullptr && static_cast<int>(k) >= legacy->data_inputs) ++label_reads[src];
+    }
+  }
+  for (size_t i = 0; i < s.nodes.size(); ++i)
+    s.nodes[i].is_label = s.nodes[i].is_variable() && reads[i] > 0 && reads[i] == label_reads[i];
   return s;
 }
 
@@ -486,6 +508,50 @@ std::vector<Entry> lower_legacy(Graph& g, const SymbolNode& n, std::span<const E
     back.shape = x.to_vector();
     return g.add_op(OpId::kReshape, OpAttrs::make(back), std::vector<Entry>{sm}, n.name);
   }
+  if (n.op == "SoftmaxOutput") {
+    // Softmax over axis 1 (multi_output), the last axis (preserve_shape), or
+    // everything but axis 0 (the default); the output has data's shape.
+    bool multi_output = false, preserve_shape = false;
+    for (auto& [k, v] : n.attrs) {
+      try {
+        if (k == "multi_output") {
+          multi_output = parse_attr(v, static_cast<bool*>(nullptr));
+        } else if (k == "preserve_shape") {
+          preserve_shape = parse_attr(v, static_cast<bool*>(nullptr));
+        } else {
+          constexpr std::string_view kTrainingOnly[] = {"grad_scale", "ignore_label", "use_ignore", "normalization",
+                                                        "out_grad",   "smooth_alpha"};
+          KILN_CHECK(std::ranges::find(kTrainingOnly, k) != std::end(kTrainingOnly) ||
+                         detail::is_ignorable_attr_key(k),
+                     ValueError, "unknown attribute '{}'", k);
+        }
+      } catch (Error& e) {
+        e.add_context(fmt::format("node '{}': SoftmaxOutput", n.name));
+        throw;
+      }
+    }
+    const Shape& x = g.type(in[0]).shape;
+    SoftmaxAttrs a;
+    if (multi_output || preserve_shape || x.ndim() <= 2) {
+      a.axis = multi_output ? 1 : -1;
+      return g.add_op(OpId::kSoftmax, OpAttrs::make(a), in.first(1), n.name);
+    }
+    ReshapeAttrs flat;
+    flat.shape = {0, -1};
+    Entry f = g.add_op(OpId::kReshape, OpAttrs::make(flat), in.first(1), n.name + "_flat")[0];
+    Entry sm = g.add_op(OpId::kSoftmax, OpAttrs::make(a), std::vector<Entry>{f}, n.name + "_softmax")[0];
+    ReshapeAttrs back;
+    back.shape = x.to_vector();
+    return g.add_op(OpId::kReshape, OpAttrs::make(back), std::vector<Entry>{sm}, n.name);
+  }
+  if (n.op.ends_with("RegressionOutput")) {
+    for (auto& [k, v] : n.attrs) {
+      KILN_CHECK(k == "grad_scale" || detail::is_ignorable_attr_key(k), ValueError,
+                 "node '{}': {}: unknown attribute '{}'", n.name, n.op, k);
+    }
+    OpId op = n.op == "LogisticRegressionOutput" ? OpId::kSigmoid : OpId::kCopy;
+    return g.add_op(op, {}, in.first(1), n.name);
+  }
   KILN_ASSERT(!"lower_legacy: an op parse_node admitted without a lowering");
   return {};
 }
@@ -541,6 +607,7 @@ Graph to_graph(const Symbol& s, const TypeMap& types, std::span<const std::strin
 
   for (size_t i = 0; i < s.nodes.size(); ++i) {
     const SymbolNode& n = s.nodes[i];
+    if (n.is_variable() && n.is_label && !inputs.contains(n.name)) continue;  // read by nothing that runs
     if (n.is_variable()) {
       if (auto t = types.find(n.name); t != types.end()) {
         add_variable(i, t->second);
@@ -558,7 +625,9 @@ Graph to_graph(const Symbol& s, const TypeMap& types, std::span<const std::strin
     try {
       // Parse first: deduction reads the attributes.
       if (n.def != nullptr) attrs = parse_node_attrs(*n.def, n);
-      for (size_t k = 0; k < n.inputs.size(); ++k) {
+      size_t used = n.inputs.size();
+      if (n.def == nullptr) used = std::min<size_t>(used, static_cast<size_t>(find_legacy_op(n.op)->data_inputs));
+      for (size_t k = 0; k < used; ++k) {
         const SymbolEntry& e = n.inputs[k];
         auto src = static_cast<size_t>(e.node);
         if (pending[src]) {

@@ -14,7 +14,9 @@
 // `weight_lr_mult`, `ctx_group`, ...) are kept apart from the op attributes
 // and never fail. Op names resolve through find_op (aliases such as `_Plus`,
 // `flatten`), plus a few legacy ops that to_graph lowers to Kiln ops
-// (SoftmaxActivation -> softmax). A node may list more outputs in
+// (SoftmaxActivation -> softmax; the loss outputs of Module checkpoints,
+// SoftmaxOutput -> softmax, Linear/MAE/LogisticRegressionOutput -> _copy or
+// sigmoid, for inference: their label variables are left out of the graph). A node may list more outputs in
 // node_row_ptr than Kiln's op has (oneDNN builds give Pooling 2) as long as
 // nothing reads the extra ones.
 //
@@ -65,6 +67,7 @@ struct SymbolNode {
   std::vector<SymbolEntry> inputs;
   int num_outputs = -1;         // from node_row_ptr; -1 when the file has none (variables: 1)
   bool is_aux = false;          // a variable that some op mutates
+  bool is_label = false;        // a variable only loss outputs read, as their label (to_graph skips it)
   bool is_variable() const { return op == "null"; }
 };
 

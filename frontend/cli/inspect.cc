@@ -99,7 +99,7 @@ void run_inspect(const InspectOptions& opt) {
   if (inputs.empty()) {
     // Without --shape: the variables nothing tells the shape of are the inputs.
     for (size_t i = 0; i < s.nodes.size(); ++i) {
-      if (s.nodes[i].is_variable() && !ir::variable_shape_hint(s, static_cast<int32_t>(i)))
+      if (s.nodes[i].is_variable() && !s.nodes[i].is_label && !ir::variable_shape_hint(s, static_cast<int32_t>(i)))
         inputs.push_back(s.nodes[i].name);
     }
   }
@@ -137,10 +137,11 @@ void run_inspect(const InspectOptions& opt) {
       for (const ir::SymbolEntry& e : n.inputs)
         what += fmt::format("{}{}", what.empty() ? "" : ", ", s.nodes[static_cast<size_t>(e.node)].name);
     }
-    std::string op = n.is_variable() ? (std::ranges::find(inputs, n.name) != inputs.end() ? "input"
-                                        : n.is_aux                                          ? "aux"
-                                                                                            : "param")
-                                     : n.op;
+    std::string op = !n.is_variable()                                         ? n.op
+                     : std::ranges::find(inputs, n.name) != inputs.end() ? "input"
+                     : n.is_label                                        ? "label (unused)"
+                     : n.is_aux                                          ? "aux"
+                                                                         : "param";
     std::printf("%5zu  %-40s %-20s %s\n", i, n.name.c_str(), op.c_str(), what.c_str());
   }
 
@@ -149,7 +150,7 @@ void run_inspect(const InspectOptions& opt) {
   bool all_known = true;
   for (size_t i = 0; i < s.nodes.size(); ++i) {
     const ir::SymbolNode& n = s.nodes[i];
-    if (!n.is_variable() || std::ranges::find(inputs, n.name) != inputs.end()) continue;
+    if (!n.is_variable() || n.is_label || std::ranges::find(inputs, n.name) != inputs.end()) continue;
     (n.is_aux ? aux : args) += 1;
     std::optional<Shape> shape;
     if (g) {

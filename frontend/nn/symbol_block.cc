@@ -43,6 +43,9 @@ void register_dotted(Block& root, const std::string& name, const Parameter& p) {
 }  // namespace
 
 SymbolBlock::SymbolBlock(ir::Symbol symbol, std::vector<std::string> input_names)
+    : SymbolBlock(std::move(symbol), std::move(input_names), nullptr) {}
+
+SymbolBlock::SymbolBlock(ir::Symbol symbol, std::vector<std::string> input_names, const ArrayMap* values)
     : state_(std::make_shared<State>()) {
   state_->symbol = std::move(symbol);
   state_->input_names = std::move(input_names);
@@ -52,14 +55,11 @@ SymbolBlock::SymbolBlock(ir::Symbol symbol, std::vector<std::string> input_names
                "SymbolBlock: input '{}' is not a variable of the graph (variables: {})", name,
                fmt::join(state_->symbol.list_variables(), ", "));
   }
-}
-
-void SymbolBlock::create_params(const ArrayMap* values) {
   State& st = *state_;
   std::vector<std::string> missing;
   for (size_t i = 0; i < st.symbol.nodes.size(); ++i) {
     const ir::SymbolNode& n = st.symbol.nodes[i];
-    if (!n.is_variable() || std::ranges::find(st.input_names, n.name) != st.input_names.end()) continue;
+    if (!n.is_variable() || n.is_label || std::ranges::find(st.input_names, n.name) != st.input_names.end()) continue;
     Parameter p;
     if (values != nullptr) {
       auto it = values->find(n.name);
@@ -88,20 +88,17 @@ void SymbolBlock::create_params(const ArrayMap* values) {
 
 SymbolBlock SymbolBlock::imports(const std::string& symbol_file, std::vector<std::string> input_names,
                                  const std::string& params_file, const std::vector<Device>& devices) {
-  SymbolBlock block(ir::load_symbol_json(symbol_file), std::move(input_names));
-  if (params_file.empty()) {
-    block.create_params(nullptr);
-    return block;
-  }
-  ArrayMap values = load_symbol_params(params_file, block.symbol(), block.input_names());
+  ir::Symbol symbol = ir::load_symbol_json(symbol_file);
+  if (params_file.empty()) return SymbolBlock(std::move(symbol), std::move(input_names));
+  ArrayMap values = load_symbol_params(params_file, symbol, input_names);
   try {
-    block.create_params(&values);
+    SymbolBlock block(std::move(symbol), std::move(input_names), &values);
+    for (auto& [id, p] : block.state_->params) p.set_data(values.at(p.name()), devices);
+    return block;
   } catch (Error& e) {
     e.add_context(fmt::format("SymbolBlock::imports({}, {})", symbol_file, params_file));
     throw;
   }
-  for (auto& [id, p] : block.state_->params) p.set_data(values.at(p.name()), devices);
-  return block;
 }
 
 const ir::Symbol& SymbolBlock::symbol() const { return state_->symbol; }

@@ -8,7 +8,8 @@
 //   net.save_parameters("copy.params");
 //   net.export_model("copy", 0);    // copy-symbol.json + copy-0000.params with arg:/aux: names
 //
-// Parameters: one nn::Parameter per variable that is not an input, named as
+// Parameters: one nn::Parameter per variable that is not an input (nor a
+// loss output's label, such as SoftmaxOutput's softmax_label), named as
 // in the file (a name with '.' such as Gluon 2's "features.0.weight" is
 // registered under nested empty HybridBlock children, so collect_params
 // gives the same name). Aux states (variables an op mutates) are aux
@@ -40,7 +41,8 @@ namespace kiln::nn {
 
 class SymbolBlock : public HybridBlock {
  public:
-  // ValueError when an input name is not a variable of the symbol.
+  // Parameters without values (initialize() draws them). ValueError when an
+  // input name is not a variable of the symbol.
   SymbolBlock(ir::Symbol symbol, std::vector<std::string> input_names);
   SymbolBlock(const SymbolBlock&) = default;
   SymbolBlock& operator=(const SymbolBlock&) = default;
@@ -68,8 +70,10 @@ class SymbolBlock : public HybridBlock {
 
  private:
   struct State;
-  // Creates the parameters: shapes and dtypes from `values` when given.
-  void create_params(const std::map<std::string, NDArray, std::less<>>* values);
+  // Parameters take their shapes and dtypes from `values` when given (and
+  // every one must be there), else from the symbol.
+  SymbolBlock(ir::Symbol symbol, std::vector<std::string> input_names,
+              const std::map<std::string, NDArray, std::less<>>* values);
   std::shared_ptr<State> state_;
 };
 

@@ -279,6 +279,23 @@ TEST(SymbolBlock, DottedParameterNames) {
   EXPECT_EQ(again(nd::ones({3, 5})).to_vector<float>(), std::vector<float>(6, 15.0f));
 }
 
+// A Module checkpoint ends in SoftmaxOutput(data, softmax_label): the label
+// is neither an input nor a parameter, and the output is the softmax.
+TEST(SymbolBlock, ModuleCheckpointHead) {
+  ir::Symbol s = ir::parse_symbol_json(R"J({"nodes": [{"op": "null", "name": "data", "inputs": []},
+    {"op": "null", "name": "fc_weight", "inputs": []}, {"op": "null", "name": "fc_bias", "inputs": []},
+    {"op": "FullyConnected", "name": "fc", "attrs": {"num_hidden": "4"}, "inputs": [[0, 0, 0], [1, 0, 0], [2, 0, 0]]},
+    {"op": "null", "name": "softmax_label", "inputs": []},
+    {"op": "SoftmaxOutput", "name": "softmax", "inputs": [[3, 0, 0], [4, 0, 0]]}],
+    "arg_nodes": [0, 1, 2, 4], "heads": [[5, 0, 0]], "attrs": {"mxnet_version": ["int", 10301]}})J");
+  nn::SymbolBlock net(s, {"data"});
+  EXPECT_EQ(net.collect_params().names(), (std::vector<std::string>{"fc_weight", "fc_bias"}));
+  net.initialize(init::Xavier());
+  std::vector<float> p = net(nd::random::normal({3, 7})).to_vector<float>();
+  ASSERT_EQ(p.size(), 12u);
+  for (int r = 0; r < 3; ++r) EXPECT_NEAR(p[4 * r] + p[4 * r + 1] + p[4 * r + 2] + p[4 * r + 3], 1.0f, 1e-5f);
+}
+
 TEST(SymbolBlock, ParamsFileNamesAreCheckedAgainstTheGraph) {
   auto dir = model_dir("mtcnn-det1-legacy");
   ASSERT_TRUE(dir);

@@ -162,6 +162,39 @@ TEST(SymbolJson, PreNineFilesGetTheirAuxVariables) {
   EXPECT_CONTAINS(error_of<ValueError>([&] { parse_symbol_json(newer, "new.json"); }), "expected 5 input(s), got 3");
 }
 
+TEST(SymbolJson, LossOutputsLowerForInferenceWithoutTheirLabels) {
+  // A Module checkpoint's head (as MXNet's save_000800.json): SoftmaxOutput reads a label.
+  std::string text = R"J({"nodes": [{"op": "null", "name": "data", "inputs": []},
+    {"op": "null", "name": "fc_weight", "inputs": []}, {"op": "null", "name": "fc_bias", "inputs": []},
+    {"op": "FullyConnected", "name": "fc", "param": {"num_hidden": "3"}, "inputs": [[0, 0], [1, 0], [2, 0]]},
+    {"op": "null", "name": "softmax_label", "inputs": []},
+    {"op": "SoftmaxOutput", "name": "softmax", "param": {"grad_scale": "1", "ignore_label": "-1", "multi_output": "False",
+     "normalization": "null", "out_grad": "False", "preserve_shape": "False", "use_ignore": "False"},
+     "inputs": [[3, 0], [4, 0]]},
+    {"op": "null", "name": "reg_label", "inputs": []},
+    {"op": "LogisticRegressionOutput", "name": "reg", "inputs": [[3, 0], [6, 0]]},
+    {"op": "SoftmaxOutput", "name": "nolabel", "attrs": {"multi_output": "True"}, "inputs": [[3, 0]]}],
+    "arg_nodes": [0, 1, 2, 4, 6], "heads": [[5, 0], [7, 0], [8, 0]]})J";
+  Symbol s = parse_symbol_json(text, "module.json");
+  EXPECT_TRUE(s.nodes[4].is_label);
+  EXPECT_TRUE(s.nodes[6].is_label);
+  EXPECT_FALSE(s.nodes[0].is_label);
+  std::vector<std::string> in{"data"};
+  Graph g = to_graph(s, {{"data", f32({2, 5})}}, in);
+  EXPECT_FALSE(g.find("softmax_label").has_value());
+  EXPECT_FALSE(g.find("reg_label").has_value());
+  EXPECT_EQ(g.node(g.outputs()[0].node).op, OpId::kSoftmax);
+  EXPECT_EQ(g.node(g.outputs()[1].node).op, OpId::kSigmoid);
+  EXPECT_EQ(g.node(g.outputs()[2].node).attrs.as<SoftmaxAttrs>().axis, 1);
+  EXPECT_EQ(g.type(g.outputs()[0]).shape, (Shape{2, 3}));
+  EXPECT_NO_THROW(verify(g));
+  // An unknown attribute names the node.
+  std::string bad = text;
+  bad.replace(bad.find("\"grad_scale\""), 12, "\"grad_scalp\"");
+  EXPECT_CONTAINS(error_of<ValueError>([&] { to_graph(parse_symbol_json(bad), {{"data", f32({2, 5})}}, in); }),
+                  "node 'softmax': SoftmaxOutput: unknown attribute 'grad_scalp'");
+}
+
 TEST(SymbolJson, AliasesResolve) {
   for (const char* op : {"_Plus", "elemwise_add", "ElementWiseSum"}) {
     SCOPED_TRACE(op);
