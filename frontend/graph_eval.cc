@@ -12,8 +12,7 @@ std::vector<NDArray> eval_graph(const ir::Graph& g, std::span<const NDArray> val
     const ir::Node& n = g.node(static_cast<ir::NodeId>(i));
     if (!n.is_op()) {
       const NDArray& v = values_by_node[i];
-      KILN_CHECK(!v.is_none(), ValueError, "eval_graph: no value for {} node '{}'", ir::node_kind_name(n.kind),
-                 n.name);
+      KILN_CHECK(!v.is_none(), ValueError, "eval_graph: no value for {} node '{}'", ir::node_kind_name(n.kind), n.name);
       KILN_CHECK(v.shape() == n.types[0].shape && v.dtype() == n.types[0].dtype, ShapeError,
                  "eval_graph: {} node '{}' is {}{}, the value given is {}{}", ir::node_kind_name(n.kind), n.name,
                  dtype_short_name(n.types[0].dtype), n.types[0].shape, dtype_short_name(v.dtype()), v.shape());
@@ -31,7 +30,8 @@ std::vector<NDArray> eval_graph(const ir::Graph& g, std::span<const NDArray> val
     }
   }
   std::vector<NDArray> result;
-  for (const ir::Entry& e : g.outputs()) result.push_back(outs[static_cast<size_t>(e.node)][static_cast<size_t>(e.index)]);
+  for (const ir::Entry& e : g.outputs())
+    result.push_back(outs[static_cast<size_t>(e.node)][static_cast<size_t>(e.index)]);
   return result;
 }
 

@@ -73,12 +73,13 @@ NDArray parse(std::string_view bytes, std::string_view source) {
     header_len = len;
     header_at = 12;
   } else {
-    fail(source, 6, fmt::format("format version {}.{} is not supported (1.0, 2.0 and 3.0 are)", major,
-                                static_cast<int>(static_cast<uint8_t>(bytes[7]))));
+    fail(source, 6,
+         fmt::format("format version {}.{} is not supported (1.0, 2.0 and 3.0 are)", major,
+                     static_cast<int>(static_cast<uint8_t>(bytes[7]))));
   }
   if (header_len > kMaxHeaderBytes || header_len > bytes.size() - header_at) {
-    fail(source, header_at, fmt::format("truncated: the header needs {} bytes, {} left", header_len,
-                                        bytes.size() - header_at));
+    fail(source, header_at,
+         fmt::format("truncated: the header needs {} bytes, {} left", header_len, bytes.size() - header_at));
   }
   std::string_view header = bytes.substr(header_at, header_len);
   size_t data_at = header_at + header_len;
@@ -118,7 +119,9 @@ NDArray parse(std::string_view bytes, std::string_view source) {
     }
     count = count > limit / static_cast<uint64_t>(d) ? limit + 1 : count * static_cast<uint64_t>(d);
   }
-  if (count > limit) fail(source, data_at, fmt::format("truncated: shape {} of {} needs more than the {} bytes left", shape_text, dtype, left));
+  if (count > limit)
+    fail(source, data_at,
+         fmt::format("truncated: shape {} of {} needs more than the {} bytes left", shape_text, dtype, left));
   if (count * dtype_size(dtype) != left)
     fail(source, data_at + count * dtype_size(dtype),
          fmt::format("{} bytes follow the values of shape {}", left - count * dtype_size(dtype), shape_text));

@@ -46,7 +46,7 @@ const LegacyOp* find_legacy_op(std::string_view name) {
 
 // Attribute keys MXNet treats as hidden (kHiddenKeys): as `__key__`, bare in
 // legacy files, or suffixed to an input name (`weight_lr_mult`).
-constexpr std::string_view kHiddenKeys[] = {"ctx_group",    "lr_mult",        "wd_mult",
+constexpr std::string_view kHiddenKeys[] = {"ctx_group",       "lr_mult",      "wd_mult",
                                             "force_mirroring", "mirror_stage", "profiler_scope"};
 
 bool is_hidden_key(std::string_view key) {
@@ -214,13 +214,11 @@ SymbolNode parse_node(const json& j, size_t index, std::string_view source, int 
     // A loss output without its label (files saved for inference) is fine.
     if (static_cast<int>(n.inputs.size()) == legacy->data_inputs) num_inputs = legacy->data_inputs;
   } else {
-    throw NotSupported(
-        fmt::format("{}: node {} '{}': op '{}' is not supported by Kiln", source, index, n.name, n.op));
+    throw NotSupported(fmt::format("{}: node {} '{}': op '{}' is not supported by Kiln", source, index, n.name, n.op));
   }
   // Only missing aux inputs are added (MXNet adds any missing input; Kiln
   // reports the others as a wrong input count).
-  bool synthesized = version < kAuxStoredSince && n.def != nullptr &&
-                     static_cast<int>(n.inputs.size()) < num_inputs &&
+  bool synthesized = version < kAuxStoredSince && n.def != nullptr && static_cast<int>(n.inputs.size()) < num_inputs &&
                      n.def->input_names.size() == static_cast<size_t>(num_inputs);
   for (auto k = static_cast<int>(n.inputs.size()); synthesized && k < num_inputs; ++k)
     synthesized = std::ranges::find(n.def->mutate_inputs, k) != n.def->mutate_inputs.end();
@@ -322,8 +320,8 @@ Symbol parse_symbol_json(std::string_view text, std::string_view source) {
                row.empty() ? -1 : row[0], s.nodes.size() + 1);
     for (size_t i = 0; i < s.nodes.size(); ++i) {
       int32_t count = row[i + 1] - row[i];
-      KILN_CHECK(count >= 1, ValueError, "{}: node_row_ptr gives node {} '{}' {} outputs", source, i,
-                 s.nodes[i].name, count);
+      KILN_CHECK(count >= 1, ValueError, "{}: node_row_ptr gives node {} '{}' {} outputs", source, i, s.nodes[i].name,
+                 count);
       KILN_CHECK(!s.nodes[i].is_variable() || count == 1, ValueError,
                  "{}: node_row_ptr gives variable {} '{}' {} outputs", source, i, s.nodes[i].name, count);
       s.nodes[i].num_outputs = count;
@@ -333,7 +331,8 @@ Symbol parse_symbol_json(std::string_view text, std::string_view source) {
   auto check_entry = [&](const SymbolEntry& e, size_t limit, const std::string& where) {
     KILN_CHECK(static_cast<size_t>(e.node) < limit, ValueError,
                "{}: {} refers to node {}, which {} (the graph has {} nodes; inputs must come before their users)",
-               source, where, e.node, static_cast<size_t>(e.node) < s.nodes.size() ? "does not come before it" : "does not exist",
+               source, where, e.node,
+               static_cast<size_t>(e.node) < s.nodes.size() ? "does not come before it" : "does not exist",
                s.nodes.size());
     const SymbolNode& src = s.nodes[static_cast<size_t>(e.node)];
     KILN_CHECK(src.num_outputs < 0 || e.index < src.num_outputs, ValueError,
@@ -361,8 +360,8 @@ Symbol parse_symbol_json(std::string_view text, std::string_view source) {
     s.heads.push_back(e);
   }
   for (int32_t id : parse_int_array(root["arg_nodes"], "arg_nodes", source)) {
-    KILN_CHECK(static_cast<size_t>(id) < s.nodes.size() && s.nodes[static_cast<size_t>(id)].is_variable(),
-               ValueError, "{}: arg_nodes lists node {}, which is not a variable", source, id);
+    KILN_CHECK(static_cast<size_t>(id) < s.nodes.size() && s.nodes[static_cast<size_t>(id)].is_variable(), ValueError,
+               "{}: arg_nodes lists node {}, which is not a variable", source, id);
   }
   if (s.mxnet_version < kAuxStoredSince) add_missing_variables(s);
   // Aux states: variables an op mutates.
@@ -399,8 +398,8 @@ Symbol load_symbol_json(const std::string& path) {
   KILN_CHECK(in.good(), IOError, "{}: cannot open for reading: {}", path, std::strerror(errno));
   std::string text(size, '\0');
   in.read(text.data(), static_cast<std::streamsize>(size));
-  KILN_CHECK(in.gcount() == static_cast<std::streamsize>(size), IOError, "{}: read {} of {} bytes", path,
-             in.gcount(), size);
+  KILN_CHECK(in.gcount() == static_cast<std::streamsize>(size), IOError, "{}: read {} of {} bytes", path, in.gcount(),
+             size);
   return parse_symbol_json(text, path);
 }
 
@@ -462,8 +461,7 @@ std::optional<Shape> deduce_input_shape(OpId op, const OpAttrs& attrs, int k, co
       return Shape{data[axis]};
     }
     case OpId::kLeakyReLU:
-      if (k == 1 && data.ndim() >= 2 && attrs.as<LeakyReLUAttrs>().act_type == LeakyType::kPrelu)
-        return Shape{data[1]};
+      if (k == 1 && data.ndim() >= 2 && attrs.as<LeakyReLUAttrs>().act_type == LeakyType::kPrelu) return Shape{data[1]};
       return std::nullopt;
     default:
       return std::nullopt;
@@ -519,10 +517,9 @@ std::vector<Entry> lower_legacy(Graph& g, const SymbolNode& n, std::span<const E
         } else if (k == "preserve_shape") {
           preserve_shape = parse_attr(v, static_cast<bool*>(nullptr));
         } else {
-          constexpr std::string_view kTrainingOnly[] = {"grad_scale", "ignore_label", "use_ignore", "normalization",
-                                                        "out_grad",   "smooth_alpha"};
-          KILN_CHECK(std::ranges::find(kTrainingOnly, k) != std::end(kTrainingOnly) ||
-                         detail::is_ignorable_attr_key(k),
+          constexpr std::string_view kTrainingOnly[] = {"grad_scale",    "ignore_label", "use_ignore",
+                                                        "normalization", "out_grad",     "smooth_alpha"};
+          KILN_CHECK(std::ranges::find(kTrainingOnly, k) != std::end(kTrainingOnly) || detail::is_ignorable_attr_key(k),
                      ValueError, "unknown attribute '{}'", k);
         }
       } catch (Error& e) {
@@ -635,8 +632,8 @@ Graph to_graph(const Symbol& s, const TypeMap& types, std::span<const std::strin
           if (n.def != nullptr && k > 0 && !in.empty()) {
             shape = deduce_input_shape(n.def->id, attrs, static_cast<int>(k), g.type(in[0]).shape);
           }
-          KILN_CHECK(shape.has_value(), ValueError,
-                     "cannot tell the shape of variable '{}' (input {}); give it a type", s.nodes[src].name, k);
+          KILN_CHECK(shape.has_value(), ValueError, "cannot tell the shape of variable '{}' (input {}); give it a type",
+                     s.nodes[src].name, k);
           add_variable(src, {*shape, g.type(in[0]).dtype});
         }
         const std::vector<Entry>& src_outs = outs[src];
@@ -653,8 +650,7 @@ Graph to_graph(const Symbol& s, const TypeMap& types, std::span<const std::strin
     outs[i] = n.def != nullptr ? g.add_op(n.def->id, std::move(attrs), in, n.name) : lower_legacy(g, n, in);
   }
   for (size_t i = 0; i < s.nodes.size(); ++i) {
-    KILN_CHECK(!pending[i], ValueError, "variable '{}' (node {}) is used by no op and has no type", s.nodes[i].name,
-               i);
+    KILN_CHECK(!pending[i], ValueError, "variable '{}' (node {}) is used by no op and has no type", s.nodes[i].name, i);
   }
   std::vector<Entry> heads;
   for (size_t h = 0; h < s.heads.size(); ++h) {

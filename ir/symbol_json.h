@@ -59,15 +59,15 @@ struct SymbolEntry {
 };
 
 struct SymbolNode {
-  std::string op;               // as written: "null" for a variable, aliases kept
-  const OpDef* def = nullptr;   // the Kiln op; null for variables and legacy ops (to_graph lowers those)
+  std::string op;              // as written: "null" for a variable, aliases kept
+  const OpDef* def = nullptr;  // the Kiln op; null for variables and legacy ops (to_graph lowers those)
   std::string name;
-  AttrMap attrs;                // the op's attributes (attrs, attr and param merged), hidden keys removed
-  AttrMap hidden;               // "__shape__", "__dtype__", "__init__", "__lr_mult__", ...
+  AttrMap attrs;   // the op's attributes (attrs, attr and param merged), hidden keys removed
+  AttrMap hidden;  // "__shape__", "__dtype__", "__init__", "__lr_mult__", ...
   std::vector<SymbolEntry> inputs;
-  int num_outputs = -1;         // from node_row_ptr; -1 when the file has none (variables: 1)
-  bool is_aux = false;          // a variable that some op mutates
-  bool is_label = false;        // a variable only loss outputs read, as their label (to_graph skips it)
+  int num_outputs = -1;   // from node_row_ptr; -1 when the file has none (variables: 1)
+  bool is_aux = false;    // a variable that some op mutates
+  bool is_label = false;  // a variable only loss outputs read, as their label (to_graph skips it)
   bool is_variable() const { return op == "null"; }
 };
 
@@ -77,7 +77,7 @@ struct SymbolNode {
 struct Symbol {
   std::vector<SymbolNode> nodes;  // topological order
   std::vector<SymbolEntry> heads;
-  int mxnet_version = 800;        // the writer's MXNET_VERSION (major*10000 + minor*100 + patch)
+  int mxnet_version = 800;  // the writer's MXNET_VERSION (major*10000 + minor*100 + patch)
 
   std::optional<int32_t> find(std::string_view name) const;
   // Variable names in node order: all of them / those no op mutates / aux states.

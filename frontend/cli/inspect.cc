@@ -48,7 +48,8 @@ std::string version_text(int v) { return fmt::format("{}.{}.{}", v / 10000, v / 
 
 std::string types_text(const std::vector<TensorType>& types) {
   std::string out;
-  for (const TensorType& t : types) out += fmt::format("{}{}{}", out.empty() ? "" : ", ", dtype_short_name(t.dtype), t.shape);
+  for (const TensorType& t : types)
+    out += fmt::format("{}{}{}", out.empty() ? "" : ", ", dtype_short_name(t.dtype), t.shape);
   return out;
 }
 
@@ -137,7 +138,7 @@ void run_inspect(const InspectOptions& opt) {
       for (const ir::SymbolEntry& e : n.inputs)
         what += fmt::format("{}{}", what.empty() ? "" : ", ", s.nodes[static_cast<size_t>(e.node)].name);
     }
-    std::string op = !n.is_variable()                                         ? n.op
+    std::string op = !n.is_variable()                                    ? n.op
                      : std::ranges::find(inputs, n.name) != inputs.end() ? "input"
                      : n.is_label                                        ? "label (unused)"
                      : n.is_aux                                          ? "aux"

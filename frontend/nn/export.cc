@@ -58,13 +58,14 @@ ArrayMap match_symbol_params(NamedArrays arrays, std::string_view source, const 
   }
   std::vector<std::string> parts;
   if (!unknown.empty())
-    parts.push_back(fmt::format("{} name(s) match no variable of the graph: {}", unknown.size(), fmt::join(unknown, ", ")));
+    parts.push_back(
+        fmt::format("{} name(s) match no variable of the graph: {}", unknown.size(), fmt::join(unknown, ", ")));
   if (!as_input.empty())
-    parts.push_back(fmt::format("{} name(s) are data inputs, not parameters: {}", as_input.size(), fmt::join(as_input, ", ")));
+    parts.push_back(
+        fmt::format("{} name(s) are data inputs, not parameters: {}", as_input.size(), fmt::join(as_input, ", ")));
   if (!wrong_kind.empty())
     parts.push_back(fmt::format("{} with the wrong prefix: {}", wrong_kind.size(), fmt::join(wrong_kind, ", ")));
-  if (!repeated.empty())
-    parts.push_back(fmt::format("{} repeated: {}", repeated.size(), fmt::join(repeated, ", ")));
+  if (!repeated.empty()) parts.push_back(fmt::format("{} repeated: {}", repeated.size(), fmt::join(repeated, ", ")));
   if (!unnamed.empty())
     parts.push_back(fmt::format("{} unnamed array(s) (a list save; parameters load by name)", unnamed.size()));
   KILN_CHECK(parts.empty(), ValueError, "{}: {}", source, fmt::join(parts, "; "));

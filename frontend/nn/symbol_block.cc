@@ -12,7 +12,7 @@ namespace kiln::nn {
 struct SymbolBlock::State {
   ir::Symbol symbol;
   std::vector<std::string> input_names;
-  std::vector<std::pair<int32_t, Parameter>> params;  // (symbol node, parameter), node order
+  std::vector<std::pair<int32_t, Parameter>> params;     // (symbol node, parameter), node order
   std::map<std::string, ir::Graph, std::less<>> graphs;  // by the input types' text
 };
 
@@ -170,8 +170,8 @@ std::string SymbolBlock::to_string() const {
   const ir::Symbol& s = state_->symbol;
   int64_t ops = 0;
   for (const ir::SymbolNode& n : s.nodes) ops += n.is_variable() ? 0 : 1;
-  return fmt::format("{}(inputs: {}; {} ops, {} parameters, {} outputs)", type_name(), fmt::join(state_->input_names, ", "),
-                     ops, state_->params.size(), s.heads.size());
+  return fmt::format("{}(inputs: {}; {} ops, {} parameters, {} outputs)", type_name(),
+                     fmt::join(state_->input_names, ", "), ops, state_->params.size(), s.heads.size());
 }
 
 }  // namespace kiln::nn

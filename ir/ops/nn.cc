@@ -443,8 +443,9 @@ void define_layers(OpRegistry& r) {
   define_backward(r, OpId::kActivationBackward, "Gradient of Activation from out_grad and the forward output.",
                   {"out_grad", "output"}, infer_unary_backward, parse_attrs_as<ActivationAttrs>);
 
-  OpDef& leaky = define(r, OpId::kLeakyReLU, "leaky, elu, selu, gelu (elementwise) or prelu (a learned slope per channel).", {}, infer_leaky_relu,
-                        parse_attrs_as<LeakyReLUAttrs>);
+  OpDef& leaky =
+      define(r, OpId::kLeakyReLU, "leaky, elu, selu, gelu (elementwise) or prelu (a learned slope per channel).", {},
+             infer_leaky_relu, parse_attrs_as<LeakyReLUAttrs>);
   leaky.num_inputs = -1;  // prelu adds gamma
   leaky.grad = grad_leaky_relu;
   define_backward(r, OpId::kLeakyReLUBackward, "Gradient of LeakyReLU from out_grad and the forward input.",

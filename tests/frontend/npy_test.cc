@@ -7,8 +7,9 @@
 namespace kiln {
 namespace {
 
-#define EXPECT_CONTAINS(haystack, needle) \
-  EXPECT_NE(std::string(haystack).find(needle), std::string::npos) << "missing \"" << (needle) << "\" in: " << (haystack)
+#define EXPECT_CONTAINS(haystack, needle)                          \
+  EXPECT_NE(std::string(haystack).find(needle), std::string::npos) \
+      << "missing \"" << (needle) << "\" in: " << (haystack)
 
 template <typename E, typename F>
 std::string error_of(F&& f) {
@@ -69,9 +70,7 @@ TEST(Npy, ErrorsNameTheByte) {
   EXPECT_CONTAINS(error_of<NotSupported>([&] { npy::parse(with_header("'<f4'", "'<c8'"), "c.npy"); }), "'<c8'");
   EXPECT_CONTAINS(error_of<IOError>([&] { npy::parse(with_header("(4, 4)", "(4, 9)"), "s.npy"); }), "truncated");
   EXPECT_CONTAINS(error_of<IOError>([&] { npy::parse(with_header("(4, 4)", "(1 << 62, 4)"), "x.npy"); }), "shape");
-  EXPECT_CONTAINS(error_of<IOError>([&] {
-                    npy::parse(with_header("(4, 4)", "(4611686018427387904, 4)"), "huge.npy");
-                  }),
+  EXPECT_CONTAINS(error_of<IOError>([&] { npy::parse(with_header("(4, 4)", "(4611686018427387904, 4)"), "huge.npy"); }),
                   "truncated");
 }
 

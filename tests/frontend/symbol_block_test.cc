@@ -29,8 +29,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-#define EXPECT_CONTAINS(haystack, needle) \
-  EXPECT_NE(std::string(haystack).find(needle), std::string::npos) << "missing \"" << (needle) << "\" in: " << (haystack)
+#define EXPECT_CONTAINS(haystack, needle)                          \
+  EXPECT_NE(std::string(haystack).find(needle), std::string::npos) \
+      << "missing \"" << (needle) << "\" in: " << (haystack)
 
 template <typename E, typename F>
 std::string error_of(F&& f) {
@@ -211,9 +212,8 @@ TEST(SymbolBlock, ExportGraphImportsBack) {
   ir::Entry x = g.add_input("data", {Shape{2, 6}, DType::kFloat32});
   ir::Entry w = g.add_param("fc_weight", {Shape{4, 6}, DType::kFloat32});
   ir::Entry b = g.add_param("fc_bias", {Shape{4}, DType::kFloat32});
-  ir::Entry fc =
-      g.add_op(OpId::kFullyConnected, OpAttrs::make(FullyConnectedAttrs{.num_hidden = 4}), std::vector<ir::Entry>{x, w, b},
-               "fc")[0];
+  ir::Entry fc = g.add_op(OpId::kFullyConnected, OpAttrs::make(FullyConnectedAttrs{.num_hidden = 4}),
+                          std::vector<ir::Entry>{x, w, b}, "fc")[0];
   ir::Entry gamma = g.add_param("bn_gamma", {Shape{4}, DType::kFloat32});
   ir::Entry beta = g.add_param("bn_beta", {Shape{4}, DType::kFloat32});
   ir::Entry mean = g.add_param("bn_moving_mean", {Shape{4}, DType::kFloat32}, true);
@@ -225,9 +225,10 @@ TEST(SymbolBlock, ExportGraphImportsBack) {
   g.set_outputs({act});
 
   nd::random::seed(3);
-  nn::ArrayMap values{{"fc_weight", nd::random::normal({4, 6})},    {"fc_bias", nd::random::normal({4})},
-                      {"bn_gamma", nd::random::uniform({4}, 0.5, 2)}, {"bn_beta", nd::random::normal({4})},
-                      {"bn_moving_mean", nd::random::normal({4})},   {"bn_moving_var", nd::random::uniform({4}, 0.5, 2)}};
+  nn::ArrayMap values{
+      {"fc_weight", nd::random::normal({4, 6})},      {"fc_bias", nd::random::normal({4})},
+      {"bn_gamma", nd::random::uniform({4}, 0.5, 2)}, {"bn_beta", nd::random::normal({4})},
+      {"bn_moving_mean", nd::random::normal({4})},    {"bn_moving_var", nd::random::uniform({4}, 0.5, 2)}};
   NDArray data = nd::random::normal({2, 6});
   std::vector<NDArray> by_node(g.size());
   for (size_t i = 0; i < g.size(); ++i) {
@@ -353,14 +354,12 @@ TEST(Prelu, ForwardAndGradient) {
   EXPECT_EQ(invoke1(OpId::kLeakyReLU, {x, shared}, prelu).to_vector<float>()[5], -1.0f);
   EXPECT_THROW(invoke1(OpId::kLeakyReLU, {x, nd::ones({3})}, prelu), ShapeError);
   EXPECT_THROW(invoke1(OpId::kLeakyReLU, {x}, prelu), ValueError);
-  testing::check_gradients(
-      [&](std::span<const NDArray> in) { return invoke1(OpId::kLeakyReLU, in, prelu); },
-      {nd::random::normal({2, 3, 4, 5}, 0, 1, {.dtype = DType::kFloat64}),
-       nd::random::uniform({3}, 0.1, 0.9, {.dtype = DType::kFloat64})});
-  testing::check_gradients(
-      [&](std::span<const NDArray> in) { return invoke1(OpId::kLeakyReLU, in, prelu); },
-      {nd::random::normal({4, 3}, 0, 1, {.dtype = DType::kFloat64}),
-       nd::random::uniform({1}, 0.1, 0.9, {.dtype = DType::kFloat64})});
+  testing::check_gradients([&](std::span<const NDArray> in) { return invoke1(OpId::kLeakyReLU, in, prelu); },
+                           {nd::random::normal({2, 3, 4, 5}, 0, 1, {.dtype = DType::kFloat64}),
+                            nd::random::uniform({3}, 0.1, 0.9, {.dtype = DType::kFloat64})});
+  testing::check_gradients([&](std::span<const NDArray> in) { return invoke1(OpId::kLeakyReLU, in, prelu); },
+                           {nd::random::normal({4, 3}, 0, 1, {.dtype = DType::kFloat64}),
+                            nd::random::uniform({1}, 0.1, 0.9, {.dtype = DType::kFloat64})});
 }
 
 }  // namespace

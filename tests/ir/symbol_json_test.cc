@@ -16,8 +16,9 @@
 namespace kiln::ir {
 namespace {
 
-#define EXPECT_CONTAINS(haystack, needle) \
-  EXPECT_NE(std::string(haystack).find(needle), std::string::npos) << "missing \"" << (needle) << "\" in: " << (haystack)
+#define EXPECT_CONTAINS(haystack, needle)                          \
+  EXPECT_NE(std::string(haystack).find(needle), std::string::npos) \
+      << "missing \"" << (needle) << "\" in: " << (haystack)
 
 template <typename E, typename F>
 std::string error_of(F&& f) {
@@ -191,7 +192,9 @@ TEST(SymbolJson, LossOutputsLowerForInferenceWithoutTheirLabels) {
   // An unknown attribute names the node.
   std::string bad = text;
   bad.replace(bad.find("\"grad_scale\""), 12, "\"grad_scalp\"");
-  EXPECT_CONTAINS(error_of<ValueError>([&] { to_graph(parse_symbol_json(bad), {{"data", f32({2, 5})}}, in); }),
+  EXPECT_CONTAINS(error_of<ValueError>([&] {
+                    to_graph(parse_symbol_json(bad), {{"data", f32({2, 5})}}, in);
+                  }),
                   "node 'softmax': SoftmaxOutput: unknown attribute 'grad_scalp'");
 }
 
@@ -229,16 +232,16 @@ Graph round_trip_graph() {
   SplitAttrs split{.num_outputs = 2, .axis = 1};
   auto halves = g.add_op(OpId::kSplit, OpAttrs::make(split), std::vector<Entry>{p}, "split0");
   Entry sum = g.add_op(OpId::kElemwiseAdd, {}, std::vector<Entry>{halves[0], halves[1]}, "sum0")[0];
-  Entry scaled = g.add_op(OpId::kMulScalar, OpAttrs::make(ScalarAttrs{.scalar = 0.0078125}), std::vector<Entry>{sum},
-                          "scale0")[0];
+  Entry scaled =
+      g.add_op(OpId::kMulScalar, OpAttrs::make(ScalarAttrs{.scalar = 0.0078125}), std::vector<Entry>{sum}, "scale0")[0];
   Entry drop = g.add_op(OpId::kDropout, OpAttrs::make(DropoutAttrs{.p = 0.25}), std::vector<Entry>{scaled}, "drop0")[0];
   Entry f = g.add_op(OpId::kFlatten, {}, std::vector<Entry>{drop}, "flatten0")[0];
   Entry fw = g.add_param("fc0_weight", f32({10, 32}));
   Entry fb = g.add_param("fc0_bias", f32({10}));
   Entry fc = g.add_op(OpId::kFullyConnected, OpAttrs::make(FullyConnectedAttrs{.num_hidden = 10}),
                       std::vector<Entry>{f, fw, fb}, "fc0")[0];
-  Entry act = g.add_op(OpId::kActivation, OpAttrs::make(ActivationAttrs{ActType::kTanh}), std::vector<Entry>{fc},
-                       "tanh0")[0];
+  Entry act =
+      g.add_op(OpId::kActivation, OpAttrs::make(ActivationAttrs{ActType::kTanh}), std::vector<Entry>{fc}, "tanh0")[0];
   g.set_outputs({act, halves[1]});
   return g;
 }
@@ -400,7 +403,8 @@ TEST(SymbolJson, InvalidJsonGivesTheByteOffset) {
 }
 
 TEST(SymbolJson, FilesOverTheLimitAreRefused) {
-  auto dir = std::filesystem::temp_directory_path() / fmt::format("kiln_symjson_{}", ::testing::UnitTest::GetInstance()->random_seed());
+  auto dir = std::filesystem::temp_directory_path() /
+             fmt::format("kiln_symjson_{}", ::testing::UnitTest::GetInstance()->random_seed());
   std::filesystem::create_directories(dir);
   auto path = (dir / "huge-symbol.json").string();
   { std::ofstream(path) << "{"; }
@@ -418,8 +422,7 @@ TEST(SymbolJson, TypingErrorsNameTheNode) {
   EXPECT_CONTAINS(e, "node 'conv0_fwd': Convolution(f32[2,3], f32[4,3,3,3], f32[4])");
   EXPECT_CONTAINS(e, "f32[2,3]");
   // A weight whose shape disagrees with the data.
-  e = error_of<Error>(
-      [&] { to_graph(s, {{"data", f32({2, 3, 8, 8})}, {"conv0_weight", f32({4, 5, 3, 3})}}, inputs); });
+  e = error_of<Error>([&] { to_graph(s, {{"data", f32({2, 3, 8, 8})}, {"conv0_weight", f32({4, 5, 3, 3})}}, inputs); });
   EXPECT_CONTAINS(e, "conv0_fwd");
   EXPECT_CONTAINS(e, "f32[4,5,3,3]");
   // Inputs: no type, not a variable.
