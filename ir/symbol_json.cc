@@ -58,6 +58,36 @@ bool is_hidden_key(std::string_view key) {
   return false;
 }
 
+// Legacy hidden keys in MXNet's current form, as its loader rewrites them
+// (UpgradeJSON_FixParsing): `lr_mult` becomes `__lr_mult__`; an op's
+// `weight_lr_mult` moves to its `weight` input variable as `__lr_mult__`
+// (dropped when that input is not a variable).
+void normalize_hidden_keys(Symbol& s) {
+  for (SymbolNode& n : s.nodes) {
+    AttrMap kept;
+    for (auto& [k, v] : n.hidden) {
+      if (k.starts_with("__")) {
+        kept[k] = v;
+        continue;
+      }
+      for (std::string_view h : kHiddenKeys) {
+        if (k == h) {
+          kept.emplace(fmt::format("__{}__", h), v);
+        } else if (k.ends_with(h) && k.size() > h.size() + 1 && n.def != nullptr) {
+          std::string_view arg = std::string_view(k).substr(0, k.size() - h.size() - 1);
+          auto it = std::ranges::find(n.def->input_names, arg);
+          if (it == n.def->input_names.end()) continue;
+          auto input = static_cast<size_t>(it - n.def->input_names.begin());
+          if (input >= n.inputs.size()) continue;
+          SymbolNode& var = s.nodes[static_cast<size_t>(n.inputs[input].node)];
+          if (var.is_variable()) var.hidden.emplace(fmt::format("__{}__", h), v);
+        }
+      }
+    }
+    n.hidden = std::move(kept);
+  }
+}
+
 // Attributes Kiln adds to MXNet's ops that MXNet would reject: never exported.
 bool is_kiln_only_attr(OpId op, std::string_view key) {
   return op == OpId::kDropout && (key == "seed" || key == "offset");
@@ -363,6 +393,7 @@ Symbol parse_symbol_json(std::string_view text, std::string_view source) {
     KILN_CHECK(static_cast<size_t>(id) < s.nodes.size() && s.nodes[static_cast<size_t>(id)].is_variable(), ValueError,
                "{}: arg_nodes lists node {}, which is not a variable", source, id);
   }
+  normalize_hidden_keys(s);
   if (s.mxnet_version < kAuxStoredSince) add_missing_variables(s);
   // Aux states: variables an op mutates.
   for (const SymbolNode& n : s.nodes) {

@@ -12,13 +12,18 @@
 // and top-level `attrs` (mxnet_version 0.8.0 when absent). Hidden keys
 // (`__shape__`, `__dtype__`, `__init__`, `__lr_mult__`, legacy `lr_mult`,
 // `weight_lr_mult`, `ctx_group`, ...) are kept apart from the op attributes
-// and never fail. Op names resolve through find_op (aliases such as `_Plus`,
-// `flatten`), plus a few legacy ops that to_graph lowers to Kiln ops
-// (SoftmaxActivation -> softmax; the loss outputs of Module checkpoints,
-// SoftmaxOutput -> softmax, Linear/MAE/LogisticRegressionOutput -> _copy or
-// sigmoid, for inference: their label variables are left out of the graph). A node may list more outputs in
-// node_row_ptr than Kiln's op has (oneDNN builds give Pooling 2) as long as
-// nothing reads the extra ones.
+// and never fail; legacy ones are rewritten as MXNet's loader does (`lr_mult`
+// -> `__lr_mult__`; an op's `weight_lr_mult` -> `__lr_mult__` on its
+// `weight` input when Kiln knows the op's input names, else dropped). Files
+// older than 0.9 get the aux variables they left out (`bn0_moving_mean`).
+//
+// Op names resolve through find_op (aliases such as `_Plus`, `flatten`), plus
+// a few legacy ops that to_graph lowers to Kiln ops: SoftmaxActivation ->
+// softmax, and for inference the loss outputs of Module checkpoints
+// (SoftmaxOutput -> softmax, Linear/MAERegressionOutput -> _copy,
+// LogisticRegressionOutput -> sigmoid), whose label variables are left out of
+// the graph. A node may list more outputs in node_row_ptr than Kiln's op has
+// (oneDNN builds give Pooling 2) as long as nothing reads the extra ones.
 //
 // Variables (`"op": "null"`) are the graph's inputs, params and aux states:
 // a variable is aux when an op mutates it (OpDef::mutate_inputs, BatchNorm's
@@ -63,7 +68,7 @@ struct SymbolNode {
   const OpDef* def = nullptr;  // the Kiln op; null for variables and legacy ops (to_graph lowers those)
   std::string name;
   AttrMap attrs;   // the op's attributes (attrs, attr and param merged), hidden keys removed
-  AttrMap hidden;  // "__shape__", "__dtype__", "__init__", "__lr_mult__", ...
+  AttrMap hidden;  // "__shape__", "__dtype__", "__init__", "__lr_mult__", ... (always "__key__")
   std::vector<SymbolEntry> inputs;
   int num_outputs = -1;   // from node_row_ptr; -1 when the file has none (variables: 1)
   bool is_aux = false;    // a variable that some op mutates

@@ -114,10 +114,10 @@ TEST(SymbolJson, ParsesLegacyLayoutAndLowersSoftmaxActivation) {
   Symbol s = parse_symbol_json(kLegacy, "legacy.json");
   EXPECT_EQ(s.mxnet_version, 800);
   EXPECT_EQ(s.nodes[3].num_outputs, -1);
-  EXPECT_EQ(s.nodes[3].attrs.size(), 2u);  // hidden keys moved aside
-  EXPECT_EQ(s.nodes[3].hidden.at("weight_lr_mult"), "1.2");
-  EXPECT_EQ(s.nodes[3].hidden.at("lr_mult"), "0.2");
-  EXPECT_EQ(s.nodes[1].hidden.at("ctx_group"), "stage1");
+  EXPECT_EQ(s.nodes[3].attrs.size(), 2u);  // hidden keys moved aside, in MXNet's current form
+  EXPECT_EQ(s.nodes[3].hidden, (AttrMap{{"__ctx_group__", "stage1"}, {"__lr_mult__", "0.2"}}));
+  // FullyConnected's inputs are unnamed in Kiln (2 or 3): weight_lr_mult is dropped.
+  EXPECT_EQ(s.nodes[1].hidden, (AttrMap{{"__ctx_group__", "stage1"}}));
   EXPECT_EQ(s.nodes[5].def, nullptr);  // legacy op
   std::vector<std::string> inputs{"data"};
   Graph g = to_graph(s, {{"data", f32({3, 5})}}, inputs);
@@ -144,7 +144,7 @@ TEST(SymbolJson, PreNineFilesGetTheirAuxVariables) {
   // bn0_moving_mean and bn0_moving_var before it (as UpgradeJSON_000800_000900).
   std::string text = R"J({"nodes": [{"op": "null", "name": "data", "inputs": []},
     {"op": "null", "name": "bn0_gamma", "inputs": []}, {"op": "null", "name": "bn0_beta", "inputs": []},
-    {"op": "BatchNorm", "name": "bn0", "param": {"eps": "0.001", "fix_gamma": "True"}, "inputs": [[0, 0], [1, 0], [2, 0]]},
+    {"op": "BatchNorm", "name": "bn0", "param": {"eps": "0.001", "fix_gamma": "True"}, "attr": {"gamma_wd_mult": "0"}, "inputs": [[0, 0], [1, 0], [2, 0]]},
     {"op": "_Plus", "name": "plus0", "inputs": [[3, 0], [0, 0]]}],
     "arg_nodes": [0, 1, 2], "heads": [[4, 0], [3, 0]]})J";
   Symbol s = parse_symbol_json(text, "old.json");
@@ -153,6 +153,8 @@ TEST(SymbolJson, PreNineFilesGetTheirAuxVariables) {
   EXPECT_EQ(s.nodes[4].name, "bn0_moving_var");
   EXPECT_EQ(s.list_auxiliary_states(), (std::vector<std::string>{"bn0_moving_mean", "bn0_moving_var"}));
   EXPECT_EQ(s.nodes[5].inputs.size(), 5u);
+  EXPECT_EQ(s.nodes[1].hidden, (AttrMap{{"__wd_mult__", "0"}}));  // gamma_wd_mult moved to bn0_gamma
+  EXPECT_TRUE(s.nodes[5].hidden.empty());
   EXPECT_EQ(s.nodes[6].inputs[0].node, 5);
   EXPECT_EQ(s.heads, (std::vector<SymbolEntry>{{6, 0, 0}, {5, 0, 0}}));
   std::vector<std::string> in{"data"};
