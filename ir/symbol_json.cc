@@ -328,6 +328,10 @@ Symbol parse_symbol_json(std::string_view text, std::string_view source) {
     if (auto p = what.find("] "); p != std::string::npos) what = what.substr(p + 2);
     // e.byte counts the characters read, the offending one included: report its 0-based offset.
     throw ValueError(fmt::format("{}: invalid JSON at byte {}: {}", source, e.byte > 0 ? e.byte - 1 : 0, what));
+  } catch (const json::exception& e) {  // a number out of range ("1e999")
+    std::string what = e.what();
+    if (auto p = what.find("] "); p != std::string::npos) what = what.substr(p + 2);
+    throw ValueError(fmt::format("{}: invalid JSON: {}", source, what));
   }
   KILN_CHECK(root.is_object(), ValueError, "{}: the top level must be a JSON object", source);
   for (const char* key : {"nodes", "arg_nodes", "heads"}) {

@@ -391,6 +391,8 @@ TEST(SymbolJson, InvalidJsonGivesTheByteOffset) {
   EXPECT_CONTAINS(e, "broken.json");
   EXPECT_CONTAINS(e, "invalid JSON at byte 11");
   EXPECT_CONTAINS(error_of<ValueError>([] { parse_symbol_json("[1, 2]"); }), "object");
+  EXPECT_CONTAINS(error_of<ValueError>([] { parse_symbol_json(R"J({"nodes": [1e999]})J", "big.json"); }),
+                  "big.json: invalid JSON");  // found by fuzzing: nlohmann's out_of_range
   EXPECT_CONTAINS(error_of<ValueError>([] { parse_symbol_json(R"J({"nodes": []})J"); }), "'arg_nodes' is missing");
   EXPECT_CONTAINS(error_of<ValueError>([] { parse_symbol_json(""); }), "byte");
   // Deep nesting is refused before parsing (no recursion on the input).
