@@ -120,10 +120,14 @@ std::optional<Shape> variable_shape_hint(const Symbol& symbol, int32_t node);
 // as strings (Kiln-only ones such as Dropout's seed/offset left out), params
 // and aux states with `__shape__`/`__dtype__`, inputs as [node, output, version]
 // (version 1 on inputs an op mutates, as MXNet writes), node_row_ptr from
-// Kiln's output counts, and attrs {"mxnet_version": ["int", 10901]}.
-// NotSupported for const nodes (their values live outside the graph).
+// Kiln's output counts, and attrs {"mxnet_version": ["int", 10901]}; laid
+// out as dmlc::JSONWriter does (key order, ", " + newline separators, short
+// arrays on one line, no final newline), so text diffs against MXNet's own
+// files. NotSupported for const nodes (their values live outside the graph).
 std::string to_json(const Graph& g);
-// The symbol written back as read (canonical op names where Kiln knows the op).
+// The symbol written back as read: a file MXNet >= 1.0 wrote comes back byte
+// for byte; older files come back upgraded (canonical op names, aux variables
+// added, hidden keys renamed) with mxnet_version 10901.
 std::string to_json(const Symbol& s);
 
 }  // namespace kiln::ir
