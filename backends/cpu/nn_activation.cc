@@ -157,8 +157,29 @@ void leaky_backward(int threads, const LeakyReLUAttrs& a, const T* dy, const T* 
   }
 }
 
+// prelu: x [outer, C, inner] (C = axis 1, or 1 for a single shared slope), one gamma per channel.
+template <typename T>
+void prelu_forward(int threads, const TensorView& x, const T* gamma, int64_t channels, T* y) {
+  const T* xp = x.ptr<T>();
+  int64_t c_axis = x.shape.ndim() >= 2 ? x.shape[1] : 1;
+  int64_t inner = 1;
+  for (int i = 2; i < x.shape.ndim(); ++i) inner *= x.shape[i];
+  parallel_for(threads, x.size(), [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      T g = gamma[channels == 1 ? 0 : (i / inner) % c_axis];
+      y[i] = xp[i] > T(0) ? xp[i] : g * xp[i];
+    }
+  });
+}
+
 void leaky_relu_kernel(const KernelContext& ctx, std::span<const TensorView> in, std::span<const TensorView> out) {
   const auto& a = ctx.attrs.as<LeakyReLUAttrs>();
+  if (a.act_type == LeakyType::kPrelu) {
+    return dispatch_float(in[0].dtype, [&](auto tag) {
+      using T = decltype(tag);
+      prelu_forward<T>(ctx.run.num_threads, in[0], in[1].ptr<T>(), in[1].size(), out[0].ptr<T>());
+    });
+  }
   dispatch_float(in[0].dtype, [&](auto tag) {
     using T = decltype(tag);
     leaky_forward<T>(ctx.run.num_threads, a, in[0].ptr<T>(), out[0].ptr<T>(), in[0].size());

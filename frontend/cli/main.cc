@@ -4,6 +4,8 @@
 //   kiln demo                     asynchronous execution and the profiler, in miniature
 //   kiln bench [PREFIX...]        benchmarks, one `name value unit` line per figure
 //   kiln train [--model ...]      train a model on Fashion-MNIST (the main job)
+//   kiln inspect SYMBOL.json      ops, shapes and parameters of an MXNet symbol file
+//   kiln run SYMBOL PARAMS ...    a forward pass of an MXNet export on .npy inputs
 //
 // A subcommand file defines add_<name>_command(CLI::App&), which adds the
 // subcommand and its callback; main lists them below. Errors from Kiln are
@@ -21,6 +23,8 @@ void add_info_command(CLI::App& app);   // info.cc
 void add_demo_command(CLI::App& app);   // demo.cc
 void add_bench_command(CLI::App& app);  // bench.cc
 void add_train_command(CLI::App& app);  // train.cc
+void add_inspect_command(CLI::App& app);  // inspect.cc
+void add_run_command(CLI::App& app);      // run.cc
 }  // namespace kiln::cli
 
 int main(int argc, char** argv) {
@@ -31,6 +35,8 @@ int main(int argc, char** argv) {
   kiln::cli::add_demo_command(app);
   kiln::cli::add_bench_command(app);
   kiln::cli::add_train_command(app);
+  kiln::cli::add_inspect_command(app);
+  kiln::cli::add_run_command(app);
   try {
     app.parse(argc, argv);  // runs the chosen subcommand's callback
     // Finish queued work before exit() destroys static objects that kernels use.

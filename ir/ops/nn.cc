@@ -4,6 +4,7 @@
 
 #include "ir/grad.h"
 #include "ir/op.h"
+#include "ir/ops/elemwise.h"
 #include "ir/ops/linalg.h"
 #include "ir/ops/matrix.h"
 #include "ir/ops/reduce.h"
@@ -217,15 +218,46 @@ void grad_activation(GradBuilder& b, const GradArgs& g, std::span<GradValue> in_
 
 void infer_leaky_relu(const OpAttrs& attrs, std::span<const TensorType> in, std::vector<TensorType>& out) {
   const auto& a = attrs.as<LeakyReLUAttrs>();
-  KILN_CHECK(a.act_type != LeakyType::kPrelu && a.act_type != LeakyType::kRrelu, NotSupported,
-             "act_type '{}' is not supported (leaky, elu, selu and gelu are)", print_attr(a.act_type));
-  KILN_CHECK(in.size() == 1, ValueError, "expected 1 input (data) for act_type '{}', got {}", print_attr(a.act_type),
-             in.size());
+  KILN_CHECK(a.act_type != LeakyType::kRrelu, NotSupported,
+             "act_type 'rrelu' is not supported (leaky, elu, selu, gelu and prelu are)");
+  size_t expected = a.act_type == LeakyType::kPrelu ? 2 : 1;
+  KILN_CHECK(in.size() == expected, ValueError, "expected {} for act_type '{}', got {} input(s)",
+             expected == 2 ? "2 inputs (data, gamma)" : "1 input (data)", print_attr(a.act_type), in.size());
   check_float(in[0].dtype, "data");
+  if (a.act_type == LeakyType::kPrelu) {
+    // gamma: one slope per channel (axis 1), or one shared slope.
+    const Shape& d = in[0].shape;
+    const Shape& g = in[1].shape;
+    KILN_CHECK(in[1].dtype == in[0].dtype, TypeError, "gamma's dtype {} differs from data's {}", in[1].dtype,
+               in[0].dtype);
+    KILN_CHECK(g.ndim() == 1 && (g[0] == 1 || (d.ndim() >= 2 && g[0] == d[1])), ShapeError,
+               "prelu's gamma must be [channels] (data's axis 1) or [1], got gamma {} for data {}", g, d);
+  }
   out.push_back(in[0]);
 }
 
+// prelu: dx = dy * (x > 0 ? 1 : gamma), dgamma = sum of dy * min(x, 0) over all but the channel axis.
+void grad_prelu(GradBuilder& b, const GradArgs& g, std::span<GradValue> in_grads) {
+  const Shape& xs = g.input_types[0].shape;
+  const Shape& gs = g.input_types[1].shape;
+  Shape bshape;  // gamma as [1, C, 1, ...] (or all 1s) to broadcast against x
+  for (int i = 0; i < xs.ndim(); ++i) bshape.push_back(i == 1 ? gs[0] : 1);
+  if (xs.ndim() < 2) bshape = Shape{1};
+  GradValue gamma = reshape_to(b, g.inputs[1], bshape);
+  GradValue pos = b.op(OpId::kGreaterScalar, {g.inputs[0]}, OpAttrs::make(ScalarAttrs{.scalar = 0}));
+  GradValue neg = b.op(OpId::kRMinusScalar, {pos}, OpAttrs::make(ScalarAttrs{.scalar = 1}));
+  if (g.needs_grad[0]) {
+    GradValue slope = b.op(OpId::kBroadcastAdd, {pos, b.op(OpId::kBroadcastMul, {neg, gamma})});
+    in_grads[0] = b.op(OpId::kElemwiseMul, {g.out_grads[0], slope});
+  }
+  if (g.needs_grad[1]) {
+    GradValue part = b.op(OpId::kElemwiseMul, {g.out_grads[0], b.op(OpId::kElemwiseMul, {g.inputs[0], neg})});
+    in_grads[1] = reshape_to(b, unbroadcast(b, part, bshape), gs);
+  }
+}
+
 void grad_leaky_relu(GradBuilder& b, const GradArgs& g, std::span<GradValue> in_grads) {
+  if (g.attrs.as<LeakyReLUAttrs>().act_type == LeakyType::kPrelu) return grad_prelu(b, g, in_grads);
   in_grads[0] = b.op(OpId::kLeakyReLUBackward, {g.out_grads[0], g.inputs[0]}, g.attrs);
 }
 
@@ -411,9 +443,10 @@ void define_layers(OpRegistry& r) {
   define_backward(r, OpId::kActivationBackward, "Gradient of Activation from out_grad and the forward output.",
                   {"out_grad", "output"}, infer_unary_backward, parse_attrs_as<ActivationAttrs>);
 
-  OpDef& leaky = define(r, OpId::kLeakyReLU, "leaky, elu, selu or gelu, elementwise.", {}, infer_leaky_relu,
-                        parse_attrs_as<LeakyReLUAttrs>);
-  leaky.num_inputs = -1;  // prelu would add gamma
+  OpDef& leaky =
+      define(r, OpId::kLeakyReLU, "leaky, elu, selu, gelu (elementwise) or prelu (a learned slope per channel).", {},
+             infer_leaky_relu, parse_attrs_as<LeakyReLUAttrs>);
+  leaky.num_inputs = -1;  // prelu adds gamma
   leaky.grad = grad_leaky_relu;
   define_backward(r, OpId::kLeakyReLUBackward, "Gradient of LeakyReLU from out_grad and the forward input.",
                   {"out_grad", "data"}, infer_unary_backward, parse_attrs_as<LeakyReLUAttrs>);

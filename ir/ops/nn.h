@@ -18,7 +18,8 @@
 //     derivative from the forward *output* (so the input need not be kept).
 //   - LeakyReLU: leaky x<0 ? slope*x : x; elu x<0 ? slope*(e^x - 1) : x;
 //     selu (fixed alpha and lambda, slope ignored); gelu 0.5 x (1 + erf(x/√2)).
-//     prelu and rrelu throw NotSupported. _backward_LeakyReLU(out_grad, data).
+//     prelu(data, gamma): x<0 ? gamma[c]*x : x, gamma one slope per channel c (axis 1)
+//     or a single one. rrelu throws NotSupported. _backward_LeakyReLU(out_grad, data).
 //   - Dropout(data) -> (out, mask): in train mode (or mode "always") each
 //     mask element is 1/(1-p) with probability 1-p and 0 otherwise; out =
 //     data * mask (mask broadcast along `axes`, which have length 1 in the

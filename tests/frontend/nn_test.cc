@@ -160,7 +160,8 @@ TEST_P(NN, LeakyReLUEveryType) {
       }
     }
   }
-  EXPECT_THROW(nd::leaky_relu(uniform({2}, -1, 1), LeakyType::kPrelu), NotSupported);
+  EXPECT_THROW(nd::leaky_relu(uniform({2}, -1, 1), LeakyType::kRrelu), NotSupported);
+  EXPECT_THROW(nd::leaky_relu(uniform({2}, -1, 1), LeakyType::kPrelu), ValueError);  // needs gamma as a 2nd input
   EXPECT_THROW(nd::activation(nd::zeros({2}, {.dtype = DType::kInt32, .device = dev()}), ActType::kRelu), TypeError);
 }
 

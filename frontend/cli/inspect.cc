@@ -1,0 +1,211 @@
+// kiln inspect: what an MXNet symbol file holds.
+//
+//   kiln inspect model-symbol.json
+//   kiln inspect model-symbol.json --shape data=1,3,112,112 --dot model.dot
+//   kiln inspect model-symbol.json --params model-0000.params --shape data=1,3,112,112
+//
+// Prints the file's MXNet version, its inputs, the op counts, one line per
+// node (with its output shapes once input shapes are given: --shape, one per
+// input; parameter shapes come from --params, the file's __shape__ hints or
+// the ops' attributes), and the parameter counts. --dot writes the graph for
+// Graphviz (`dot -Tsvg model.dot`): inputs and ops, parameters folded into
+// their op's label.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <optional>
+
+#include "frontend/nn/export.h"
+#include "ir/symbol_json.h"
+
+namespace kiln::cli {
+namespace {
+
+struct InspectOptions {
+  std::string symbol_file;
+  std::vector<std::string> shapes;  // NAME=D0,D1,...
+  std::string params_file;
+  std::string dot_file;
+};
+
+std::pair<std::string, Shape> parse_shape_option(const std::string& text) {
+  size_t eq = text.find('=');
+  KILN_CHECK(eq != std::string::npos && eq > 0 && eq + 1 < text.size(), ValueError,
+             "--shape '{}': expected NAME=D0,D1,... (e.g. data=1,3,224,224)", text);
+  Shape shape;
+  try {
+    shape = parse_shape(text.substr(eq + 1));
+  } catch (const Error& e) {
+    throw ValueError(fmt::format("--shape '{}': {}", text, e.message()));
+  }
+  return {text.substr(0, eq), shape};
+}
+
+std::string version_text(int v) { return fmt::format("{}.{}.{}", v / 10000, v / 100 % 100, v % 100); }
+
+std::string types_text(const std::vector<TensorType>& types) {
+  std::string out;
+  for (const TensorType& t : types)
+    out += fmt::format("{}{}{}", out.empty() ? "" : ", ", dtype_short_name(t.dtype), t.shape);
+  return out;
+}
+
+std::string dot_escape(std::string_view s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out;
+}
+
+// Inputs and ops as Graphviz nodes; variables that are not inputs are folded
+// into the label of the op that reads them.
+std::string to_dot(const ir::Symbol& s, const std::vector<std::string>& inputs, const ir::Graph* typed) {
+  auto is_input = [&](const ir::SymbolNode& n) { return std::ranges::find(inputs, n.name) != inputs.end(); };
+  std::string out = "digraph kiln {\n  rankdir=TB;\n  node [fontname=\"Helvetica\", fontsize=10];\n";
+  for (size_t i = 0; i < s.nodes.size(); ++i) {
+    const ir::SymbolNode& n = s.nodes[i];
+    if (n.is_variable() && !is_input(n)) continue;
+    // Lines joined by Graphviz's \n escape, each escaped on its own.
+    std::string label = n.is_variable() ? dot_escape(n.name) : dot_escape(n.op) + "\\n" + dot_escape(n.name);
+    if (typed) {
+      if (auto id = typed->find(n.name)) label += "\\n" + dot_escape(types_text(typed->node(*id).types));
+    }
+    out += fmt::format("  n{} [label=\"{}\", shape={}{}];\n", i, label, n.is_variable() ? "oval" : "box",
+                       n.is_variable() ? ", style=filled, fillcolor=\"#dde8f5\"" : "");
+  }
+  for (size_t i = 0; i < s.nodes.size(); ++i) {
+    for (const ir::SymbolEntry& e : s.nodes[i].inputs) {
+      const ir::SymbolNode& src = s.nodes[static_cast<size_t>(e.node)];
+      if (src.is_variable() && !is_input(src)) continue;
+      out += fmt::format("  n{} -> n{};\n", e.node, i);
+    }
+  }
+  return out + "}\n";
+}
+
+void run_inspect(const InspectOptions& opt) {
+  ir::Symbol s = ir::load_symbol_json(opt.symbol_file);
+  ir::TypeMap types;
+  std::vector<std::string> inputs;
+  for (const std::string& text : opt.shapes) {
+    auto [name, shape] = parse_shape_option(text);
+    types[name] = {shape, DType::kFloat32};
+    inputs.push_back(name);
+  }
+  if (inputs.empty()) {
+    // Without --shape: the variables nothing tells the shape of are the inputs.
+    for (size_t i = 0; i < s.nodes.size(); ++i) {
+      if (s.nodes[i].is_variable() && !s.nodes[i].is_label && !ir::variable_shape_hint(s, static_cast<int32_t>(i)))
+        inputs.push_back(s.nodes[i].name);
+    }
+  }
+  if (!opt.params_file.empty()) {
+    for (auto& [name, a] : nn::load_symbol_params(opt.params_file, s, inputs)) types[name] = {a.shape(), a.dtype()};
+  }
+
+  size_t variables = 0;
+  std::map<std::string, int> op_counts;
+  for (const ir::SymbolNode& n : s.nodes) {
+    if (n.is_variable()) {
+      ++variables;
+    } else {
+      ++op_counts[n.op];
+    }
+  }
+  std::printf("%s: MXNet %s%s, %zu nodes (%zu variables, %zu ops)\n", opt.symbol_file.c_str(),
+              version_text(s.mxnet_version).c_str(), s.mxnet_version == 800 ? " (no version: legacy file)" : "",
+              s.nodes.size(), variables, s.nodes.size() - variables);
+  std::printf("inputs: %s\n", fmt::format("{}", fmt::join(inputs, ", ")).c_str());
+  std::string ops;
+  for (auto& [op, count] : op_counts) ops += fmt::format("{}{} x{}", ops.empty() ? "" : ", ", op, count);
+  std::printf("ops: %s\n", ops.c_str());
+
+  std::optional<ir::Graph> g;
+  if (!opt.shapes.empty()) g = ir::to_graph(s, types, inputs);
+
+  std::printf("\n%5s  %-40s %-20s %s\n", "node", "name", "op", g ? "output shapes" : "inputs");
+  for (size_t i = 0; i < s.nodes.size(); ++i) {
+    const ir::SymbolNode& n = s.nodes[i];
+    std::string what;
+    if (g) {
+      if (auto id = g->find(n.name)) what = types_text(g->node(*id).types);
+    } else {
+      for (const ir::SymbolEntry& e : n.inputs)
+        what += fmt::format("{}{}", what.empty() ? "" : ", ", s.nodes[static_cast<size_t>(e.node)].name);
+    }
+    std::string op = !n.is_variable()                                    ? n.op
+                     : std::ranges::find(inputs, n.name) != inputs.end() ? "input"
+                     : n.is_label                                        ? "label (unused)"
+                     : n.is_aux                                          ? "aux"
+                                                                         : "param";
+    std::printf("%5zu  %-40s %-20s %s\n", i, n.name.c_str(), op.c_str(), what.c_str());
+  }
+
+  // Parameter counts: from the typed graph, else from complete hints.
+  int64_t args = 0, aux = 0, arg_values = 0, aux_values = 0;
+  bool all_known = true;
+  for (size_t i = 0; i < s.nodes.size(); ++i) {
+    const ir::SymbolNode& n = s.nodes[i];
+    if (!n.is_variable() || n.is_label || std::ranges::find(inputs, n.name) != inputs.end()) continue;
+    (n.is_aux ? aux : args) += 1;
+    std::optional<Shape> shape;
+    if (g) {
+      shape = g->node(*g->find(n.name)).types[0].shape;
+    } else if (auto t = types.find(n.name); t != types.end()) {
+      shape = t->second.shape;
+    } else {
+      shape = ir::variable_shape_hint(s, static_cast<int32_t>(i));
+      for (int d = 0; shape && d < shape->ndim(); ++d)
+        if ((*shape)[d] == 0) shape.reset();
+    }
+    if (!shape) {
+      all_known = false;
+      continue;
+    }
+    (n.is_aux ? aux_values : arg_values) += shape->size();
+  }
+  std::printf("\nparameters: %lld (%lld arg, %lld aux)", static_cast<long long>(args + aux),
+              static_cast<long long>(args), static_cast<long long>(aux));
+  if (all_known) {
+    std::printf(", %lld values (%lld learned, %lld aux)\n", static_cast<long long>(arg_values + aux_values),
+                static_cast<long long>(arg_values), static_cast<long long>(aux_values));
+  } else {
+    std::printf("; value counts need --shape or --params\n");
+  }
+  std::printf("outputs:");
+  for (const ir::SymbolEntry& e : s.heads) {
+    std::string name = s.nodes[static_cast<size_t>(e.node)].name;
+    std::printf(" %s%s", name.c_str(), e.index > 0 ? fmt::format("#{}", e.index).c_str() : "");
+    if (g) {
+      // The head entries of the typed graph are in the same order.
+      size_t h = static_cast<size_t>(&e - s.heads.data());
+      const TensorType& t = g->type(g->outputs()[h]);
+      std::printf(" %s%s", std::string(dtype_short_name(t.dtype)).c_str(), t.shape.to_string().c_str());
+    }
+  }
+  std::printf("\n");
+
+  if (!opt.dot_file.empty()) {
+    nn::write_text_file(opt.dot_file, to_dot(s, inputs, g ? &*g : nullptr));
+    std::printf("wrote %s\n", opt.dot_file.c_str());
+  }
+}
+
+}  // namespace
+
+void add_inspect_command(CLI::App& app) {
+  auto opt = std::make_shared<InspectOptions>();
+  CLI::App* cmd = app.add_subcommand("inspect", "Describe an MXNet symbol file (ops, shapes, parameters)");
+  cmd->add_option("symbol", opt->symbol_file, "The *-symbol.json file")->required();
+  cmd->add_option("--shape", opt->shapes, "An input's shape, NAME=D0,D1,... (repeat per input)");
+  cmd->add_option("--params", opt->params_file, "The matching .params file (parameter shapes)");
+  cmd->add_option("--dot", opt->dot_file, "Write the graph in Graphviz dot form to FILE");
+  cmd->callback([opt] { run_inspect(*opt); });
+}
+
+}  // namespace kiln::cli

@@ -1,0 +1,68 @@
+// kiln run: one forward pass of an MXNet export on .npy inputs.
+//
+//   kiln run model-symbol.json model-0000.params --input data=x.npy --output y.npy
+//   kiln run det1-symbol.json det1-0001.params --input data=img.npy --output box.npy --output prob.npy
+//
+// Inputs are named as in the symbol file (--input NAME=FILE, once per input,
+// in the order the model takes them). Prints each output's shape and its
+// first values; --output writes the outputs as .npy, one file per output in
+// order (fewer files than outputs write the first ones).
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <memory>
+
+#include "frontend/nd.h"
+#include "frontend/nn/symbol_block.h"
+#include "frontend/npy.h"
+
+namespace kiln::cli {
+namespace {
+
+struct RunOptions {
+  std::string symbol_file, params_file;
+  std::vector<std::string> inputs;  // NAME=FILE
+  std::vector<std::string> outputs;
+};
+
+void run_model(const RunOptions& opt) {
+  std::vector<std::string> names;
+  std::vector<NDArray> values;
+  for (const std::string& text : opt.inputs) {
+    size_t eq = text.find('=');
+    KILN_CHECK(eq != std::string::npos && eq > 0 && eq + 1 < text.size(), ValueError,
+               "--input '{}': expected NAME=FILE.npy", text);
+    names.push_back(text.substr(0, eq));
+    values.push_back(npy::load(text.substr(eq + 1)));
+  }
+  KILN_CHECK(!names.empty(), ValueError, "kiln run: give at least one --input NAME=FILE.npy");
+  auto net = nn::SymbolBlock::imports(opt.symbol_file, names, opt.params_file);
+  std::vector<NDArray> outs = net(std::span<const NDArray>(values));
+  KILN_CHECK(opt.outputs.size() <= outs.size(), ValueError, "kiln run: {} --output files for {} outputs",
+             opt.outputs.size(), outs.size());
+  for (size_t i = 0; i < outs.size(); ++i) {
+    std::vector<float> v = outs[i].astype(DType::kFloat32).to_vector<float>();
+    std::string head;
+    for (size_t k = 0; k < std::min<size_t>(v.size(), 6); ++k) head += fmt::format("{}{:.6g}", k ? " " : "", v[k]);
+    std::printf("output %zu: %s%s [%s%s]\n", i, std::string(dtype_short_name(outs[i].dtype())).c_str(),
+                outs[i].shape().to_string().c_str(), head.c_str(), v.size() > 6 ? " ..." : "");
+    if (i < opt.outputs.size()) {
+      npy::save(opt.outputs[i], outs[i]);
+      std::printf("wrote %s\n", opt.outputs[i].c_str());
+    }
+  }
+}
+
+}  // namespace
+
+void add_run_command(CLI::App& app) {
+  auto opt = std::make_shared<RunOptions>();
+  CLI::App* cmd = app.add_subcommand("run", "Run an MXNet export (symbol + params) on .npy inputs");
+  cmd->add_option("symbol", opt->symbol_file, "The *-symbol.json file")->required();
+  cmd->add_option("params", opt->params_file, "The *.params file")->required();
+  cmd->add_option("--input", opt->inputs, "NAME=FILE.npy, once per input")->required();
+  cmd->add_option("--output", opt->outputs, "Write output k to the k-th FILE.npy");
+  cmd->callback([opt] { run_model(*opt); });
+}
+
+}  // namespace kiln::cli

@@ -1,0 +1,177 @@
+#include "frontend/nn/symbol_block.h"
+
+#include <algorithm>
+
+#include <fmt/ranges.h>
+
+#include "frontend/graph_eval.h"
+#include "frontend/nn/export.h"
+
+namespace kiln::nn {
+
+struct SymbolBlock::State {
+  ir::Symbol symbol;
+  std::vector<std::string> input_names;
+  std::vector<std::pair<int32_t, Parameter>> params;     // (symbol node, parameter), node order
+  std::map<std::string, ir::Graph, std::less<>> graphs;  // by the input types' text
+};
+
+namespace {
+
+std::string types_key(std::span<const TensorType> types) {
+  std::string key;
+  for (const TensorType& t : types) key += fmt::format("{}{};", dtype_short_name(t.dtype), t.shape);
+  return key;
+}
+
+// Registers `p` under its dotted name, creating empty children for the prefixes.
+void register_dotted(Block& root, const std::string& name, const Parameter& p) {
+  Block* block = &root;
+  size_t start = 0;
+  for (size_t dot = name.find('.'); dot != std::string::npos; dot = name.find('.', start)) {
+    std::string part = name.substr(start, dot - start);
+    Block* next = nullptr;
+    for (auto& [n, c] : block->children())
+      if (n == part) next = c.get();
+    if (next == nullptr) next = &block->register_child(part, HybridBlock());
+    block = next;
+    start = dot + 1;
+  }
+  block->register_parameter(name.substr(start), p);
+}
+
+}  // namespace
+
+SymbolBlock::SymbolBlock(ir::Symbol symbol, std::vector<std::string> input_names)
+    : SymbolBlock(std::move(symbol), std::move(input_names), nullptr) {}
+
+SymbolBlock::SymbolBlock(ir::Symbol symbol, std::vector<std::string> input_names, const ArrayMap* values)
+    : state_(std::make_shared<State>()) {
+  state_->symbol = std::move(symbol);
+  state_->input_names = std::move(input_names);
+  for (const std::string& name : state_->input_names) {
+    auto id = state_->symbol.find(name);
+    KILN_CHECK(id && state_->symbol.nodes[static_cast<size_t>(*id)].is_variable(), ValueError,
+               "SymbolBlock: input '{}' is not a variable of the graph (variables: {})", name,
+               fmt::join(state_->symbol.list_variables(), ", "));
+  }
+  State& st = *state_;
+  std::vector<std::string> missing;
+  for (size_t i = 0; i < st.symbol.nodes.size(); ++i) {
+    const ir::SymbolNode& n = st.symbol.nodes[i];
+    if (!n.is_variable() || n.is_label || std::ranges::find(st.input_names, n.name) != st.input_names.end()) continue;
+    Parameter p;
+    if (values != nullptr) {
+      auto it = values->find(n.name);
+      if (it == values->end() || it->second.is_none()) {
+        missing.push_back(n.name);
+        continue;
+      }
+      p = Parameter(n.name, it->second.shape(), {.dtype = it->second.dtype(), .is_aux = n.is_aux});
+    } else {
+      Shape shape = ir::variable_shape_hint(st.symbol, static_cast<int32_t>(i)).value_or(Shape{0});
+      DType dtype = DType::kFloat32;
+      if (auto d = n.hidden.find("__dtype__"); d != n.hidden.end()) {
+        try {
+          dtype = dtype_from_flag(parse_attr(d->second, static_cast<int*>(nullptr)));
+        } catch (const Error&) {
+        }
+      }
+      p = Parameter(n.name, shape, {.dtype = dtype, .is_aux = n.is_aux});
+    }
+    register_dotted(*this, n.name, p);
+    st.params.emplace_back(static_cast<int32_t>(i), p);
+  }
+  KILN_CHECK(missing.empty(), ValueError, "{} parameter(s) of the graph are missing from the params file: {}",
+             missing.size(), fmt::join(missing, ", "));
+}
+
+SymbolBlock SymbolBlock::imports(const std::string& symbol_file, std::vector<std::string> input_names,
+                                 const std::string& params_file, const std::vector<Device>& devices) {
+  ir::Symbol symbol = ir::load_symbol_json(symbol_file);
+  if (params_file.empty()) return SymbolBlock(std::move(symbol), std::move(input_names));
+  ArrayMap values = load_symbol_params(params_file, symbol, input_names);
+  try {
+    SymbolBlock block(std::move(symbol), std::move(input_names), &values);
+    for (auto& [id, p] : block.state_->params) p.set_data(values.at(p.name()), devices);
+    return block;
+  } catch (Error& e) {
+    e.add_context(fmt::format("SymbolBlock::imports({}, {})", symbol_file, params_file));
+    throw;
+  }
+}
+
+const ir::Symbol& SymbolBlock::symbol() const { return state_->symbol; }
+const std::vector<std::string>& SymbolBlock::input_names() const { return state_->input_names; }
+
+Parameter SymbolBlock::param(std::string_view name) const {
+  for (auto& [id, p] : state_->params)
+    if (p.name() == name || state_->symbol.nodes[static_cast<size_t>(id)].name == name) return p;
+  throw ValueError(fmt::format("SymbolBlock: no parameter named '{}'", name));
+}
+
+const ir::Graph& SymbolBlock::graph_for(std::span<const TensorType> input_types) {
+  State& st = *state_;
+  KILN_CHECK(input_types.size() == st.input_names.size(), ValueError, "SymbolBlock: expected {} input(s) ({}), got {}",
+             st.input_names.size(), fmt::join(st.input_names, ", "), input_types.size());
+  std::string key = types_key(input_types);
+  if (auto it = st.graphs.find(key); it != st.graphs.end()) return it->second;
+  ir::TypeMap types;
+  for (size_t k = 0; k < input_types.size(); ++k) types[st.input_names[k]] = input_types[k];
+  for (auto& [id, p] : st.params) {
+    if (p.shape_known()) types[st.symbol.nodes[static_cast<size_t>(id)].name] = {p.shape(), p.dtype()};
+  }
+  ir::Graph g = ir::to_graph(st.symbol, types, st.input_names);
+  for (auto& [id, p] : st.params) {
+    if (p.shape_known()) continue;
+    auto node = g.find(st.symbol.nodes[static_cast<size_t>(id)].name);
+    KILN_ASSERT(node.has_value());
+    p.complete_shape(g.node(*node).types[0].shape);
+  }
+  return st.graphs.emplace(std::move(key), std::move(g)).first->second;
+}
+
+std::vector<NDArray> SymbolBlock::forward(std::span<const NDArray> xs) {
+  std::vector<TensorType> types;
+  for (const NDArray& x : xs) types.push_back({x.shape(), x.dtype()});
+  const ir::Graph& g = graph_for(types);
+  State& st = *state_;
+  Device device = xs.empty() ? Device::cpu(0) : xs[0].device();
+  std::vector<NDArray> values(g.size());
+  for (size_t k = 0; k < xs.size(); ++k) values[static_cast<size_t>(*g.find(st.input_names[k]))] = xs[k];
+  for (auto& [id, p] : st.params) {
+    values[static_cast<size_t>(*g.find(st.symbol.nodes[static_cast<size_t>(id)].name))] = p.data(device);
+  }
+  return eval_graph(g, values);
+}
+
+NDArray SymbolBlock::forward(const NDArray& x) {
+  std::vector<NDArray> out = forward(std::span<const NDArray>(&x, 1));
+  KILN_CHECK(out.size() == 1, ValueError,
+             "SymbolBlock: the graph has {} outputs; call it with a list of inputs to get them all", out.size());
+  return out[0];
+}
+
+std::pair<std::string, std::string> SymbolBlock::export_model(const std::string& prefix, int epoch) const {
+  KILN_CHECK(epoch >= 0 && epoch <= 9999, ValueError, "export: epoch {} is not in [0, 9999]", epoch);
+  NamedArrays arrays;
+  for (auto& [id, p] : state_->params) {
+    arrays.emplace_back((p.is_aux() ? "aux:" : "arg:") + state_->symbol.nodes[static_cast<size_t>(id)].name,
+                        p.list_data().front().detach());
+  }
+  std::string json_path = prefix + "-symbol.json";
+  std::string params_path = fmt::format("{}-{:04d}.params", prefix, epoch);
+  write_text_file(json_path, ir::to_json(state_->symbol));
+  save_ndarrays(params_path, arrays);
+  return {json_path, params_path};
+}
+
+std::string SymbolBlock::to_string() const {
+  const ir::Symbol& s = state_->symbol;
+  int64_t ops = 0;
+  for (const ir::SymbolNode& n : s.nodes) ops += n.is_variable() ? 0 : 1;
+  return fmt::format("{}(inputs: {}; {} ops, {} parameters, {} outputs)", type_name(),
+                     fmt::join(state_->input_names, ", "), ops, state_->params.size(), s.heads.size());
+}
+
+}  // namespace kiln::nn
