@@ -33,6 +33,9 @@ struct Node : std::enable_shared_from_this<Node> {
   // Leaves only.
   NDArray grad;
   GradReq req = GradReq::kNull;
+  // Set when backward writes `grad`; the Trainer clears it at each step and
+  // reports parameters whose gradient was never written (frontend/train/trainer.h).
+  bool fresh_grad = false;
 
   bool is_leaf() const { return def == nullptr; }
   bool needs_grad() const { return !is_leaf() || req != GradReq::kNull; }

@@ -1,38 +1,99 @@
 #include "frontend/train/trainer.h"
 
-#include "frontend/nd_elemwise.h"
+#include <algorithm>
+
+#include "frontend/autograd_tape.h"
 
 namespace kiln {
 
-Trainer::Trainer(nn::ParameterDict params, std::shared_ptr<optim::Optimizer> optimizer)
-    : params_(std::move(params)), optimizer_(std::move(optimizer)) {
+Trainer::Trainer(nn::ParameterDict params, std::shared_ptr<optim::Optimizer> optimizer, std::string kvstore)
+    : params_(std::move(params)), optimizer_(std::move(optimizer)), kvstore_type_(std::move(kvstore)) {
   KILN_CHECK(optimizer_ != nullptr, ValueError, "Trainer: no optimizer given");
+  if (kvstore_type_ != "auto" && kvstore_type_ != "none") kv::KVStore::create(kvstore_type_);  // reject bad names now
 }
 
-void Trainer::allreduce_grads() {
+// ---- data parallelism: the KVStore and fresh gradients
+
+void Trainer::init_kvstore() {
+  if (kvstore_ready_) return;
+  kvstore_ready_ = true;
+  size_t max_devices = 0;
   for (const auto& [name, p] : params_) {
+    if (p.grad_req() != GradReq::kNull && p.is_initialized()) max_devices = std::max(max_devices, p.list_devices().size());
+  }
+  std::string type = kvstore_type_;
+  if (type == "auto") type = max_devices > 1 ? "device" : "none";
+  if (type != "none") kvstore_ = kv::KVStore::create(type);
+}
+
+std::vector<std::vector<size_t>> Trainer::take_fresh(bool ignore_stale_grad) {
+  std::vector<std::vector<size_t>> fresh;
+  std::vector<std::string> stale;
+  for (const auto& [name, p] : params_) {
+    fresh.emplace_back();
     if (p.grad_req() == GradReq::kNull) continue;
     KILN_CHECK(p.is_initialized(), ValueError,
                "Trainer: parameter '{}' is not initialized; call initialize() and run a forward pass first", name);
+    std::vector<NDArray> data = p.list_data();
+    for (size_t d = 0; d < data.size(); ++d) {
+      const auto& leaf = data[d].ag_node();
+      if (leaf && leaf->fresh_grad) fresh.back().push_back(d);
+    }
+    if (fresh.back().empty()) stale.push_back(name);
+  }
+  if (!stale.empty() && !ignore_stale_grad) {
+    std::string names;
+    for (const std::string& n : stale) names += (names.empty() ? "'" : ", '") + n + "'";
+    throw ValueError(fmt::format(
+        "Trainer::step: {} parameter(s) received no gradient from backward since the last step: {}. They did not take "
+        "part in the recorded forward pass (an unused layer or branch?). Set their grad_req to null, or pass "
+        "ignore_stale_grad = true to skip them",
+        stale.size(), names));
+  }
+  for (const auto& [name, p] : params_) {  // consumed
+    if (p.grad_req() == GradReq::kNull) continue;
+    for (const NDArray& a : p.list_data()) {
+      if (a.ag_node()) a.ag_node()->fresh_grad = false;
+    }
+  }
+  return fresh;
+}
+
+void Trainer::allreduce_grads(bool ignore_stale_grad) {
+  init_kvstore();
+  fresh_ = take_fresh(ignore_stale_grad);
+  have_fresh_ = true;
+  if (!kvstore_) return;
+  int index = 0;
+  for (const auto& [name, p] : params_) {
+    const std::vector<size_t>& fresh = fresh_[index++];
+    if (p.grad_req() == GradReq::kNull || fresh.empty()) continue;
     std::vector<NDArray> grads = p.list_grad();
     if (grads.size() < 2) continue;
-    Device home = grads[0].device();
-    NDArray sum = grads[0].copy();
-    for (size_t i = 1; i < grads.size(); ++i) sum += grads[i].copy_to(home);
-    for (NDArray& g : grads) g.assign(sum);
+    if (!kvstore_->has_key(name)) kvstore_->init(name, grads[fresh[0]]);
+    std::vector<NDArray> values;
+    for (size_t d : fresh) values.push_back(grads[d]);
+    // Later parameters' gradients are written first by backward: reduce them first.
+    kvstore_->pushpull(name, values, grads, index);
   }
 }
 
-void Trainer::update(int64_t batch_size) {
+void Trainer::update(int64_t batch_size, bool ignore_stale_grad) {
   KILN_CHECK(batch_size >= 1, ValueError, "Trainer::step: batch_size must be >= 1, got {}", batch_size);
+  if (!have_fresh_) fresh_ = take_fresh(ignore_stale_grad);
+  have_fresh_ = false;
   optimizer_->begin_step();
   double rescale = 1.0 / static_cast<double>(batch_size);
   int64_t index = 0;
   for (const auto& [name, p] : params_) {
+    const std::vector<size_t>& fresh = fresh_[static_cast<size_t>(index)];
     ++index;
-    if (p.grad_req() == GradReq::kNull) continue;
+    if (p.grad_req() == GradReq::kNull || fresh.empty()) continue;
     std::vector<NDArray> data = p.list_data(), grads = p.list_grad();
+    // Aggregated: every copy holds the sum. Not aggregated: only fresh copies have a gradient.
+    bool all = kvstore_ != nullptr && data.size() > 1;
     for (size_t d = 0; d < data.size(); ++d) {
+      if (!all && std::find(fresh.begin(), fresh.end(), d) == fresh.end()) continue;
       // One optimizer state per parameter copy.
       optimizer_->update(index * kMaxDevicesPerKind * kNumDeviceKinds + static_cast<int64_t>(d), data[d], grads[d],
                          rescale);
@@ -40,9 +101,9 @@ void Trainer::update(int64_t batch_size) {
   }
 }
 
-void Trainer::step(int64_t batch_size) {
-  allreduce_grads();
-  update(batch_size);
+void Trainer::step(int64_t batch_size, bool ignore_stale_grad) {
+  allreduce_grads(ignore_stale_grad);
+  update(batch_size, ignore_stale_grad);
 }
 
 }  // namespace kiln

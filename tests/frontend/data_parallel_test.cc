@@ -1,0 +1,231 @@
+// Data parallelism in one process: split_and_load / split_batch, and the
+// Trainer aggregating gradients through a KVStore. The central check: LeNet
+// trained on [cpu(0), cpu(1)] with global batch B ends with the same
+// parameters as on one device with batch B, for every store type,
+// hybridized or not, with even and uneven splits.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "frontend/autograd.h"
+#include "frontend/nd.h"
+#include "frontend/split.h"
+#include "frontend/train/loss.h"
+#include "frontend/train/trainer.h"
+#include "models/zoo.h"
+
+namespace kiln {
+namespace {
+
+template <typename E, typename F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const E& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "unexpected exception type: " << e.what();
+    return "";
+  }
+  ADD_FAILURE() << "no exception thrown";
+  return "";
+}
+
+#define EXPECT_CONTAINS(haystack, needle) \
+  EXPECT_NE(std::string(haystack).find(needle), std::string::npos) << "'" << needle << "' not in: " << (haystack)
+
+const Device kCpu0 = Device::cpu(0), kCpu1 = Device::cpu(1), kCpu2 = Device::cpu(2);
+
+// ---- split_and_load
+
+TEST(SplitAndLoad, BalancedShardsOnTheirDevices) {
+  EXPECT_EQ(split_sizes(7, 3), (std::vector<int64_t>{3, 2, 2}));
+  EXPECT_EQ(split_sizes(8, 2, true), (std::vector<int64_t>{4, 4}));
+  EXPECT_EQ(split_sizes(1, 4), (std::vector<int64_t>{1}));  // empty shards are not made
+  EXPECT_CONTAINS(error_of<ValueError>([] { split_sizes(7, 2, true); }), "even_split = false");
+  EXPECT_THROW(split_sizes(0, 2), ValueError);
+
+  auto x = nd::arange(14).reshape({7, 2});
+  auto parts = split_and_load(x, {kCpu0, kCpu1, kCpu2});
+  ASSERT_EQ(parts.size(), 3u);
+  EXPECT_EQ(parts[0].device(), kCpu0);
+  EXPECT_EQ(parts[1].device(), kCpu1);
+  EXPECT_EQ(parts[2].device(), kCpu2);
+  EXPECT_EQ(parts[0].to_vector<float>(), (std::vector<float>{0, 1, 2, 3, 4, 5}));
+  EXPECT_EQ(parts[1].to_vector<float>(), (std::vector<float>{6, 7, 8, 9}));
+  EXPECT_EQ(parts[2].to_vector<float>(), (std::vector<float>{10, 11, 12, 13}));
+  EXPECT_EQ(parts[2].shape(), (Shape{2, 2}));
+
+  auto one = split_and_load(nd::ones({1, 3}), {kCpu0, kCpu1});
+  ASSERT_EQ(one.size(), 1u);
+  EXPECT_EQ(one[0].shape(), (Shape{1, 3}));
+
+  auto [xs, ys] = split_batch(x, nd::arange(7), {kCpu1, kCpu0});
+  ASSERT_EQ(ys.size(), 2u);
+  EXPECT_EQ(ys[0].device(), kCpu1);
+  EXPECT_EQ(ys[1].to_vector<float>(), (std::vector<float>{4, 5, 6}));
+  EXPECT_THROW(split_batch(x, nd::arange(6), {kCpu0, kCpu1}), ShapeError);
+}
+
+TEST(SplitAndLoad, ShardsOfAViewFollowTheView) {
+  auto x = nd::arange(12).reshape({6, 2});
+  auto row = x.at(3).reshape({1, 2});  // a view at a byte offset
+  auto parts = split_and_load(row, {kCpu1});
+  EXPECT_EQ(parts[0].to_vector<float>(), (std::vector<float>{6, 7}));
+}
+
+// ---- Trainer over several devices
+
+struct RunResult {
+  std::map<std::string, std::vector<float>> params;  // from every device copy: name@device
+};
+
+// Trains LeNet for `steps` SGD steps on `devices` with global batch `batch`
+// (the same data and the same initial values whatever the devices), and
+// returns every copy of every parameter.
+RunResult train_lenet(const std::vector<Device>& devices, const std::string& kvstore, bool hybridize, int64_t batch,
+                      int steps) {
+  // Initial values: drawn once on cpu(0), then copied, so they do not depend
+  // on which device drew them.
+  nd::random::seed(11);
+  auto init_net = models::lenet();
+  init_net.initialize(init::Xavier());
+  init_net(nd::zeros({1, 1, 28, 28}));
+
+  auto net = models::lenet();
+  net.initialize(init::Xavier(), devices);
+  net(nd::zeros({1, 1, 28, 28}, {.device = devices[0]}));  // completes the deferred shapes
+  auto src = init_net.collect_params();
+  for (auto [name, p] : net.collect_params()) p.set_data(src[name].data());
+  if (hybridize) net.hybridize();
+
+  Trainer trainer(net.collect_params(), optim::SGD({.lr = 0.1, .momentum = 0.9}), kvstore);
+  loss::SoftmaxCrossEntropy loss_fn;
+  nd::random::seed(5);
+  for (int s = 0; s < steps; ++s) {
+    auto X = nd::random::normal({batch, 1, 28, 28});
+    std::vector<float> labels(static_cast<size_t>(batch));
+    for (int64_t i = 0; i < batch; ++i) labels[static_cast<size_t>(i)] = static_cast<float>((i * 7 + s) % 10);
+    auto y = nd::array(labels);
+    auto [xs, ys] = split_batch(X, y, devices);
+    std::vector<NDArray> losses;
+    {
+      autograd::Record record;
+      for (size_t i = 0; i < xs.size(); ++i) losses.push_back(loss_fn(net(xs[i]), ys[i]));
+    }
+    autograd::backward(losses);
+    trainer.step(batch);
+  }
+  RunResult r;
+  for (const auto& [name, p] : net.collect_params()) {
+    for (Device d : p.list_devices()) r.params[name + "@" + d.to_string()] = p.data(d).to_vector<float>();
+  }
+  return r;
+}
+
+void expect_same_params(const RunResult& one, const RunResult& many, const std::vector<Device>& devices) {
+  for (const auto& [key, want] : one.params) {
+    std::string name = key.substr(0, key.find('@'));
+    for (Device d : devices) {
+      auto it = many.params.find(name + "@" + d.to_string());
+      ASSERT_NE(it, many.params.end()) << name << " has no copy on " << d.to_string();
+      const auto& got = it->second;
+      ASSERT_EQ(got.size(), want.size());
+      double worst = 0;
+      size_t at = 0;
+      for (size_t i = 0; i < want.size(); ++i) {
+        double err = std::abs(got[i] - want[i]) / (1.0 + std::abs(want[i]));
+        if (err > worst) worst = err, at = i;
+      }
+      EXPECT_LT(worst, 1e-5) << name << " on " << d.to_string() << " element " << at << ": " << got[at] << " vs "
+                             << want[at];
+    }
+  }
+}
+
+struct DpCase {
+  std::string kvstore;
+  bool hybridize;
+  int64_t batch;
+};
+
+class DataParallelLeNet : public ::testing::TestWithParam<DpCase> {};
+
+TEST_P(DataParallelLeNet, TwoDevicesMatchOneDevice) {
+  const DpCase& c = GetParam();
+  const std::vector<Device> two = {kCpu0, kCpu1};
+  RunResult one = train_lenet({kCpu0}, "auto", c.hybridize, c.batch, 3);
+  RunResult many = train_lenet(two, c.kvstore, c.hybridize, c.batch, 3);
+  expect_same_params(one, many, two);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Stores, DataParallelLeNet,
+    ::testing::Values(DpCase{"local", false, 8}, DpCase{"device", false, 8}, DpCase{"auto", false, 8},
+                      DpCase{"local", true, 8}, DpCase{"device", true, 8}, DpCase{"device", false, 7},
+                      DpCase{"local", true, 7}, DpCase{"device", false, 1}),
+    [](const auto& info) {
+      return fmt::format("{}_{}_b{}", info.param.kvstore, info.param.hybridize ? "hybrid" : "eager",
+                         info.param.batch);
+    });
+
+TEST(DataParallel, AutoPicksDeviceStoreForSeveralDevicesAndNoneForOne) {
+  for (int n : {1, 2}) {
+    std::vector<Device> devices;
+    for (int i = 0; i < n; ++i) devices.push_back(Device::cpu(i));
+    nn::Dense fc(2, "", true, true, 3);
+    fc.initialize(init::One(), devices);
+    Trainer trainer(fc.collect_params(), optim::SGD({.lr = 0.1}));
+    auto xs = split_and_load(nd::ones({4, 3}), devices);
+    std::vector<NDArray> ys;
+    {
+      autograd::Record r;
+      for (auto& x : xs) ys.push_back(fc(x));
+    }
+    autograd::backward(ys);
+    trainer.step(4);
+    if (n == 1) {
+      EXPECT_EQ(trainer.kvstore(), nullptr);
+    } else {
+      ASSERT_NE(trainer.kvstore(), nullptr);
+      EXPECT_EQ(trainer.kvstore()->type(), "device");
+    }
+    // d/dw of sum(fc(x)) over 4 rows of ones is 4 per weight; rescaled by 1/4.
+    for (Device d : devices) EXPECT_EQ(fc.weight().data(d).to_vector<float>(), std::vector<float>(6, 0.9f));
+  }
+}
+
+TEST(DataParallel, ParametersWithoutGradientAreNamed) {
+  nn::Dense used(2, "", true, true, 3), unused(2, "", true, true, 3);
+  used.initialize(init::One(), {kCpu0, kCpu1});
+  unused.initialize(init::One(), {kCpu0, kCpu1});
+  auto params = used.collect_params();
+  for (const auto& [name, p] : unused.collect_params()) params.insert("unused." + name, p);
+  Trainer trainer(params, optim::SGD({.lr = 0.1}));
+  auto run = [&] {
+    auto xs = split_and_load(nd::ones({4, 3}), {kCpu0, kCpu1});
+    std::vector<NDArray> ys;
+    {
+      autograd::Record r;
+      for (auto& x : xs) ys.push_back(used(x));
+    }
+    autograd::backward(ys);
+  };
+  run();
+  std::string e = error_of<ValueError>([&] { trainer.step(4); });
+  EXPECT_CONTAINS(e, "unused.weight");
+  EXPECT_CONTAINS(e, "unused.bias");
+  EXPECT_EQ(e.find("'weight'"), std::string::npos) << e;  // the used layer is fine
+  // Nothing was consumed by the failed step: skipping the stale ones works.
+  trainer.step(4, /*ignore_stale_grad=*/true);
+  EXPECT_EQ(used.weight().data(kCpu1).to_vector<float>(), std::vector<float>(6, 0.9f));
+  EXPECT_EQ(unused.weight().data(kCpu1).to_vector<float>(), std::vector<float>(6, 1.0f));
+  // A step without a new backward: every gradient is stale now.
+  EXPECT_THROW(trainer.step(4), ValueError);
+}
+
+}  // namespace
+}  // namespace kiln
