@@ -123,26 +123,7 @@ class DeviceStore final : public KVStore {
 
  protected:
   void reduce(const Key&, Entry& entry, const std::vector<NDArray>& values, int priority) override {
-    if (!entry.home_fixed) {
-      // The least loaded device among the values' (first one on ties): keys
-      // spread over the devices in proportion to their bytes, deterministically.
-      Device home = values[0].device();
-      for (const NDArray& v : values) {
-        if (load_[v.device()] < load_[home]) home = v.device();
-      }
-      load_[home] += static_cast<int64_t>(entry.stored.nbytes());
-      if (entry.stored.device() != home) entry.stored = entry.stored.copy_to(home);
-      entry.home_fixed = true;
-    }
-    Device home = entry.stored.device();
-    std::vector<NDArray> ordered;  // home's values first, then the others in order
-    for (const NDArray& v : values) {
-      if (v.device() == home) ordered.push_back(v);
-    }
-    for (const NDArray& v : values) {
-      if (v.device() != home) ordered.push_back(v);
-    }
-    reduce_tree(std::move(ordered), entry.stored, priority);
+    detail::reduce_device_tree(entry.stored, entry.home_fixed, load_, values, priority);
   }
 
  private:
@@ -151,6 +132,30 @@ class DeviceStore final : public KVStore {
 
 }  // namespace
 
+void detail::reduce_device_tree(NDArray& stored, bool& home_fixed, std::unordered_map<Device, int64_t>& load,
+                                const std::vector<NDArray>& values, int priority) {
+  if (!home_fixed) {
+    // The least loaded device among the values' (first one on ties): keys
+    // spread over the devices in proportion to their bytes, deterministically.
+    Device home = values[0].device();
+    for (const NDArray& v : values) {
+      if (load[v.device()] < load[home]) home = v.device();
+    }
+    load[home] += static_cast<int64_t>(stored.nbytes());
+    if (stored.device() != home) stored = stored.copy_to(home);
+    home_fixed = true;
+  }
+  Device home = stored.device();
+  std::vector<NDArray> ordered;  // home's values first, then the others in order
+  for (const NDArray& v : values) {
+    if (v.device() == home) ordered.push_back(v);
+  }
+  for (const NDArray& v : values) {
+    if (v.device() != home) ordered.push_back(v);
+  }
+  reduce_tree(std::move(ordered), stored, priority);
+}
+
 std::unique_ptr<KVStore> KVStore::create(std::string_view type) {
   if (type == "local") return std::make_unique<LocalStore>();
   if (type == "device") return std::make_unique<DeviceStore>();
@@ -158,9 +163,7 @@ std::unique_ptr<KVStore> KVStore::create(std::string_view type) {
     throw NotSupported("KVStore 'nccl' needs the CUDA backend's NCCL support, which this build does not have; use "
                        "'device' or 'local'");
   }
-  if (type == "dist_sync") {
-    throw NotSupported("KVStore 'dist_sync' (several processes over MPI) is not available in this build");
-  }
+  if (type == "dist_sync") return detail::create_dist_sync();
   throw ValueError(fmt::format("KVStore: unknown type '{}'; expected local, device, nccl or dist_sync", type));
 }
 
@@ -239,6 +242,7 @@ void KVStore::broadcast(const Key& key, const NDArray& value, const std::vector<
     check_arrays(key, e, {value}, "broadcast", "value");
     copy_async(value, e.stored, priority);
   }
+  sync_from_root(key, entry(key, "broadcast"), priority);
   pull(key, outs, priority);
 }
 

@@ -15,7 +15,14 @@
 //           device at its first push (the one with the fewest bytes of keys so
 //           far, so keys spread over the devices), and values are added in a
 //           binary tree whose pairs sum on the first one's device.
-//   nccl, dist_sync  other issues (create() throws NotSupported for now).
+//   dist_sync  several processes (launched with `mpirun -np N`), each with
+//           its devices: the device type's sum inside each process, then an
+//           MPI allreduce of the per-process sums. The allreduces run in the
+//           order keys are pushed (which must be the same on every process:
+//           the Trainer pushes its parameters in order), one at a time.
+//           broadcast takes rank 0's value. Needs a build with MPI
+//           (dist_available()); otherwise create() throws NotSupported.
+//   nccl    the CUDA issue (create() throws NotSupported for now).
 //
 // Asynchrony: every call only queues engine operations and returns. A key's
 // reduction reads the values' engine variables, so it starts as soon as
@@ -38,6 +45,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "frontend/ndarray.h"
@@ -96,6 +104,8 @@ class KVStore {
   // Sums `values` (already validated) into `entry.stored`, moving the stored
   // array to the key's home first if the type decides homes at first push.
   virtual void reduce(const Key& key, Entry& entry, const std::vector<NDArray>& values, int priority) = 0;
+  // After broadcast set the stored value: make every process agree (dist).
+  virtual void sync_from_root(const Key& key, Entry& entry, int priority) {}
   const Entry& entry(const Key& key, std::string_view what) const;
   Entry& entry(const Key& key, std::string_view what);
   // ShapeError / TypeError / DeviceError naming the key and the offending array.
@@ -111,6 +121,19 @@ namespace detail {
 // out = sum(inputs), all on out's device, on its compute lane.
 void copy_async(const NDArray& src, const NDArray& dst, int priority);
 void sum_async(const std::vector<NDArray>& inputs, const NDArray& out, int priority);
+// The device type's reduction: fixes the home of `stored` at the first call
+// (the least loaded device of the values, by bytes in `load`), then sums
+// `values` into it by a binary tree.
+void reduce_device_tree(NDArray& stored, bool& home_fixed, std::unordered_map<Device, int64_t>& load,
+                        const std::vector<NDArray>& values, int priority);
+// The dist_sync store (frontend/kvstore_dist.cc).
+std::unique_ptr<KVStore> create_dist_sync();
 }  // namespace detail
+
+// True when this build has MPI (the dist_sync store).
+bool dist_available();
+// True when this process was started by an MPI launcher with more than one
+// process (mpirun -np N, N > 1): Trainer's "auto" then picks dist_sync.
+bool launched_under_mpi();
 
 }  // namespace kiln::kv

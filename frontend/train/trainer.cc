@@ -22,8 +22,16 @@ void Trainer::init_kvstore() {
     if (p.grad_req() != GradReq::kNull && p.is_initialized()) max_devices = std::max(max_devices, p.list_devices().size());
   }
   std::string type = kvstore_type_;
-  if (type == "auto") type = max_devices > 1 ? "device" : "none";
+  if (type == "auto") type = kv::launched_under_mpi() ? "dist_sync" : max_devices > 1 ? "device" : "none";
   if (type != "none") kvstore_ = kv::KVStore::create(type);
+  if (kvstore_ && kvstore_->num_workers() > 1) {
+    // Every process starts from rank 0's values.
+    for (const auto& [name, p] : params_) {
+      if (p.grad_req() == GradReq::kNull || !p.is_initialized()) continue;
+      std::vector<NDArray> data = p.list_data();
+      kvstore_->broadcast(name, data[0], data);
+    }
+  }
 }
 
 std::vector<std::vector<size_t>> Trainer::take_fresh(bool ignore_stale_grad) {
@@ -69,7 +77,7 @@ void Trainer::allreduce_grads(bool ignore_stale_grad) {
     const std::vector<size_t>& fresh = fresh_[index++];
     if (p.grad_req() == GradReq::kNull || fresh.empty()) continue;
     std::vector<NDArray> grads = p.list_grad();
-    if (grads.size() < 2) continue;
+    if (grads.size() < 2 && kvstore_->num_workers() == 1) continue;
     if (!kvstore_->has_key(name)) kvstore_->init(name, grads[fresh[0]]);
     std::vector<NDArray> values;
     for (size_t d : fresh) values.push_back(grads[d]);
@@ -91,7 +99,7 @@ void Trainer::update(int64_t batch_size, bool ignore_stale_grad) {
     if (p.grad_req() == GradReq::kNull || fresh.empty()) continue;
     std::vector<NDArray> data = p.list_data(), grads = p.list_grad();
     // Aggregated: every copy holds the sum. Not aggregated: only fresh copies have a gradient.
-    bool all = kvstore_ != nullptr && data.size() > 1;
+    bool all = kvstore_ != nullptr && (data.size() > 1 || kvstore_->num_workers() > 1);
     for (size_t d = 0; d < data.size(); ++d) {
       if (!all && std::find(fresh.begin(), fresh.end(), d) == fresh.end()) continue;
       // One optimizer state per parameter copy.

@@ -14,11 +14,14 @@
 // (later parameters, whose gradients backward writes first, get the higher
 // priority). Parameters with grad_req null are skipped.
 //
-// kvstore: "auto" picks none for parameters on one device and "device" for
+// kvstore: "auto" picks dist_sync when launched by mpirun with several
+// processes, else none for parameters on one device and "device" for
 // several; or name a type ("local", "device", ...), or "none" (no
 // aggregation: each copy is updated with its own gradient, as Gluon does
 // without a kvstore). The store is created at the first step, when the
-// parameters' devices are known.
+// parameters' devices are known; with several processes (dist_sync) every
+// process then takes rank 0's parameter values, and step's batch_size is the
+// global batch (summed over the processes).
 //
 // Stale gradients: a copy whose gradient backward has not written since the
 // previous step (its device got no shard of the batch, see split_and_load) is

@@ -5,12 +5,19 @@
 // hybridized or not, with even and uneven splits.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <map>
 #include <string>
 #include <vector>
 
 #include "frontend/autograd.h"
+#include "frontend/kvstore.h"
 #include "frontend/nd.h"
 #include "frontend/split.h"
 #include "frontend/train/loss.h"
@@ -86,8 +93,10 @@ struct RunResult {
 // Trains LeNet for `steps` SGD steps on `devices` with global batch `batch`
 // (the same data and the same initial values whatever the devices), and
 // returns every copy of every parameter.
+// With world > 1 (one process of several under mpirun), this process trains
+// on its balanced share of each global batch.
 RunResult train_lenet(const std::vector<Device>& devices, const std::string& kvstore, bool hybridize, int64_t batch,
-                      int steps) {
+                      int steps, int rank = 0, int world = 1) {
   // Initial values: drawn once on cpu(0), then copied, so they do not depend
   // on which device drew them.
   nd::random::seed(11);
@@ -110,6 +119,14 @@ RunResult train_lenet(const std::vector<Device>& devices, const std::string& kvs
     std::vector<float> labels(static_cast<size_t>(batch));
     for (int64_t i = 0; i < batch; ++i) labels[static_cast<size_t>(i)] = static_cast<float>((i * 7 + s) % 10);
     auto y = nd::array(labels);
+    if (world > 1) {
+      std::vector<int64_t> sizes = split_sizes(batch, world);
+      int64_t begin = 0;
+      for (int r = 0; r < rank; ++r) begin += sizes[static_cast<size_t>(r)];
+      int64_t end = begin + sizes[static_cast<size_t>(rank)];
+      X = nd::slice_axis(X, 0, begin, end);
+      y = nd::slice_axis(y, 0, begin, end);
+    }
     auto [xs, ys] = split_batch(X, y, devices);
     std::vector<NDArray> losses;
     {
@@ -225,6 +242,68 @@ TEST(DataParallel, ParametersWithoutGradientAreNamed) {
   EXPECT_EQ(unused.weight().data(kCpu1).to_vector<float>(), std::vector<float>(6, 1.0f));
   // A step without a new backward: every gradient is stale now.
   EXPECT_THROW(trainer.step(4), ValueError);
+}
+
+// ---- dist_sync: two processes under mpirun
+
+// Each rank writes "key count\n" then the floats, for every parameter copy.
+void write_result(const RunResult& r, const std::string& path) {
+  std::ofstream out(path, std::ios::binary);
+  for (const auto& [key, v] : r.params) {
+    out << key << " " << v.size() << "\n";
+    out.write(reinterpret_cast<const char*>(v.data()), static_cast<std::streamsize>(v.size() * sizeof(float)));
+  }
+}
+
+RunResult read_result(const std::string& path) {
+  RunResult r;
+  std::ifstream in(path, std::ios::binary);
+  std::string key;
+  size_t n = 0;
+  while (in >> key >> n) {
+    in.get();
+    std::vector<float> v(n);
+    in.read(reinterpret_cast<char*>(v.data()), static_cast<std::streamsize>(n * sizeof(float)));
+    r.params[key] = std::move(v);
+  }
+  return r;
+}
+
+// Run by TwoProcessesMatchOneProcess through mpirun; skipped otherwise.
+TEST(DistSync, Worker) {
+  const char* out = std::getenv("KILN_DP_DIST_OUT");
+  if (out == nullptr || !kv::launched_under_mpi()) GTEST_SKIP() << "a worker of DistSync.TwoProcessesMatchOneProcess";
+  int rank = std::atoi(std::getenv("OMPI_COMM_WORLD_RANK"));
+  int world = std::atoi(std::getenv("OMPI_COMM_WORLD_SIZE"));
+  RunResult r = train_lenet({kCpu0, kCpu1}, "auto", false, 8, 3, rank, world);  // auto: dist_sync
+  write_result(r, fmt::format("{}/rank{}.bin", out, rank));
+}
+
+TEST(DistSync, TwoProcessesMatchOneProcess) {
+  if (!kv::dist_available()) GTEST_SKIP() << "built without MPI";
+  if (kv::launched_under_mpi()) GTEST_SKIP() << "already one of several processes";
+  if (std::system("command -v mpirun > /dev/null 2>&1") != 0) GTEST_SKIP() << "no mpirun on PATH";
+  namespace fs = std::filesystem;
+  fs::path dir = fs::temp_directory_path() / fmt::format("kiln_dp_dist_{}", ::getpid());
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  std::string exe = fs::read_symlink("/proc/self/exe").string();
+  std::string cmd = fmt::format(
+      "KILN_DP_DIST_OUT={0} timeout 300 mpirun --allow-run-as-root --oversubscribe -np 2 -x KILN_DP_DIST_OUT {1} "
+      "--gtest_filter=DistSync.Worker > {0}/log 2>&1",
+      dir.string(), exe);
+  int rc = std::system(cmd.c_str());
+  std::stringstream log;
+  log << std::ifstream(dir / "log").rdbuf();
+  ASSERT_EQ(rc, 0) << cmd << "\n" << log.str();
+  RunResult one = train_lenet({kCpu0}, "auto", false, 8, 3);
+  for (int rank = 0; rank < 2; ++rank) {
+    RunResult got = read_result((dir / fmt::format("rank{}.bin", rank)).string());
+    ASSERT_FALSE(got.params.empty()) << "rank " << rank << " wrote nothing\n" << log.str();
+    SCOPED_TRACE(fmt::format("rank {}", rank));
+    expect_same_params(one, got, {kCpu0, kCpu1});
+  }
+  fs::remove_all(dir);
 }
 
 }  // namespace

@@ -1,0 +1,144 @@
+// The dist_sync KVStore: per-process device reduction, then MPI allreduce.
+// Compiled with KILN_HAVE_MPI (set for this file only, by CMakeLists.txt,
+// when MPI was found); without it the store reports itself unavailable.
+#include <cstdlib>
+#include <string>
+
+#include "frontend/kvstore.h"
+
+#ifdef KILN_HAVE_MPI
+#define OMPI_SKIP_MPICXX 1  // the C API only
+#define MPICH_SKIP_MPICXX 1
+#include <mpi.h>
+#endif
+
+namespace kiln::kv {
+
+bool launched_under_mpi() {
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS"}) {
+    if (const char* v = std::getenv(name)) return std::atoi(v) > 1;
+  }
+  return false;
+}
+
+#ifndef KILN_HAVE_MPI
+
+bool dist_available() { return false; }
+
+std::unique_ptr<KVStore> detail::create_dist_sync() {
+  throw NotSupported(
+      "KVStore 'dist_sync' needs MPI, which this build does not have (install libopenmpi-dev and reconfigure)");
+}
+
+#else
+
+bool dist_available() { return true; }
+
+namespace {
+
+void check_mpi(int rc, const char* what) {
+  if (rc == MPI_SUCCESS) return;
+  char text[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(rc, text, &len);
+  throw Error(fmt::format("KVStore(dist_sync): {} failed: {}", what, std::string(text, static_cast<size_t>(len))));
+}
+
+MPI_Datatype mpi_type(DType t, const Key& key) {
+  switch (t) {
+    case DType::kFloat32: return MPI_FLOAT;
+    case DType::kFloat64: return MPI_DOUBLE;
+    case DType::kInt32: return MPI_INT32_T;
+    case DType::kInt64: return MPI_INT64_T;
+    case DType::kUint8: return MPI_UINT8_T;
+    case DType::kInt8: return MPI_INT8_T;
+    default:
+      throw TypeError(fmt::format("KVStore(dist_sync) key '{}': dtype {} cannot be reduced across processes yet "
+                                  "(float32, float64, int8, uint8, int32, int64 can)",
+                                  key, t));
+  }
+}
+
+void finalize_mpi() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized) return;
+  try {
+    engine::wait_all();  // allreduces still queued must finish first
+  } catch (...) {
+  }
+  MPI_Finalize();
+}
+
+// Initializes MPI once per process (serialized calls: the engine runs them
+// one at a time, from whichever worker thread), finalized at exit.
+void ensure_mpi() {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (initialized) return;
+  int provided = 0;
+  check_mpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided), "MPI_Init_thread");
+  if (provided < MPI_THREAD_SERIALIZED) {
+    throw NotSupported("KVStore(dist_sync): this MPI library does not allow calls from several threads "
+                       "(MPI_THREAD_SERIALIZED)");
+  }
+  std::atexit(finalize_mpi);
+}
+
+class DistSyncStore final : public KVStore {
+ public:
+  DistSyncStore() {
+    ensure_mpi();
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+    MPI_Comm_size(MPI_COMM_WORLD, &size_);
+    chain_ = engine::get().new_var();
+  }
+  ~DistSyncStore() override { engine::get().delete_var(chain_); }
+
+  std::string_view type() const override { return "dist_sync"; }
+  int rank() const override { return rank_; }
+  int num_workers() const override { return size_; }
+
+ protected:
+  void reduce(const Key& key, Entry& entry, const std::vector<NDArray>& values, int priority) override {
+    detail::reduce_device_tree(entry.stored, entry.home_fixed, load_, values, priority);
+    if (size_ == 1) return;
+    MPI_Datatype type = mpi_type(entry.stored.dtype(), key);
+    collective(entry.stored, priority, "mpi_allreduce", [type](void* data, int count) {
+      check_mpi(MPI_Allreduce(MPI_IN_PLACE, data, count, type, MPI_SUM, MPI_COMM_WORLD), "MPI_Allreduce");
+    });
+  }
+
+  void sync_from_root(const Key& key, Entry& entry, int priority) override {
+    if (size_ == 1) return;
+    MPI_Datatype type = mpi_type(entry.stored.dtype(), key);
+    collective(entry.stored, priority, "mpi_bcast", [type](void* data, int count) {
+      check_mpi(MPI_Bcast(data, count, type, 0, MPI_COMM_WORLD), "MPI_Bcast");
+    });
+  }
+
+ private:
+  // Queues `fn(data, count)` on `a` on its device's copy lane. Every
+  // collective also writes `chain_`, so they run one at a time in the order
+  // they were pushed, whatever their priorities and readiness: the same
+  // order on every process, which MPI requires.
+  template <typename F>
+  void collective(const NDArray& a, int priority, std::string_view name, F fn) {
+    KILN_CHECK(a.size() <= INT32_MAX, ValueError, "KVStore(dist_sync): arrays over 2^31 elements are not supported");
+    engine::get().push([a, fn](engine::RunContext) { fn(a.data(), static_cast<int>(a.size())); }, {a.var()},
+                       {a.var(), chain_},
+                       {.device = a.device(), .lane = engine::Lane::kCopy, .priority = priority, .name = name});
+  }
+
+  int rank_ = 0, size_ = 1;
+  engine::Var* chain_ = nullptr;
+  std::unordered_map<Device, int64_t> load_;
+};
+
+}  // namespace
+
+std::unique_ptr<KVStore> detail::create_dist_sync() { return std::make_unique<DistSyncStore>(); }
+
+#endif
+
+}  // namespace kiln::kv
