@@ -189,6 +189,20 @@ INSTANTIATE_TEST_SUITE_P(
                          info.param.batch);
     });
 
+// The comparison above can fail: without aggregation ("none"), each copy
+// follows its own half of the batch.
+TEST(DataParallel, WithoutAggregationTheCopiesDiverge) {
+  const std::vector<Device> two = {kCpu0, kCpu1};
+  RunResult one = train_lenet({kCpu0}, "auto", false, 8, 2);
+  RunResult many = train_lenet(two, "none", false, 8, 2);
+  double worst = 0;
+  for (const auto& [key, want] : one.params) {
+    const auto& got = many.params.at(key.substr(0, key.find('@')) + "@cpu(1)");
+    for (size_t i = 0; i < want.size(); ++i) worst = std::max(worst, static_cast<double>(std::abs(got[i] - want[i])));
+  }
+  EXPECT_GT(worst, 1e-3);
+}
+
 TEST(DataParallel, AutoPicksDeviceStoreForSeveralDevicesAndNoneForOne) {
   for (int n : {1, 2}) {
     std::vector<Device> devices;
