@@ -135,5 +135,12 @@ bool dist_available();
 // True when this process was started by an MPI launcher with more than one
 // process (mpirun -np N, N > 1): Trainer's "auto" then picks dist_sync.
 bool launched_under_mpi();
+// This process's rank and the number of processes as the launcher's
+// environment tells them (without starting MPI); {0, 1} when not launched so.
+struct ProcessGroup {
+  int rank = 0;
+  int size = 1;
+};
+ProcessGroup launched_process_group();
 
 }  // namespace kiln::kv

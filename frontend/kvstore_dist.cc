@@ -1,7 +1,9 @@
 // The dist_sync KVStore: per-process device reduction, then MPI allreduce.
 // Compiled with KILN_HAVE_MPI (set for this file only, by CMakeLists.txt,
 // when MPI was found); without it the store reports itself unavailable.
+#include <algorithm>
 #include <cstdlib>
+#include <utility>
 #include <string>
 
 #include "frontend/kvstore.h"
@@ -14,12 +16,17 @@
 
 namespace kiln::kv {
 
-bool launched_under_mpi() {
-  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS"}) {
-    if (const char* v = std::getenv(name)) return std::atoi(v) > 1;
+ProcessGroup launched_process_group() {
+  // Open MPI, then MPICH / PMI launchers.
+  for (auto [rank, size] : {std::pair{"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"}, std::pair{"PMI_RANK", "PMI_SIZE"}}) {
+    const char* r = std::getenv(rank);
+    const char* n = std::getenv(size);
+    if (r != nullptr && n != nullptr) return {std::atoi(r), std::max(1, std::atoi(n))};
   }
-  return false;
+  return {};
 }
+
+bool launched_under_mpi() { return launched_process_group().size > 1; }
 
 #ifndef KILN_HAVE_MPI
 

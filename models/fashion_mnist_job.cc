@@ -8,6 +8,7 @@
 #include "frontend/autograd.h"
 #include "frontend/data/dataloader.h"
 #include "frontend/data/fashion_mnist.h"
+#include "frontend/kvstore.h"
 #include "frontend/nd.h"
 #include "frontend/split.h"
 #include "frontend/train/loss.h"
@@ -44,6 +45,7 @@ std::vector<EpochStats> train_fashion_mnist(const TrainConfig& cfg,
   KILN_CHECK(cfg.epochs >= 1, ValueError, "train: epochs must be >= 1, got {}", cfg.epochs);
   KILN_CHECK(!cfg.devices.empty(), ValueError, "train: no devices given");
   Device dev = cfg.devices[0];  // where batches are loaded and the model is evaluated
+  const kv::ProcessGroup group = kv::launched_process_group();  // mpirun -np N: N > 1
   std::string dir = cfg.data_dir.empty() ? data::FashionMNIST::default_dir() : cfg.data_dir;
   auto train_set = data::FashionMNIST::train(dir);
   auto test_set = data::FashionMNIST::test(dir);
@@ -74,8 +76,20 @@ std::vector<EpochStats> train_fashion_mnist(const TrainConfig& cfg,
     NDArray loss_sum, correct_sum;
     int64_t seen = 0, done = 0;
     for (const data::Batch& b : train_loader) {
-      // Data parallel: one shard per device (one device: the batch itself).
-      auto [xs, ys] = split_batch(b.data, b.label, cfg.devices);
+      // Data parallel: under mpirun each process takes its share of the batch
+      // (the loaders shuffle alike); then one shard per device (one device:
+      // the batch itself). Gradients are summed over all shards of all
+      // processes, so step rescales by the global batch size.
+      NDArray X = b.data, y = b.label;
+      if (group.size > 1) {
+        std::vector<int64_t> sizes = split_sizes(y.size(), group.size);
+        if (static_cast<int>(sizes.size()) < group.size) continue;  // fewer rows than processes: skipped
+        int64_t begin = 0;
+        for (int r = 0; r < group.rank; ++r) begin += sizes[static_cast<size_t>(r)];
+        X = nd::slice_axis(X, 0, begin, begin + sizes[static_cast<size_t>(group.rank)]);
+        y = nd::slice_axis(y, 0, begin, begin + sizes[static_cast<size_t>(group.rank)]);
+      }
+      auto [xs, ys] = split_batch(X, y, cfg.devices);
       std::vector<NDArray> ls(xs.size()), logits(xs.size());
       {
         autograd::Record record;
@@ -93,7 +107,7 @@ std::vector<EpochStats> train_fashion_mnist(const TrainConfig& cfg,
         loss_sum = loss_sum.is_none() ? lsum : loss_sum + lsum;
         correct_sum = correct_sum.is_none() ? csum : correct_sum + csum;
       }
-      seen += b.label.size();
+      seen += y.size();
       if (progress) progress(++done, batches);
     }
     EpochStats s;
