@@ -51,6 +51,69 @@ double allreduce_ms(const Options& options, const std::string& type, int64_t* fl
   return best_of(options.repeat, run) * 1e3;
 }
 
+// Trainer's choice, measured: after the gradient sum, (a) every device
+// updates its own copy (pushpull into every gradient, one SGD kernel per
+// copy: what Trainer does), or (b) the key's home device updates once and
+// the new weights are broadcast to the other copies. ResNet-18 on cpu(0) and
+// cpu(1), one intra-op thread each; milliseconds, best of `repeat`.
+std::pair<double, double> update_strategies_ms(const Options& options) {
+  CpuThreadsGuard guard({kCpu0, kCpu1}, 1);
+  auto net = models::resnet18(10);
+  net.initialize(init::Xavier(), {kCpu0, kCpu1});
+  net(nd::zeros({1, 1, 28, 28}));
+  struct Item {
+    std::string name;
+    std::vector<NDArray> weights, grads;
+  };
+  std::vector<Item> items;
+  for (const auto& [name, p] : net.collect_params()) {
+    if (p.grad_req() == GradReq::kNull) continue;
+    items.push_back({name, p.list_data(), p.list_grad()});
+    for (NDArray& g : items.back().grads) g.assign(1e-3);
+  }
+  optim::SGD sgd({.lr = 0.01, .momentum = 0.9});
+  auto every = kv::KVStore::create("device");
+  auto once = kv::KVStore::create("device");
+  for (auto& it : items) {
+    every->init(it.name, it.grads[0]);
+    once->init(it.name, it.grads[0]);
+  }
+  auto time_it = [&](auto&& body) {
+    auto run = [&] {
+      engine::wait_all();
+      auto start = Clock::now();
+      sgd.begin_step();
+      body();
+      engine::wait_all();
+      return seconds_since(start);
+    };
+    run();
+    return best_of(options.repeat, run) * 1e3;
+  };
+  double every_ms = time_it([&] {
+    int k = 0;
+    for (auto& it : items) {
+      every->pushpull(it.name, it.grads, it.grads, k);
+      for (size_t d = 0; d < it.weights.size(); ++d) sgd.update(k * 2 + static_cast<int>(d), it.weights[d], it.grads[d], 1.0);
+      ++k;
+    }
+  });
+  double once_ms = time_it([&] {
+    int k = 0;
+    for (auto& it : items) {
+      once->push(it.name, it.grads, k);
+      size_t h = once->home(it.name) == it.weights[0].device() ? 0 : 1;
+      once->pull(it.name, {it.grads[h]}, k);
+      sgd.update(1000 + k, it.weights[h], it.grads[h], 1.0);
+      for (size_t d = 0; d < it.weights.size(); ++d) {  // the new weights, straight to the other copies
+        if (d != h) kv::detail::copy_async(it.weights[h], it.weights[d], k);
+      }
+      ++k;
+    }
+  });
+  return {every_ms, once_ms};
+}
+
 // One memcpy of `bytes` between two buffers (the ceiling for moving data).
 double memcpy_seconds(const Options& options, size_t bytes) {
   std::vector<char> a(bytes, 1), b(bytes, 0);
@@ -126,9 +189,15 @@ std::vector<Figure> bench_dp_lenet(const Options& options) {
           {"dp2_speedup_lenet", two / one, "x"}};
 }
 
+std::vector<Figure> bench_update_strategies(const Options& options) {
+  auto [every, once] = update_strategies_ms(options);
+  return {{"dp_update_every_copy_ms", every, "ms"}, {"dp_update_once_broadcast_ms", once, "ms"}};
+}
+
 }  // namespace
 
 void register_dp_benchmarks() {
+  add({"dp_update", {"dp_update_every_copy_ms", "dp_update_once_broadcast_ms"}, &bench_update_strategies});
   add({"allreduce",
        {"allreduce_resnet18_floats_m", "allreduce_resnet18_grads_ms", "allreduce_resnet18_grads_local_ms",
         "allreduce_resnet18_algbw_gbps", "memcpy_gbps", "allreduce_resnet18_vs_memcpy"},
