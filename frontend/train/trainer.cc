@@ -67,14 +67,16 @@ std::vector<std::vector<size_t>> Trainer::take_fresh(bool ignore_stale_grad) {
   return fresh;
 }
 
-void Trainer::allreduce_grads(bool ignore_stale_grad) {
+void Trainer::reduce_grads(bool ignore_stale_grad, bool to_every_copy) {
   init_kvstore();
   fresh_ = take_fresh(ignore_stale_grad);
   have_fresh_ = true;
+  primary_.resize(params_.size(), 0);
   if (!kvstore_) return;
   int index = 0;
   for (const auto& [name, p] : params_) {
-    const std::vector<size_t>& fresh = fresh_[index++];
+    const std::vector<size_t>& fresh = fresh_[static_cast<size_t>(index)];
+    ++index;
     if (p.grad_req() == GradReq::kNull || fresh.empty()) continue;
     std::vector<NDArray> grads = p.list_grad();
     if (grads.size() < 2 && kvstore_->num_workers() == 1) continue;
@@ -82,35 +84,52 @@ void Trainer::allreduce_grads(bool ignore_stale_grad) {
     std::vector<NDArray> values;
     for (size_t d : fresh) values.push_back(grads[d]);
     // Later parameters' gradients are written first by backward: reduce them first.
-    kvstore_->pushpull(name, values, grads, index);
+    kvstore_->push(name, values, index);
+    // The primary copy: the one on the key's home device (no copy needed), else the first.
+    size_t& primary = primary_[static_cast<size_t>(index - 1)];
+    primary = 0;
+    for (size_t d = 0; d < grads.size(); ++d) {
+      if (grads[d].device() == kvstore_->home(name)) primary = d;
+    }
+    kvstore_->pull(name, to_every_copy ? grads : std::vector<NDArray>{grads[primary]}, index);
   }
 }
+
+void Trainer::allreduce_grads(bool ignore_stale_grad) { reduce_grads(ignore_stale_grad, true); }
 
 void Trainer::update(int64_t batch_size, bool ignore_stale_grad) {
   KILN_CHECK(batch_size >= 1, ValueError, "Trainer::step: batch_size must be >= 1, got {}", batch_size);
   if (!have_fresh_) fresh_ = take_fresh(ignore_stale_grad);
   have_fresh_ = false;
+  primary_.resize(params_.size(), 0);
   optimizer_->begin_step();
   double rescale = 1.0 / static_cast<double>(batch_size);
   int64_t index = 0;
   for (const auto& [name, p] : params_) {
     const std::vector<size_t>& fresh = fresh_[static_cast<size_t>(index)];
+    size_t primary = primary_[static_cast<size_t>(index)];
     ++index;
     if (p.grad_req() == GradReq::kNull || fresh.empty()) continue;
     std::vector<NDArray> data = p.list_data(), grads = p.list_grad();
-    // Aggregated: every copy holds the sum. Not aggregated: only fresh copies have a gradient.
-    bool all = kvstore_ != nullptr && (data.size() > 1 || kvstore_->num_workers() > 1);
-    for (size_t d = 0; d < data.size(); ++d) {
-      if (!all && std::find(fresh.begin(), fresh.end(), d) == fresh.end()) continue;
-      // One optimizer state per parameter copy.
-      optimizer_->update(index * kMaxDevicesPerKind * kNumDeviceKinds + static_cast<int64_t>(d), data[d], grads[d],
-                         rescale);
+    // One optimizer state per parameter copy.
+    auto key = [&](size_t d) { return index * kMaxDevicesPerKind * kNumDeviceKinds + static_cast<int64_t>(d); };
+    if (kvstore_ != nullptr && (data.size() > 1 || kvstore_->num_workers() > 1)) {
+      // Aggregated: the primary copy holds the sum. Update it once and copy the
+      // new values to the other copies (measured faster than updating every
+      // copy: bench dp_update).
+      optimizer_->update(key(primary), data[primary], grads[primary], rescale);
+      for (size_t d = 0; d < data.size(); ++d) {
+        if (d != primary) kv::detail::copy_async(data[primary], data[d], static_cast<int>(index));
+      }
+      continue;
     }
+    // Not aggregated: each fresh copy follows its own gradient.
+    for (size_t d : fresh) optimizer_->update(key(d), data[d], grads[d], rescale);
   }
 }
 
 void Trainer::step(int64_t batch_size, bool ignore_stale_grad) {
-  allreduce_grads(ignore_stale_grad);
+  reduce_grads(ignore_stale_grad, false);
   update(batch_size, ignore_stale_grad);
 }
 

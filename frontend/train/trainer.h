@@ -5,11 +5,13 @@
 //   autograd::backward({loss});
 //   trainer.step(batch_size);   // gradients are rescaled by 1/batch_size
 //
-// `step` first aggregates each parameter's gradients over the devices it
-// lives on through a KVStore (frontend/kvstore.h: the sum of the copies'
-// gradients, written back into every copy), then updates every copy with one
-// fused kernel per copy (every copy sees the same gradient, so the copies stay
-// equal). Everything is queued on the engine; step returns at once, and a
+// `step` first sums each parameter's gradients over the devices it lives on
+// through a KVStore (frontend/kvstore.h) into its primary copy's gradient
+// (the copy on the key's home device), then updates that copy with one fused
+// kernel and copies the new values to the other copies, so the copies stay
+// equal. (Updating every copy with the summed gradient was measured slower:
+// `kiln bench dp_update`.) `allreduce_grads` alone writes the sum into every
+// copy's gradient. Everything is queued on the engine; step returns at once, and a
 // parameter's reduction starts as soon as backward has written its gradients
 // (later parameters, whose gradients backward writes first, get the higher
 // priority). Parameters with grad_req null are skipped.
@@ -66,6 +68,8 @@ class Trainer {
  private:
   // Data parallelism: the store and which copies hold fresh gradients.
   void init_kvstore();
+  // Sums the fresh gradients into the primary copy (to_every_copy: into all).
+  void reduce_grads(bool ignore_stale_grad, bool to_every_copy);
   // Per parameter (in params_ order), the indices of its fresh copies; throws
   // for parameters without any unless ignore_stale_grad. Clears the flags.
   std::vector<std::vector<size_t>> take_fresh(bool ignore_stale_grad);
@@ -77,6 +81,7 @@ class Trainer {
   std::unique_ptr<kv::KVStore> kvstore_;
   std::vector<std::vector<size_t>> fresh_;  // from allreduce_grads, for update
   bool have_fresh_ = false;
+  std::vector<size_t> primary_;  // per parameter: the copy that holds the sum and is updated
 };
 
 }  // namespace kiln

@@ -229,6 +229,23 @@ TEST(DataParallel, AutoPicksDeviceStoreForSeveralDevicesAndNoneForOne) {
   }
 }
 
+TEST(DataParallel, AllreduceGradsGivesEveryCopyTheSumThenUpdate) {
+  nn::Dense fc(2, "", true, true, 3);
+  fc.initialize(init::One(), {kCpu0, kCpu1, kCpu2});
+  Trainer trainer(fc.collect_params(), optim::SGD({.lr = 0.1}), "local");
+  auto xs = split_and_load(nd::ones({5, 3}), {kCpu0, kCpu1, kCpu2});  // 2 + 2 + 1 rows
+  std::vector<NDArray> ys;
+  {
+    autograd::Record r;
+    for (auto& x : xs) ys.push_back(fc(x));
+  }
+  autograd::backward(ys);
+  trainer.allreduce_grads();
+  for (Device d : {kCpu0, kCpu1, kCpu2}) EXPECT_EQ(fc.weight().grad(d).to_vector<float>(), std::vector<float>(6, 5.0f));
+  trainer.update(5);
+  for (Device d : {kCpu0, kCpu1, kCpu2}) EXPECT_EQ(fc.weight().data(d).to_vector<float>(), std::vector<float>(6, 0.9f));
+}
+
 TEST(DataParallel, ParametersWithoutGradientAreNamed) {
   nn::Dense used(2, "", true, true, 3), unused(2, "", true, true, 3);
   used.initialize(init::One(), {kCpu0, kCpu1});
