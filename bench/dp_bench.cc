@@ -94,7 +94,8 @@ std::pair<double, double> update_strategies_ms(const Options& options) {
     int k = 0;
     for (auto& it : items) {
       every->pushpull(it.name, it.grads, it.grads, k);
-      for (size_t d = 0; d < it.weights.size(); ++d) sgd.update(k * 2 + static_cast<int>(d), it.weights[d], it.grads[d], 1.0);
+      for (size_t d = 0; d < it.weights.size(); ++d)
+        sgd.update(k * 2 + static_cast<int>(d), it.weights[d], it.grads[d], 1.0);
       ++k;
     }
   });

@@ -13,8 +13,8 @@ namespace detail {
 void copy_async(const NDArray& src, const NDArray& dst, int priority) {
   KILN_ASSERT(src.nbytes() == dst.nbytes());
   if (src.var() == dst.var() && src.byte_offset() == dst.byte_offset()) return;  // the same storage
-  engine::get().push([src, dst](engine::RunContext) { std::memcpy(dst.data(), src.data(), src.nbytes()); },
-                     {src.var()}, {dst.var()},
+  engine::get().push([src, dst](engine::RunContext) { std::memcpy(dst.data(), src.data(), src.nbytes()); }, {src.var()},
+                     {dst.var()},
                      {.device = dst.device(), .lane = engine::Lane::kCopy, .priority = priority, .name = "kv_copy"});
 }
 
@@ -160,8 +160,9 @@ std::unique_ptr<KVStore> KVStore::create(std::string_view type) {
   if (type == "local") return std::make_unique<LocalStore>();
   if (type == "device") return std::make_unique<DeviceStore>();
   if (type == "nccl") {
-    throw NotSupported("KVStore 'nccl' needs the CUDA backend's NCCL support, which this build does not have; use "
-                       "'device' or 'local'");
+    throw NotSupported(
+        "KVStore 'nccl' needs the CUDA backend's NCCL support, which this build does not have; use "
+        "'device' or 'local'");
   }
   if (type == "dist_sync") return detail::create_dist_sync();
   throw ValueError(fmt::format("KVStore: unknown type '{}'; expected local, device, nccl or dist_sync", type));
@@ -202,9 +203,8 @@ void KVStore::check_arrays(const Key& key, const Entry& e, const std::vector<NDA
 
 void KVStore::init(const Key& key, const NDArray& value) {
   KILN_CHECK(!entries_.contains(key), ValueError, "KVStore({}) init: key '{}' is already initialized", type(), key);
-  KILN_CHECK(!value.is_none() && !value.is_symbolic(), ValueError,
-             "KVStore({}) init of key '{}': the value is {}", type(), key,
-             value.is_none() ? "empty (none)" : "symbolic (inside a traced forward)");
+  KILN_CHECK(!value.is_none() && !value.is_symbolic(), ValueError, "KVStore({}) init of key '{}': the value is {}",
+             type(), key, value.is_none() ? "empty (none)" : "symbolic (inside a traced forward)");
   KILN_CHECK(value.dtype() != DType::kBool, TypeError, "KVStore({}) init of key '{}': bool arrays cannot be summed",
              type(), key);
   KILN_CHECK(value.device().is_cpu(), DeviceError,

@@ -77,8 +77,7 @@ class KVStore {
   // Every array of `outs` = stored value of `key`.
   void pull(const Key& key, const std::vector<NDArray>& outs, int priority = 0);
   // push then pull.
-  void pushpull(const Key& key, const std::vector<NDArray>& values, const std::vector<NDArray>& outs,
-                int priority = 0);
+  void pushpull(const Key& key, const std::vector<NDArray>& values, const std::vector<NDArray>& outs, int priority = 0);
   // init (if the key is new) or overwrite with `value`, then pull.
   void broadcast(const Key& key, const NDArray& value, const std::vector<NDArray>& outs, int priority = 0);
 
@@ -88,8 +87,7 @@ class KVStore {
   void pull(int64_t key, const std::vector<NDArray>& outs, int priority = 0) {
     pull(std::to_string(key), outs, priority);
   }
-  void pushpull(int64_t key, const std::vector<NDArray>& values, const std::vector<NDArray>& outs,
-                int priority = 0) {
+  void pushpull(int64_t key, const std::vector<NDArray>& values, const std::vector<NDArray>& outs, int priority = 0) {
     pushpull(std::to_string(key), values, outs, priority);
   }
 

@@ -3,8 +3,8 @@
 // when MPI was found); without it the store reports itself unavailable.
 #include <algorithm>
 #include <cstdlib>
-#include <utility>
 #include <string>
+#include <utility>
 
 #include "frontend/kvstore.h"
 
@@ -18,7 +18,8 @@ namespace kiln::kv {
 
 ProcessGroup launched_process_group() {
   // Open MPI, then MPICH / PMI launchers.
-  for (auto [rank, size] : {std::pair{"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"}, std::pair{"PMI_RANK", "PMI_SIZE"}}) {
+  for (auto [rank, size] :
+       {std::pair{"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"}, std::pair{"PMI_RANK", "PMI_SIZE"}}) {
     const char* r = std::getenv(rank);
     const char* n = std::getenv(size);
     if (r != nullptr && n != nullptr) return {std::atoi(r), std::max(1, std::atoi(n))};
@@ -53,16 +54,23 @@ void check_mpi(int rc, const char* what) {
 
 MPI_Datatype mpi_type(DType t, const Key& key) {
   switch (t) {
-    case DType::kFloat32: return MPI_FLOAT;
-    case DType::kFloat64: return MPI_DOUBLE;
-    case DType::kInt32: return MPI_INT32_T;
-    case DType::kInt64: return MPI_INT64_T;
-    case DType::kUint8: return MPI_UINT8_T;
-    case DType::kInt8: return MPI_INT8_T;
+    case DType::kFloat32:
+      return MPI_FLOAT;
+    case DType::kFloat64:
+      return MPI_DOUBLE;
+    case DType::kInt32:
+      return MPI_INT32_T;
+    case DType::kInt64:
+      return MPI_INT64_T;
+    case DType::kUint8:
+      return MPI_UINT8_T;
+    case DType::kInt8:
+      return MPI_INT8_T;
     default:
-      throw TypeError(fmt::format("KVStore(dist_sync) key '{}': dtype {} cannot be reduced across processes yet "
-                                  "(float32, float64, int8, uint8, int32, int64 can)",
-                                  key, t));
+      throw TypeError(
+          fmt::format("KVStore(dist_sync) key '{}': dtype {} cannot be reduced across processes yet "
+                      "(float32, float64, int8, uint8, int32, int64 can)",
+                      key, t));
   }
 }
 
@@ -86,8 +94,9 @@ void ensure_mpi() {
   int provided = 0;
   check_mpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided), "MPI_Init_thread");
   if (provided < MPI_THREAD_SERIALIZED) {
-    throw NotSupported("KVStore(dist_sync): this MPI library does not allow calls from several threads "
-                       "(MPI_THREAD_SERIALIZED)");
+    throw NotSupported(
+        "KVStore(dist_sync): this MPI library does not allow calls from several threads "
+        "(MPI_THREAD_SERIALIZED)");
   }
   std::atexit(finalize_mpi);
 }

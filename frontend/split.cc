@@ -20,7 +20,8 @@ std::vector<int64_t> split_sizes(int64_t rows, int num_devices, bool even_split)
 
 std::vector<NDArray> split_and_load(const NDArray& batch, const std::vector<Device>& devices, bool even_split) {
   KILN_CHECK(!batch.is_none(), ValueError, "split_and_load: the batch is empty (none)");
-  KILN_CHECK(!batch.is_symbolic(), NotSupported, "split_and_load: the batch is symbolic; split outside hybridized code");
+  KILN_CHECK(!batch.is_symbolic(), NotSupported,
+             "split_and_load: the batch is symbolic; split outside hybridized code");
   KILN_CHECK(batch.ndim() >= 1, ShapeError, "split_and_load: the batch is a scalar; need at least one axis");
   std::vector<int64_t> sizes = split_sizes(batch.shape()[0], static_cast<int>(devices.size()), even_split);
   int64_t row_bytes = batch.shape()[0] == 0 ? 0 : static_cast<int64_t>(batch.nbytes()) / batch.shape()[0];
@@ -38,10 +39,9 @@ std::vector<NDArray> split_and_load(const NDArray& batch, const std::vector<Devi
 }
 
 std::pair<std::vector<NDArray>, std::vector<NDArray>> split_batch(const NDArray& X, const NDArray& y,
-                                                                  const std::vector<Device>& devices,
-                                                                  bool even_split) {
-  KILN_CHECK(!X.is_none() && !y.is_none() && X.ndim() >= 1 && y.ndim() >= 1 && X.shape()[0] == y.shape()[0],
-             ShapeError, "split_batch: features {} and labels {} must have the same number of rows (axis 0)",
+                                                                  const std::vector<Device>& devices, bool even_split) {
+  KILN_CHECK(!X.is_none() && !y.is_none() && X.ndim() >= 1 && y.ndim() >= 1 && X.shape()[0] == y.shape()[0], ShapeError,
+             "split_batch: features {} and labels {} must have the same number of rows (axis 0)",
              X.is_none() ? Shape{} : X.shape(), y.is_none() ? Shape{} : y.shape());
   return {split_and_load(X, devices, even_split), split_and_load(y, devices, even_split)};
 }

@@ -32,8 +32,7 @@ namespace kiln {
 std::vector<int64_t> split_sizes(int64_t rows, int num_devices, bool even_split = false);
 
 // The shards of `batch` (ndim >= 1) along axis 0, shard i on devices[i].
-std::vector<NDArray> split_and_load(const NDArray& batch, const std::vector<Device>& devices,
-                                    bool even_split = false);
+std::vector<NDArray> split_and_load(const NDArray& batch, const std::vector<Device>& devices, bool even_split = false);
 
 // split_and_load of features and labels with the same shard sizes
 // (ShapeError when their first dims differ).

@@ -39,7 +39,7 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--lr", cfg->lr, "SGD learning rate")->capture_default_str();
   cmd->add_option("--momentum", cfg->momentum, "SGD momentum")->capture_default_str();
   cmd->add_option("--wd", cfg->wd, "Weight decay")->capture_default_str();
-  cmd->add_option("--devices", *devices, "Comma-separated devices, e.g. cpu:0 or cpu:0,cpu:1 (data parallel: each device gets a shard of every batch)")->capture_default_str();
+  cmd->add_option("--devices", *devices, "Comma-separated devices (several: data parallel)")->capture_default_str();
   cmd->add_option("--seed", cfg->seed, "Seed for initialization and shuffling")->capture_default_str();
   cmd->add_option("--data", cfg->data_dir, "Directory with the Fashion-MNIST IDX files");
   cmd->add_option("--train-limit", cfg->train_limit, "Train on the first N images only");

@@ -19,7 +19,8 @@ void Trainer::init_kvstore() {
   kvstore_ready_ = true;
   size_t max_devices = 0;
   for (const auto& [name, p] : params_) {
-    if (p.grad_req() != GradReq::kNull && p.is_initialized()) max_devices = std::max(max_devices, p.list_devices().size());
+    if (p.grad_req() == GradReq::kNull || !p.is_initialized()) continue;
+    max_devices = std::max(max_devices, p.list_devices().size());
   }
   std::string type = kvstore_type_;
   if (type == "auto") type = kv::launched_under_mpi() ? "dist_sync" : max_devices > 1 ? "device" : "none";

@@ -11,8 +11,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 #include <map>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -179,15 +179,15 @@ TEST_P(DataParallelLeNet, TwoDevicesMatchOneDevice) {
   expect_same_params(one, many, two);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Stores, DataParallelLeNet,
-    ::testing::Values(DpCase{"local", false, 8}, DpCase{"device", false, 8}, DpCase{"auto", false, 8},
-                      DpCase{"local", true, 8}, DpCase{"device", true, 8}, DpCase{"device", false, 7},
-                      DpCase{"local", true, 7}, DpCase{"device", false, 1}),
-    [](const auto& info) {
-      return fmt::format("{}_{}_b{}", info.param.kvstore, info.param.hybridize ? "hybrid" : "eager",
-                         info.param.batch);
-    });
+INSTANTIATE_TEST_SUITE_P(Stores, DataParallelLeNet,
+                         ::testing::Values(DpCase{"local", false, 8}, DpCase{"device", false, 8},
+                                           DpCase{"auto", false, 8}, DpCase{"local", true, 8},
+                                           DpCase{"device", true, 8}, DpCase{"device", false, 7},
+                                           DpCase{"local", true, 7}, DpCase{"device", false, 1}),
+                         [](const auto& info) {
+                           return fmt::format("{}_{}_b{}", info.param.kvstore,
+                                              info.param.hybridize ? "hybrid" : "eager", info.param.batch);
+                         });
 
 // The comparison above can fail: without aggregation ("none"), each copy
 // follows its own half of the batch.
