@@ -19,6 +19,7 @@
 #include "frontend/autograd.h"
 #include "frontend/kvstore.h"
 #include "frontend/nd.h"
+#include "frontend/nn/nn.h"
 #include "frontend/split.h"
 #include "frontend/train/loss.h"
 #include "frontend/train/trainer.h"
@@ -244,6 +245,29 @@ TEST(DataParallel, AllreduceGradsGivesEveryCopyTheSumThenUpdate) {
   for (Device d : {kCpu0, kCpu1, kCpu2}) EXPECT_EQ(fc.weight().grad(d).to_vector<float>(), std::vector<float>(6, 5.0f));
   trainer.update(5);
   for (Device d : {kCpu0, kCpu1, kCpu2}) EXPECT_EQ(fc.weight().data(d).to_vector<float>(), std::vector<float>(6, 0.9f));
+}
+
+// BatchNorm on several devices: each device normalizes its own shard and
+// keeps its own running statistics (no SyncBatchNorm); the learned gamma and
+// beta stay equal across the copies.
+TEST(DataParallel, BatchNormKeepsPerDeviceStatistics) {
+  nn::HybridSequential net;
+  nn::BatchNorm bn;
+  net.add(nn::Dense(4, "", true, true, 3), bn);
+  net.initialize(init::Xavier(), {kCpu0, kCpu1});
+  Trainer trainer(net.collect_params(), optim::SGD({.lr = 0.1}));
+  std::vector<float> rows(8 * 3);
+  for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<float>(i < 12 ? i : 3 * i);  // shards differ
+  auto xs = split_and_load(nd::array(rows, {8, 3}), {kCpu0, kCpu1});
+  std::vector<NDArray> ys;
+  {
+    autograd::Record r;
+    for (auto& x : xs) ys.push_back(net(x));
+  }
+  autograd::backward(ys);
+  trainer.step(8);
+  EXPECT_NE(bn.running_mean().data(kCpu0).to_vector<float>(), bn.running_mean().data(kCpu1).to_vector<float>());
+  EXPECT_EQ(bn.gamma().data(kCpu0).to_vector<float>(), bn.gamma().data(kCpu1).to_vector<float>());
 }
 
 TEST(DataParallel, ParametersWithoutGradientAreNamed) {
