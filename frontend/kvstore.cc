@@ -68,11 +68,14 @@ namespace {
 using detail::copy_async;
 using detail::sum_async;
 
-// Brings every value to `home` and adds them there with one kernel.
+// Adds every value on `home` with one kernel. CPU devices share host memory,
+// so the kernel reads a value of another CPU device in place (the engine
+// still orders it after the value's writer); other values are first staged
+// on `home` by a copy.
 void reduce_flat(const std::vector<NDArray>& values, Device home, const NDArray& dst, int priority) {
   std::vector<NDArray> local;
   for (const NDArray& v : values) {
-    if (v.device() == home) {
+    if (v.device() == home || (v.device().is_cpu() && home.is_cpu())) {
       local.push_back(v);
     } else {
       NDArray staged = NDArray::empty(v.shape(), {v.dtype(), home});
@@ -83,8 +86,8 @@ void reduce_flat(const std::vector<NDArray>& values, Device home, const NDArray&
   sum_async(local, dst, priority);
 }
 
-// Pairwise tree: level by level, value 2i+1 is copied to value 2i's device and
-// added there; the last addition writes `dst`. values[0] should be on dst's
+// Pairwise tree: level by level, value 2i+1 is added to value 2i on the
+// latter's device; the last addition writes `dst`. values[0] should be on dst's
 // device so the result needs no final copy.
 void reduce_tree(std::vector<NDArray> values, const NDArray& dst, int priority) {
   while (values.size() > 2) {

@@ -9,12 +9,15 @@
 //   kv->broadcast("b", b0, {b0, b1});              // init + pull
 //
 // Types:
-//   local   the sum is computed on cpu(0): every value is copied there, one
-//           kernel adds them, the result is copied back.
+//   local   the sum is computed on cpu(0): one kernel adds the values, the
+//           result is copied back to each out.
 //   device  the sum is computed on the values' devices: each key gets a home
 //           device at its first push (the one with the fewest bytes of keys so
 //           far, so keys spread over the devices), and values are added in a
 //           binary tree whose pairs sum on the first one's device.
+// CPU devices share host memory, so a sum kernel reads the values of other
+// CPU devices in place; values on other kinds of device would be staged on
+// the summing device by a copy first.
 //   dist_sync  several processes (launched with `mpirun -np N`), each with
 //           its devices: the device type's sum inside each process, then an
 //           MPI allreduce of the per-process sums. The allreduces run in the
