@@ -330,8 +330,12 @@ TEST(DistSync, Worker) {
   if (out == nullptr || !kv::launched_under_mpi()) GTEST_SKIP() << "a worker of DistSync.TwoProcessesMatchOneProcess";
   int rank = std::atoi(std::getenv("OMPI_COMM_WORLD_RANK"));
   int world = std::atoi(std::getenv("OMPI_COMM_WORLD_SIZE"));
-  RunResult r = train_lenet({kCpu0, kCpu1}, "auto", false, 8, 3, rank, world);  // auto: dist_sync
-  write_result(r, fmt::format("{}/rank{}.bin", out, rank));
+  // auto: dist_sync. Eager with B = 8 (2 + 2 rows per process), hybridized
+  // with B = 7 (2 + 2 and 2 + 1).
+  write_result(train_lenet({kCpu0, kCpu1}, "auto", false, 8, 3, rank, world),
+               fmt::format("{}/eager_rank{}.bin", out, rank));
+  write_result(train_lenet({kCpu0, kCpu1}, "auto", true, 7, 3, rank, world),
+               fmt::format("{}/hybrid_rank{}.bin", out, rank));
 }
 
 TEST(DistSync, TwoProcessesMatchOneProcess) {
@@ -351,12 +355,15 @@ TEST(DistSync, TwoProcessesMatchOneProcess) {
   std::stringstream log;
   log << std::ifstream(dir / "log").rdbuf();
   ASSERT_EQ(rc, 0) << cmd << "\n" << log.str();
-  RunResult one = train_lenet({kCpu0}, "auto", false, 8, 3);
-  for (int rank = 0; rank < 2; ++rank) {
-    RunResult got = read_result((dir / fmt::format("rank{}.bin", rank)).string());
-    ASSERT_FALSE(got.params.empty()) << "rank " << rank << " wrote nothing\n" << log.str();
-    SCOPED_TRACE(fmt::format("rank {}", rank));
-    expect_same_params(one, got, {kCpu0, kCpu1});
+  for (bool hybrid : {false, true}) {
+    RunResult one = train_lenet({kCpu0}, "auto", false, hybrid ? 7 : 8, 3);
+    for (int rank = 0; rank < 2; ++rank) {
+      std::string name = fmt::format("{}_rank{}.bin", hybrid ? "hybrid" : "eager", rank);
+      RunResult got = read_result((dir / name).string());
+      ASSERT_FALSE(got.params.empty()) << name << " is empty\n" << log.str();
+      SCOPED_TRACE(name);
+      expect_same_params(one, got, {kCpu0, kCpu1});
+    }
   }
   fs::remove_all(dir);
 }
