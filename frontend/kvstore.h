@@ -23,7 +23,10 @@
 //           MPI allreduce of the per-process sums. The allreduces run in the
 //           order keys are pushed (which must be the same on every process:
 //           the Trainer pushes its parameters in order), one at a time.
-//           broadcast takes rank 0's value. Needs a build with MPI
+//           broadcast takes rank 0's value. A collective that waits more
+//           than KILN_DIST_TIMEOUT_S seconds (default 300) for the other
+//           processes aborts the job with a message naming the key and rank
+//           instead of hanging. Needs a build with MPI
 //           (dist_available()); otherwise create() throws NotSupported.
 //   nccl    the CUDA issue (create() throws NotSupported for now).
 //

@@ -2,8 +2,12 @@
 // Compiled with KILN_HAVE_MPI (set for this file only, by CMakeLists.txt,
 // when MPI was found); without it the store reports itself unavailable.
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <utility>
 
 #include "frontend/kvstore.h"
@@ -101,6 +105,61 @@ void ensure_mpi() {
   std::atexit(finalize_mpi);
 }
 
+// Aborts the job when a collective waits longer than KILN_DIST_TIMEOUT_S
+// seconds (default 300; 0 turns it off) for the other processes, saying which
+// key and which collective this process is stuck in, instead of hanging.
+class Watchdog {
+ public:
+  static Watchdog& get() {
+    static Watchdog* w = new Watchdog;  // never destroyed: its thread runs until exit
+    return *w;
+  }
+  void begin(std::string what) {
+    std::lock_guard lock(mu_);
+    what_ = std::move(what);
+    ++count_;
+    since_ = std::chrono::steady_clock::now();
+    active_ = true;
+  }
+  void end() {
+    std::lock_guard lock(mu_);
+    active_ = false;
+  }
+
+ private:
+  Watchdog() {
+    const char* env = std::getenv("KILN_DIST_TIMEOUT_S");
+    timeout_s_ = env != nullptr ? std::atof(env) : 300.0;
+    if (timeout_s_ > 0) std::thread([this] { watch(); }).detach();
+  }
+  void watch() {
+    for (;;) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      std::lock_guard lock(mu_);
+      if (!active_) continue;
+      double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - since_).count();
+      if (waited < timeout_s_) continue;
+      int rank = 0, size = 1;
+      MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+      MPI_Comm_size(MPI_COMM_WORLD, &size);
+      std::fprintf(stderr,
+                   "KVStore(dist_sync): rank %d of %d has waited %.0f s in %s (collective #%lld of this process) "
+                   "for the other processes: one of them has died, is stuck, or pushed different keys or a different "
+                   "number of steps. Aborting the job (KILN_DIST_TIMEOUT_S sets the limit).\n",
+                   rank, size, waited, what_.c_str(), static_cast<long long>(count_));
+      std::fflush(stderr);
+      MPI_Abort(MPI_COMM_WORLD, 3);
+    }
+  }
+
+  std::mutex mu_;
+  std::string what_;
+  int64_t count_ = 0;
+  std::chrono::steady_clock::time_point since_;
+  bool active_ = false;
+  double timeout_s_ = 300;
+};
+
 class DistSyncStore final : public KVStore {
  public:
   DistSyncStore() {
@@ -120,17 +179,18 @@ class DistSyncStore final : public KVStore {
     detail::reduce_device_tree(entry.stored, entry.home_fixed, load_, values, priority);
     if (size_ == 1) return;
     MPI_Datatype type = mpi_type(entry.stored.dtype(), key);
-    collective(entry.stored, priority, "mpi_allreduce", [type](void* data, int count) {
-      check_mpi(MPI_Allreduce(MPI_IN_PLACE, data, count, type, MPI_SUM, MPI_COMM_WORLD), "MPI_Allreduce");
-    });
+    collective(entry.stored, priority, "mpi_allreduce", fmt::format("the allreduce of key '{}'", key),
+               [type](void* data, int count) {
+                 check_mpi(MPI_Allreduce(MPI_IN_PLACE, data, count, type, MPI_SUM, MPI_COMM_WORLD), "MPI_Allreduce");
+               });
   }
 
   void sync_from_root(const Key& key, Entry& entry, int priority) override {
     if (size_ == 1) return;
     MPI_Datatype type = mpi_type(entry.stored.dtype(), key);
-    collective(entry.stored, priority, "mpi_bcast", [type](void* data, int count) {
-      check_mpi(MPI_Bcast(data, count, type, 0, MPI_COMM_WORLD), "MPI_Bcast");
-    });
+    collective(
+        entry.stored, priority, "mpi_bcast", fmt::format("the broadcast of key '{}'", key),
+        [type](void* data, int count) { check_mpi(MPI_Bcast(data, count, type, 0, MPI_COMM_WORLD), "MPI_Bcast"); });
   }
 
  private:
@@ -139,11 +199,21 @@ class DistSyncStore final : public KVStore {
   // they were pushed, whatever their priorities and readiness: the same
   // order on every process, which MPI requires.
   template <typename F>
-  void collective(const NDArray& a, int priority, std::string_view name, F fn) {
+  void collective(const NDArray& a, int priority, std::string_view name, std::string what, F fn) {
     KILN_CHECK(a.size() <= INT32_MAX, ValueError, "KVStore(dist_sync): arrays over 2^31 elements are not supported");
-    engine::get().push([a, fn](engine::RunContext) { fn(a.data(), static_cast<int>(a.size())); }, {a.var()},
-                       {a.var(), chain_},
-                       {.device = a.device(), .lane = engine::Lane::kCopy, .priority = priority, .name = name});
+    engine::get().push(
+        [a, fn, what = std::move(what)](engine::RunContext) {
+          Watchdog::get().begin(what);
+          try {
+            fn(a.data(), static_cast<int>(a.size()));
+          } catch (...) {
+            Watchdog::get().end();
+            throw;
+          }
+          Watchdog::get().end();
+        },
+        {a.var()}, {a.var(), chain_},
+        {.device = a.device(), .lane = engine::Lane::kCopy, .priority = priority, .name = name});
   }
 
   int rank_ = 0, size_ = 1;

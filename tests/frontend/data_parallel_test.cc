@@ -7,6 +7,7 @@
 
 #include <unistd.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -14,6 +15,7 @@
 #include <map>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "frontend/autograd.h"
@@ -336,6 +338,41 @@ TEST(DistSync, Worker) {
                fmt::format("{}/eager_rank{}.bin", out, rank));
   write_result(train_lenet({kCpu0, kCpu1}, "auto", true, 7, 3, rank, world),
                fmt::format("{}/hybrid_rank{}.bin", out, rank));
+}
+
+// Run by AStuckProcessTimesOutNamingTheKey: rank 1 stops taking part after
+// one step (as a process stuck elsewhere would).
+TEST(DistSync, StuckWorker) {
+  if (std::getenv("KILN_DP_DIST_STUCK") == nullptr || !kv::launched_under_mpi()) {
+    GTEST_SKIP() << "a worker of DistSync.AStuckProcessTimesOutNamingTheKey";
+  }
+  int rank = std::atoi(std::getenv("OMPI_COMM_WORLD_RANK"));
+  train_lenet({kCpu0}, "auto", false, 4, 1, rank, 2);
+  if (rank == 1) std::this_thread::sleep_for(std::chrono::seconds(60));
+  train_lenet({kCpu0}, "auto", false, 4, 1, rank, 2);
+}
+
+TEST(DistSync, AStuckProcessTimesOutNamingTheKey) {
+  if (!kv::dist_available()) GTEST_SKIP() << "built without MPI";
+  if (kv::launched_under_mpi()) GTEST_SKIP() << "already one of several processes";
+  if (std::system("command -v mpirun > /dev/null 2>&1") != 0) GTEST_SKIP() << "no mpirun on PATH";
+  namespace fs = std::filesystem;
+  fs::path log_path = fs::temp_directory_path() / fmt::format("kiln_dp_stuck_{}.log", ::getpid());
+  std::string exe = fs::read_symlink("/proc/self/exe").string();
+  std::string cmd = fmt::format(
+      "KILN_DP_DIST_STUCK=1 KILN_DIST_TIMEOUT_S=2 timeout 120 mpirun --allow-run-as-root --oversubscribe -np 2 "
+      "-x KILN_DP_DIST_STUCK -x KILN_DIST_TIMEOUT_S {} --gtest_filter=DistSync.StuckWorker > {} 2>&1",
+      exe, log_path.string());
+  auto start = std::chrono::steady_clock::now();
+  int rc = std::system(cmd.c_str());
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::stringstream log;
+  log << std::ifstream(log_path).rdbuf();
+  EXPECT_NE(rc, 0) << log.str();
+  EXPECT_LT(seconds, 50) << "the job was not aborted early\n" << log.str();
+  EXPECT_CONTAINS(log.str(), "rank 0 of 2 has waited");
+  EXPECT_CONTAINS(log.str(), "key '");
+  fs::remove(log_path);
 }
 
 TEST(DistSync, TwoProcessesMatchOneProcess) {
