@@ -15,6 +15,7 @@ void add(Benchmark benchmark) { storage().push_back(std::move(benchmark)); }
 
 const std::vector<Benchmark>& registry() {
   static const bool registered = [] {
+    register_dp_benchmarks();
     register_engine_benchmarks();
     register_ops_benchmarks();
     register_memory_benchmarks();

@@ -52,6 +52,7 @@ const std::vector<Benchmark>& registry();
 bool selected(const Benchmark& benchmark, std::span<const std::string> prefixes);
 
 // One call per file of benchmarks.
+void register_dp_benchmarks();      // bench/dp_bench.cc
 void register_engine_benchmarks();  // bench/engine_bench.cc
 void register_ops_benchmarks();     // bench/ops_bench.cc
 void register_memory_benchmarks();  // bench/memory_bench.cc

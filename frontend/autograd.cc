@@ -287,6 +287,7 @@ void backward(std::span<const NDArray> heads, std::span<const NDArray> head_grad
   Pause pause;
   for (auto& [node, g] : grads) {
     if (!node->is_leaf() || node->req == GradReq::kNull || g[0].is_none()) continue;
+    node->fresh_grad = true;
     if (node->req == GradReq::kAdd) {
       node->grad += g[0];
     } else {

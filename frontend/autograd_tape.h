@@ -41,6 +41,9 @@ struct Node : std::enable_shared_from_this<Node> {
   // Leaves only.
   NDArray grad;
   GradReq req = GradReq::kNull;
+  // Set when backward writes `grad`; the Trainer clears it at each step and
+  // reports parameters whose gradient was never written (frontend/train/trainer.h).
+  bool fresh_grad = false;
 
   bool is_leaf() const { return def == nullptr && !custom; }
   std::string_view name() const { return def ? def->name : custom ? std::string_view("CachedOp") : "leaf"; }

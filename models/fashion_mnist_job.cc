@@ -8,7 +8,9 @@
 #include "frontend/autograd.h"
 #include "frontend/data/dataloader.h"
 #include "frontend/data/fashion_mnist.h"
+#include "frontend/kvstore.h"
 #include "frontend/nd.h"
+#include "frontend/split.h"
 #include "frontend/train/loss.h"
 #include "frontend/train/trainer.h"
 #include "models/zoo.h"
@@ -41,10 +43,9 @@ std::vector<EpochStats> train_fashion_mnist(const TrainConfig& cfg,
                                             const std::function<void(const EpochStats&)>& on_epoch,
                                             const ProgressFn& progress) {
   KILN_CHECK(cfg.epochs >= 1, ValueError, "train: epochs must be >= 1, got {}", cfg.epochs);
-  KILN_CHECK(cfg.devices.size() == 1, NotSupported,
-             "train: {} devices given; data-parallel training comes with the multi-device issue",
-             cfg.devices.size());
-  Device dev = cfg.devices[0];
+  KILN_CHECK(!cfg.devices.empty(), ValueError, "train: no devices given");
+  Device dev = cfg.devices[0];  // where batches are loaded and the model is evaluated
+  const kv::ProcessGroup group = kv::launched_process_group();  // mpirun -np N: N > 1
   std::string dir = cfg.data_dir.empty() ? data::FashionMNIST::default_dir() : cfg.data_dir;
   auto train_set = data::FashionMNIST::train(dir);
   auto test_set = data::FashionMNIST::test(dir);
@@ -53,7 +54,7 @@ std::vector<EpochStats> train_fashion_mnist(const TrainConfig& cfg,
 
   nd::random::seed(cfg.seed);
   nn::HybridSequential net = make(cfg.model, data::FashionMNIST::kClasses);
-  net.initialize(init::Xavier(), {dev});
+  net.initialize(init::Xavier(), cfg.devices);
   if (cfg.hybridize) net.hybridize();
   Trainer trainer(net.collect_params(), optim::SGD({.lr = cfg.lr, .momentum = cfg.momentum, .wd = cfg.wd}));
   loss::SoftmaxCrossEntropy loss_fn;
@@ -75,19 +76,38 @@ std::vector<EpochStats> train_fashion_mnist(const TrainConfig& cfg,
     NDArray loss_sum, correct_sum;
     int64_t seen = 0, done = 0;
     for (const data::Batch& b : train_loader) {
-      NDArray l, logits;
+      // Data parallel: under mpirun each process takes its share of the batch
+      // (the loaders shuffle alike); then one shard per device (one device:
+      // the batch itself). Gradients are summed over all shards of all
+      // processes, so step rescales by the global batch size.
+      NDArray X = b.data, y = b.label;
+      if (group.size > 1) {
+        std::vector<int64_t> sizes = split_sizes(y.size(), group.size);
+        if (static_cast<int>(sizes.size()) < group.size) continue;  // fewer rows than processes: skipped
+        int64_t begin = 0;
+        for (int r = 0; r < group.rank; ++r) begin += sizes[static_cast<size_t>(r)];
+        X = nd::slice_axis(X, 0, begin, begin + sizes[static_cast<size_t>(group.rank)]);
+        y = nd::slice_axis(y, 0, begin, begin + sizes[static_cast<size_t>(group.rank)]);
+      }
+      auto [xs, ys] = split_batch(X, y, cfg.devices);
+      std::vector<NDArray> ls(xs.size()), logits(xs.size());
       {
         autograd::Record record;
-        logits = net(b.data);
-        l = loss_fn(logits, b.label);
+        for (size_t i = 0; i < xs.size(); ++i) {
+          logits[i] = net(xs[i]);
+          ls[i] = loss_fn(logits[i], ys[i]);
+        }
       }
-      autograd::backward({l});
-      trainer.step(b.label.size());
-      // Running sums stay on the device; nothing here waits for the engine.
-      NDArray ls = nd::sum(l.detach()), cs = correct(logits.detach(), b.label);
-      loss_sum = loss_sum.is_none() ? ls : loss_sum + ls;
-      correct_sum = correct_sum.is_none() ? cs : correct_sum + cs;
-      seen += b.label.size();
+      autograd::backward(ls);
+      trainer.step(b.label.size());  // rescaled by the global batch size
+      // Running sums stay on the devices; nothing here waits for the engine.
+      for (size_t i = 0; i < xs.size(); ++i) {
+        auto to_dev = [dev](const NDArray& x) { return x.device() == dev ? x : x.copy_to(dev); };
+        NDArray lsum = to_dev(nd::sum(ls[i].detach())), csum = to_dev(correct(logits[i].detach(), ys[i]));
+        loss_sum = loss_sum.is_none() ? lsum : loss_sum + lsum;
+        correct_sum = correct_sum.is_none() ? csum : correct_sum + csum;
+      }
+      seen += y.size();
       if (progress) progress(++done, batches);
     }
     EpochStats s;

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <memory>
 
+#include "frontend/kvstore.h"
 #include "ir/device.h"
 #include "models/fashion_mnist_job.h"
 
@@ -38,7 +39,7 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--lr", cfg->lr, "SGD learning rate")->capture_default_str();
   cmd->add_option("--momentum", cfg->momentum, "SGD momentum")->capture_default_str();
   cmd->add_option("--wd", cfg->wd, "Weight decay")->capture_default_str();
-  cmd->add_option("--devices", *devices, "Comma-separated devices, e.g. cpu:0")->capture_default_str();
+  cmd->add_option("--devices", *devices, "Comma-separated devices (several: data parallel)")->capture_default_str();
   cmd->add_option("--seed", cfg->seed, "Seed for initialization and shuffling")->capture_default_str();
   cmd->add_option("--data", cfg->data_dir, "Directory with the Fashion-MNIST IDX files");
   cmd->add_option("--train-limit", cfg->train_limit, "Train on the first N images only");
@@ -56,8 +57,13 @@ void add_train_command(CLI::App& app) {
     }
     bool tty = isatty(STDERR_FILENO) != 0;
     int epoch = 1;
-    std::printf("training %s on Fashion-MNIST: %d epochs, batch %lld, lr %g, %s\n", cfg->model.c_str(), cfg->epochs,
-                static_cast<long long>(cfg->batch_size), cfg->lr, devices->c_str());
+    // Under `mpirun -np N` only rank 0 prints (figures are that process's share).
+    const kv::ProcessGroup group = kv::launched_process_group();
+    if (group.rank != 0 && std::freopen("/dev/null", "w", stdout) == nullptr) return;
+    if (group.rank != 0) tty = false;
+    std::printf("training %s on Fashion-MNIST: %d epochs, batch %lld, lr %g, %s%s\n", cfg->model.c_str(), cfg->epochs,
+                static_cast<long long>(cfg->batch_size), cfg->lr, devices->c_str(),
+                group.size > 1 ? fmt::format(" x {} processes (dist_sync)", group.size).c_str() : "");
     std::printf("%5s %8s %9s %8s %8s %10s\n", "epoch", "loss", "train acc", "test acc", "sec", "img/s");
     std::fflush(stdout);
     models::train_fashion_mnist(

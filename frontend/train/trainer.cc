@@ -1,48 +1,141 @@
 #include "frontend/train/trainer.h"
 
-#include "frontend/nd_elemwise.h"
+#include <algorithm>
+
+#include "frontend/autograd_tape.h"
 
 namespace kiln {
 
-Trainer::Trainer(nn::ParameterDict params, std::shared_ptr<optim::Optimizer> optimizer)
-    : params_(std::move(params)), optimizer_(std::move(optimizer)) {
+Trainer::Trainer(nn::ParameterDict params, std::shared_ptr<optim::Optimizer> optimizer, std::string kvstore)
+    : params_(std::move(params)), optimizer_(std::move(optimizer)), kvstore_type_(std::move(kvstore)) {
   KILN_CHECK(optimizer_ != nullptr, ValueError, "Trainer: no optimizer given");
+  if (kvstore_type_ != "auto" && kvstore_type_ != "none") kv::KVStore::create(kvstore_type_);  // reject bad names now
 }
 
-void Trainer::allreduce_grads() {
+// ---- data parallelism: the KVStore and fresh gradients
+
+void Trainer::init_kvstore() {
+  if (kvstore_ready_) return;
+  kvstore_ready_ = true;
+  size_t max_devices = 0;
+  bool gpus = false;
   for (const auto& [name, p] : params_) {
-    if (p.grad_req() == GradReq::kNull) continue;
-    KILN_CHECK(p.is_initialized(), ValueError,
-               "Trainer: parameter '{}' is not initialized; call initialize() and run a forward pass first", name);
-    std::vector<NDArray> grads = p.list_grad();
-    if (grads.size() < 2) continue;
-    Device home = grads[0].device();
-    NDArray sum = grads[0].copy();
-    for (size_t i = 1; i < grads.size(); ++i) sum += grads[i].copy_to(home);
-    for (NDArray& g : grads) g.assign(sum);
+    if (p.grad_req() == GradReq::kNull || !p.is_initialized()) continue;
+    max_devices = std::max(max_devices, p.list_devices().size());
+    for (Device d : p.list_devices()) gpus |= !d.is_cpu();
   }
-}
-
-void Trainer::update(int64_t batch_size) {
-  KILN_CHECK(batch_size >= 1, ValueError, "Trainer::step: batch_size must be >= 1, got {}", batch_size);
-  optimizer_->begin_step();
-  double rescale = 1.0 / static_cast<double>(batch_size);
-  int64_t index = 0;
-  for (const auto& [name, p] : params_) {
-    ++index;
-    if (p.grad_req() == GradReq::kNull) continue;
-    std::vector<NDArray> data = p.list_data(), grads = p.list_grad();
-    for (size_t d = 0; d < data.size(); ++d) {
-      // One optimizer state per parameter copy.
-      optimizer_->update(index * kMaxDevicesPerKind * kNumDeviceKinds + static_cast<int64_t>(d), data[d], grads[d],
-                         rescale);
+  std::string type = kvstore_type_;
+  if (type == "auto") {
+    type = kv::launched_under_mpi() ? "dist_sync" : max_devices < 2 ? "none" : gpus ? "nccl" : "device";
+  }
+  if (type != "none") kvstore_ = kv::KVStore::create(type);
+  if (kvstore_ && kvstore_->num_workers() > 1) {
+    // Every process starts from rank 0's values.
+    for (const auto& [name, p] : params_) {
+      if (p.grad_req() == GradReq::kNull || !p.is_initialized()) continue;
+      std::vector<NDArray> data = p.list_data();
+      kvstore_->broadcast(name, data[0], data);
     }
   }
 }
 
-void Trainer::step(int64_t batch_size) {
-  allreduce_grads();
-  update(batch_size);
+std::vector<std::vector<size_t>> Trainer::take_fresh(bool ignore_stale_grad) {
+  std::vector<std::vector<size_t>> fresh;
+  std::vector<std::string> stale;
+  for (const auto& [name, p] : params_) {
+    fresh.emplace_back();
+    if (p.grad_req() == GradReq::kNull) continue;
+    KILN_CHECK(p.is_initialized(), ValueError,
+               "Trainer: parameter '{}' is not initialized; call initialize() and run a forward pass first", name);
+    std::vector<NDArray> data = p.list_data();
+    for (size_t d = 0; d < data.size(); ++d) {
+      const auto& leaf = data[d].ag_node();
+      if (leaf && leaf->fresh_grad) fresh.back().push_back(d);
+    }
+    if (fresh.back().empty()) stale.push_back(name);
+  }
+  if (!stale.empty() && !ignore_stale_grad) {
+    std::string names;
+    for (const std::string& n : stale) names += (names.empty() ? "'" : ", '") + n + "'";
+    throw ValueError(fmt::format(
+        "Trainer::step: {} parameter(s) received no gradient from backward since the last step: {}. They did not take "
+        "part in the recorded forward pass (an unused layer or branch?). Set their grad_req to null, or pass "
+        "ignore_stale_grad = true to skip them",
+        stale.size(), names));
+  }
+  for (const auto& [name, p] : params_) {  // consumed
+    if (p.grad_req() == GradReq::kNull) continue;
+    for (const NDArray& a : p.list_data()) {
+      if (a.ag_node()) a.ag_node()->fresh_grad = false;
+    }
+  }
+  return fresh;
+}
+
+void Trainer::reduce_grads(bool ignore_stale_grad, bool to_every_copy) {
+  init_kvstore();
+  fresh_ = take_fresh(ignore_stale_grad);
+  have_fresh_ = true;
+  primary_.resize(params_.size(), 0);
+  if (!kvstore_) return;
+  int index = 0;
+  for (const auto& [name, p] : params_) {
+    const std::vector<size_t>& fresh = fresh_[static_cast<size_t>(index)];
+    ++index;
+    if (p.grad_req() == GradReq::kNull || fresh.empty()) continue;
+    std::vector<NDArray> grads = p.list_grad();
+    if (grads.size() < 2 && kvstore_->num_workers() == 1) continue;
+    if (!kvstore_->has_key(name)) kvstore_->init(name, grads[fresh[0]]);
+    std::vector<NDArray> values;
+    for (size_t d : fresh) values.push_back(grads[d]);
+    // Later parameters' gradients are written first by backward: reduce them first.
+    kvstore_->push(name, values, index);
+    // The primary copy: the one on the key's home device (no copy needed), else the first.
+    size_t& primary = primary_[static_cast<size_t>(index - 1)];
+    primary = 0;
+    for (size_t d = 0; d < grads.size(); ++d) {
+      if (grads[d].device() == kvstore_->home(name)) primary = d;
+    }
+    kvstore_->pull(name, to_every_copy ? grads : std::vector<NDArray>{grads[primary]}, index);
+  }
+}
+
+void Trainer::allreduce_grads(bool ignore_stale_grad) { reduce_grads(ignore_stale_grad, true); }
+
+void Trainer::update(int64_t batch_size, bool ignore_stale_grad) {
+  KILN_CHECK(batch_size >= 1, ValueError, "Trainer::step: batch_size must be >= 1, got {}", batch_size);
+  if (!have_fresh_) fresh_ = take_fresh(ignore_stale_grad);
+  have_fresh_ = false;
+  primary_.resize(params_.size(), 0);
+  optimizer_->begin_step();
+  double rescale = 1.0 / static_cast<double>(batch_size);
+  int64_t index = 0;
+  for (const auto& [name, p] : params_) {
+    const std::vector<size_t>& fresh = fresh_[static_cast<size_t>(index)];
+    size_t primary = primary_[static_cast<size_t>(index)];
+    ++index;
+    if (p.grad_req() == GradReq::kNull || fresh.empty()) continue;
+    std::vector<NDArray> data = p.list_data(), grads = p.list_grad();
+    // One optimizer state per parameter copy.
+    auto key = [&](size_t d) { return index * kMaxDevicesPerKind * kNumDeviceKinds + static_cast<int64_t>(d); };
+    if (kvstore_ != nullptr && (data.size() > 1 || kvstore_->num_workers() > 1)) {
+      // Aggregated: the primary copy holds the sum. Update it once and copy the
+      // new values to the other copies (measured faster than updating every
+      // copy: bench dp_update).
+      optimizer_->update(key(primary), data[primary], grads[primary], rescale);
+      for (size_t d = 0; d < data.size(); ++d) {
+        if (d != primary) kv::detail::copy_async(data[primary], data[d], static_cast<int>(index));
+      }
+      continue;
+    }
+    // Not aggregated: each fresh copy follows its own gradient.
+    for (size_t d : fresh) optimizer_->update(key(d), data[d], grads[d], rescale);
+  }
+}
+
+void Trainer::step(int64_t batch_size, bool ignore_stale_grad) {
+  reduce_grads(ignore_stale_grad, false);
+  update(batch_size, ignore_stale_grad);
 }
 
 }  // namespace kiln

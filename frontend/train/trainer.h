@@ -5,16 +5,38 @@
 //   autograd::backward({loss});
 //   trainer.step(batch_size);   // gradients are rescaled by 1/batch_size
 //
-// `step` first aggregates each parameter's gradients over the devices it
-// lives on (sum, then every copy receives the sum), then updates every copy
-// with one fused kernel per copy. Everything is queued on the engine; step
-// returns at once. Parameters with grad_req null are skipped.
-// (The data-parallel issue replaces the aggregation with a KVStore.)
+// `step` first sums each parameter's gradients over the devices it lives on
+// through a KVStore (frontend/kvstore.h) into its primary copy's gradient
+// (the copy on the key's home device), then updates that copy with one fused
+// kernel and copies the new values to the other copies, so the copies stay
+// equal. (Updating every copy with the summed gradient was measured slower:
+// `kiln bench dp_update`.) `allreduce_grads` alone writes the sum into every
+// copy's gradient. Everything is queued on the engine; step returns at once, and a
+// parameter's reduction starts as soon as backward has written its gradients
+// (later parameters, whose gradients backward writes first, get the higher
+// priority). Parameters with grad_req null are skipped.
+//
+// kvstore: "auto" picks dist_sync when launched by mpirun with several
+// processes, else none for parameters on one device, "nccl" for several
+// with GPUs among them, "device" for several CPU devices; or name a type ("local", "device", ...), or "none" (no
+// aggregation: each copy is updated with its own gradient, as Gluon does
+// without a kvstore). The store is created at the first step, when the
+// parameters' devices are known; with several processes (dist_sync) every
+// process then takes rank 0's parameter values, and step's batch_size is the
+// global batch (summed over the processes).
+//
+// Stale gradients: a copy whose gradient backward has not written since the
+// previous step (its device got no shard of the batch, see split_and_load) is
+// left out of the sum and receives the others' sum. A parameter with no fresh
+// gradient on any device makes step throw ValueError naming every such
+// parameter, before anything is queued, unless ignore_stale_grad is set (then
+// those parameters are not updated).
 #pragma once
 
 #include <memory>
 #include <string>
 
+#include "frontend/kvstore.h"
 #include "frontend/nn/parameter.h"
 #include "frontend/train/optimizer.h"
 
@@ -22,15 +44,18 @@ namespace kiln {
 
 class Trainer {
  public:
-  Trainer(nn::ParameterDict params, std::shared_ptr<optim::Optimizer> optimizer);
+  Trainer(nn::ParameterDict params, std::shared_ptr<optim::Optimizer> optimizer, std::string kvstore = "auto");
   template <typename O, typename = std::enable_if_t<std::is_base_of_v<optim::Optimizer, O>>>
-  Trainer(nn::ParameterDict params, O optimizer)
-      : Trainer(std::move(params), std::make_shared<O>(std::move(optimizer))) {}
+  Trainer(nn::ParameterDict params, O optimizer, std::string kvstore = "auto")
+      : Trainer(std::move(params), std::make_shared<O>(std::move(optimizer)), std::move(kvstore)) {}
 
-  void step(int64_t batch_size);
+  void step(int64_t batch_size, bool ignore_stale_grad = false);
   // The two halves of step, for users who modify gradients in between.
-  void allreduce_grads();
-  void update(int64_t batch_size);
+  void allreduce_grads(bool ignore_stale_grad = false);
+  void update(int64_t batch_size, bool ignore_stale_grad = false);
+
+  // The store in use: null before the first step and for "none".
+  kv::KVStore* kvstore() const { return kvstore_.get(); }
 
   optim::Optimizer& optimizer() { return *optimizer_; }
   double learning_rate() const { return optimizer_->learning_rate(); }
@@ -41,8 +66,22 @@ class Trainer {
   void load_states(const std::string& path) { optimizer_->load_states(path); }
 
  private:
+  // Data parallelism: the store and which copies hold fresh gradients.
+  void init_kvstore();
+  // Sums the fresh gradients into the primary copy (to_every_copy: into all).
+  void reduce_grads(bool ignore_stale_grad, bool to_every_copy);
+  // Per parameter (in params_ order), the indices of its fresh copies; throws
+  // for parameters without any unless ignore_stale_grad. Clears the flags.
+  std::vector<std::vector<size_t>> take_fresh(bool ignore_stale_grad);
+
   nn::ParameterDict params_;
   std::shared_ptr<optim::Optimizer> optimizer_;
+  std::string kvstore_type_;
+  bool kvstore_ready_ = false;
+  std::unique_ptr<kv::KVStore> kvstore_;
+  std::vector<std::vector<size_t>> fresh_;  // from allreduce_grads, for update
+  bool have_fresh_ = false;
+  std::vector<size_t> primary_;  // per parameter: the copy that holds the sum and is updated
 };
 
 }  // namespace kiln

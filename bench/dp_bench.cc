@@ -1,0 +1,209 @@
+// Data-parallel benchmarks: gradient allreduce through the KVStore, and
+// LeNet training on two CPU devices against one (the d2l multi-GPU chapter
+// in numbers, with cpu(i) standing in for GPUs).
+#include <cstring>
+
+#include "bench/bench.h"
+#include "frontend/autograd.h"
+#include "frontend/kvstore.h"
+#include "frontend/nd.h"
+#include "frontend/split.h"
+#include "frontend/train/loss.h"
+#include "frontend/train/trainer.h"
+#include "models/zoo.h"
+#include "runtime/engine.h"
+#include "runtime/storage.h"
+
+namespace kiln::bench {
+
+namespace {
+
+const Device kCpu0 = Device::cpu(0), kCpu1 = Device::cpu(1);
+
+// ResNet-18's gradients (d2l's, 10 classes: about 11.2 M floats over 62
+// arrays) on cpu(0) and cpu(1), summed by a `type` store, every copy
+// receiving the sum (Trainer::allreduce_grads's work). Each device gets one
+// intra-op thread. Milliseconds, best of `repeat` after a warm-up.
+double allreduce_ms(const Options& options, const std::string& type, int64_t* floats) {
+  CpuThreadsGuard guard({kCpu0, kCpu1}, 1);
+  auto net = models::resnet18(10);
+  net.initialize(init::Xavier(), {kCpu0, kCpu1});
+  net(nd::zeros({1, 1, 28, 28}));  // completes the deferred shapes
+  std::vector<std::pair<std::string, std::vector<NDArray>>> grads;
+  *floats = 0;
+  for (const auto& [name, p] : net.collect_params()) {
+    if (p.grad_req() == GradReq::kNull) continue;
+    grads.emplace_back(name, p.list_grad());
+    for (NDArray& g : grads.back().second) g.assign(1.0);
+    *floats += p.data(kCpu0).size();
+  }
+  auto kv = kv::KVStore::create(type);
+  for (auto& [name, g] : grads) kv->init(name, g[0]);
+  auto run = [&] {
+    engine::wait_all();
+    auto start = Clock::now();
+    int priority = 0;
+    for (auto& [name, g] : grads) kv->pushpull(name, g, g, priority++);
+    engine::wait_all();
+    return seconds_since(start);
+  };
+  run();  // warm-up: staging buffers in the pools, homes of the keys
+  return best_of(options.repeat, run) * 1e3;
+}
+
+// Trainer's choice, measured: after the gradient sum, (a) every device
+// updates its own copy (pushpull into every gradient, one SGD kernel per
+// copy: what Trainer does), or (b) the key's home device updates once and
+// the new weights are broadcast to the other copies. ResNet-18 on cpu(0) and
+// cpu(1), one intra-op thread each; milliseconds, best of `repeat`.
+std::pair<double, double> update_strategies_ms(const Options& options) {
+  CpuThreadsGuard guard({kCpu0, kCpu1}, 1);
+  auto net = models::resnet18(10);
+  net.initialize(init::Xavier(), {kCpu0, kCpu1});
+  net(nd::zeros({1, 1, 28, 28}));
+  struct Item {
+    std::string name;
+    std::vector<NDArray> weights, grads;
+  };
+  std::vector<Item> items;
+  for (const auto& [name, p] : net.collect_params()) {
+    if (p.grad_req() == GradReq::kNull) continue;
+    items.push_back({name, p.list_data(), p.list_grad()});
+    for (NDArray& g : items.back().grads) g.assign(1e-3);
+  }
+  optim::SGD sgd({.lr = 0.01, .momentum = 0.9});
+  auto every = kv::KVStore::create("device");
+  auto once = kv::KVStore::create("device");
+  for (auto& it : items) {
+    every->init(it.name, it.grads[0]);
+    once->init(it.name, it.grads[0]);
+  }
+  auto time_it = [&](auto&& body) {
+    auto run = [&] {
+      engine::wait_all();
+      auto start = Clock::now();
+      sgd.begin_step();
+      body();
+      engine::wait_all();
+      return seconds_since(start);
+    };
+    run();
+    return best_of(options.repeat, run) * 1e3;
+  };
+  double every_ms = time_it([&] {
+    int k = 0;
+    for (auto& it : items) {
+      every->pushpull(it.name, it.grads, it.grads, k);
+      for (size_t d = 0; d < it.weights.size(); ++d)
+        sgd.update(k * 2 + static_cast<int>(d), it.weights[d], it.grads[d], 1.0);
+      ++k;
+    }
+  });
+  double once_ms = time_it([&] {
+    int k = 0;
+    for (auto& it : items) {
+      once->push(it.name, it.grads, k);
+      size_t h = once->home(it.name) == it.weights[0].device() ? 0 : 1;
+      once->pull(it.name, {it.grads[h]}, k);
+      sgd.update(1000 + k, it.weights[h], it.grads[h], 1.0);
+      for (size_t d = 0; d < it.weights.size(); ++d) {  // the new weights, straight to the other copies
+        if (d != h) kv::detail::copy_async(it.weights[h], it.weights[d], k);
+      }
+      ++k;
+    }
+  });
+  return {every_ms, once_ms};
+}
+
+// One memcpy of `bytes` between two buffers (the ceiling for moving data).
+double memcpy_seconds(const Options& options, size_t bytes) {
+  std::vector<char> a(bytes, 1), b(bytes, 0);
+  std::memcpy(b.data(), a.data(), bytes);  // warm-up: pages touched
+  return best_of(options.repeat, [&] {
+    auto start = Clock::now();
+    std::memcpy(b.data(), a.data(), bytes);
+    double s = seconds_since(start);
+    if (b[bytes / 2] != 1) s = 1e9;  // keeps the copy alive
+    return s;
+  });
+}
+
+std::vector<Figure> bench_allreduce(const Options& options) {
+  int64_t floats = 0;
+  double device_ms = allreduce_ms(options, "device", &floats);
+  double local_ms = allreduce_ms(options, "local", &floats);
+  double bytes = static_cast<double>(floats) * 4;
+  double memcpy_gbps = bytes / memcpy_seconds(options, static_cast<size_t>(bytes)) / 1e9;
+  // Algorithm bandwidth (NCCL's algbw): the gradient bytes over the time.
+  double algbw = bytes / (device_ms / 1e3) / 1e9;
+  return {{"allreduce_resnet18_floats_m", static_cast<double>(floats) / 1e6, "M"},
+          {"allreduce_resnet18_grads_ms", device_ms, "ms"},
+          {"allreduce_resnet18_grads_local_ms", local_ms, "ms"},
+          {"allreduce_resnet18_algbw_gbps", algbw, "GB/s"},
+          {"memcpy_gbps", memcpy_gbps, "GB/s"},
+          {"allreduce_resnet18_vs_memcpy", algbw / memcpy_gbps, "x"}};
+}
+
+// LeNet training images/s with global batch 256 over `devices`, one intra-op
+// thread per device; synthetic data already on cpu(0) (the data loader is not
+// measured). Best of `repeat` runs of kSteps steps after warm-up steps.
+double lenet_images_per_s(const Options& options, const std::vector<Device>& devices) {
+  constexpr int64_t kBatch = 256;
+  constexpr int kSteps = 10;
+  CpuThreadsGuard guard({kCpu0, kCpu1}, 1);
+  nd::random::seed(0);
+  auto net = models::lenet();
+  net.initialize(init::Xavier(), devices);
+  net.hybridize();
+  Trainer trainer(net.collect_params(), optim::SGD({.lr = 0.05}));
+  loss::SoftmaxCrossEntropy loss_fn;
+  NDArray X = nd::random::normal({kBatch, 1, 28, 28});
+  std::vector<float> labels(kBatch);
+  for (int64_t i = 0; i < kBatch; ++i) labels[static_cast<size_t>(i)] = static_cast<float>(i % 10);
+  NDArray y = nd::array(labels);
+  auto step = [&] {
+    auto [xs, ys] = split_batch(X, y, devices);
+    std::vector<NDArray> losses;
+    {
+      autograd::Record record;
+      for (size_t i = 0; i < xs.size(); ++i) losses.push_back(loss_fn(net(xs[i]), ys[i]));
+    }
+    autograd::backward(losses);
+    trainer.step(kBatch);
+  };
+  for (int i = 0; i < 3; ++i) step();  // warm-up: shapes, traces, pools
+  double s = best_of(options.repeat, [&] {
+    engine::wait_all();
+    auto start = Clock::now();
+    for (int i = 0; i < kSteps; ++i) step();
+    engine::wait_all();
+    return seconds_since(start);
+  });
+  return static_cast<double>(kBatch * kSteps) / s;
+}
+
+std::vector<Figure> bench_dp_lenet(const Options& options) {
+  double one = lenet_images_per_s(options, {kCpu0});
+  double two = lenet_images_per_s(options, {kCpu0, kCpu1});
+  return {{"dp1_lenet_images_per_s", one, "img/s"},
+          {"dp2_lenet_images_per_s", two, "img/s"},
+          {"dp2_speedup_lenet", two / one, "x"}};
+}
+
+std::vector<Figure> bench_update_strategies(const Options& options) {
+  auto [every, once] = update_strategies_ms(options);
+  return {{"dp_update_every_copy_ms", every, "ms"}, {"dp_update_once_broadcast_ms", once, "ms"}};
+}
+
+}  // namespace
+
+void register_dp_benchmarks() {
+  add({"dp_update", {"dp_update_every_copy_ms", "dp_update_once_broadcast_ms"}, &bench_update_strategies});
+  add({"allreduce",
+       {"allreduce_resnet18_floats_m", "allreduce_resnet18_grads_ms", "allreduce_resnet18_grads_local_ms",
+        "allreduce_resnet18_algbw_gbps", "memcpy_gbps", "allreduce_resnet18_vs_memcpy"},
+       &bench_allreduce});
+  add({"dp_lenet", {"dp1_lenet_images_per_s", "dp2_lenet_images_per_s", "dp2_speedup_lenet"}, &bench_dp_lenet});
+}
+
+}  // namespace kiln::bench
