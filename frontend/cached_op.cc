@@ -85,6 +85,13 @@ std::shared_ptr<const trace::TracedGraph> CachedOp::last_graph() const {
   return entries_.empty() ? nullptr : entries_.front()->traced;
 }
 
+std::shared_ptr<const trace::TracedGraph> CachedOp::graph_for_export() const {
+  std::lock_guard lock(mutex_);
+  for (const auto& e : entries_)
+    if (!e->key.train) return e->traced;
+  return entries_.empty() ? nullptr : entries_.front()->traced;
+}
+
 std::string CachedOp::explain(const Key& before, const Key& after) {
   std::vector<std::string> changes;
   if (before.inputs.size() != after.inputs.size())

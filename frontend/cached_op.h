@@ -63,6 +63,9 @@ class CachedOp {
   // The graph of the most recently used entry (null before the first call),
   // as optimized.
   std::shared_ptr<const trace::TracedGraph> last_graph() const;
+  // The graph export writes: the most recently used predict-mode entry's,
+  // else the most recently used one's (null before the first call).
+  std::shared_ptr<const trace::TracedGraph> graph_for_export() const;
   // What the optimization pipeline did to the last traced graph, one line
   // per pass (passes::PassContext::report).
   std::string pass_report() const;

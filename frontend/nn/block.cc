@@ -11,6 +11,7 @@
 #include <fmt/ranges.h>
 
 #include "frontend/cached_op.h"
+#include "frontend/nn/export.h"
 #include "frontend/trace.h"
 
 namespace kiln::nn {
@@ -265,6 +266,23 @@ void HybridBlock::hybridize(bool active) {
 bool HybridBlock::is_hybridized() const { return state().hybridized; }
 
 const CachedOp* HybridBlock::cached_op() const { return state().cached_op.get(); }
+
+std::pair<std::string, std::string> HybridBlock::export_model(const std::string& prefix, int epoch) const {
+  const CachedOp* op = state().cached_op.get();
+  std::shared_ptr<const trace::TracedGraph> t = op ? op->graph_for_export() : nullptr;
+  KILN_CHECK(t != nullptr, ValueError,
+             "{}: export_model needs a traced graph: call hybridize() and run the block once first (as Gluon's "
+             "export does)",
+             display_name());
+  ArrayMap values;
+  for (const auto& [id, p] : t->params) values.emplace(t->graph.node(id).name, p.data(t->device));
+  try {
+    return export_graph(prefix, epoch, t->graph, values);
+  } catch (Error& e) {
+    e.add_context(fmt::format("{}: export_model('{}')", display_name(), prefix));
+    throw;
+  }
+}
 
 std::ostream& operator<<(std::ostream& os, const Block& b) { return os << b.to_string(); }
 

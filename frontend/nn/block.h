@@ -203,6 +203,13 @@ class HybridBlock : public Block {
   bool is_hybridized() const;
   // The compiled forms (null until the first hybridized call).
   const CachedOp* cached_op() const;
+
+  // Gluon's export: writes PREFIX-symbol.json (MXNet's symbol JSON of the
+  // traced graph, predict mode preferred) and PREFIX-EPOCH.params (arg:/aux:
+  // names, as MXNet writes them), atomically; returns the two paths. Needs a
+  // hybridized call first (ValueError otherwise). SymbolBlock::imports and
+  // MXNet load the pair; load_parameters reads the params file back.
+  virtual std::pair<std::string, std::string> export_model(const std::string& prefix, int epoch = 0) const;
 };
 
 std::ostream& operator<<(std::ostream& os, const Block& b);

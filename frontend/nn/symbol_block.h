@@ -64,7 +64,7 @@ class SymbolBlock : public HybridBlock {
 
   // Writes PREFIX-symbol.json (the symbol as imported, canonical op names)
   // and PREFIX-EPOCH.params with arg:/aux: names; returns the two paths.
-  std::pair<std::string, std::string> export_model(const std::string& prefix, int epoch = 0) const;
+  std::pair<std::string, std::string> export_model(const std::string& prefix, int epoch = 0) const override;
 
   std::string to_string() const override;
 

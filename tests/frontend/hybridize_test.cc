@@ -1,6 +1,7 @@
 // hybridize(): tracing, the CachedOp, and imperative vs compiled agreement.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <thread>
 #include <vector>
 
@@ -9,6 +10,7 @@
 #include "frontend/cached_op.h"
 #include "frontend/graph_executor.h"
 #include "frontend/kiln.h"
+#include "frontend/nn/symbol_block.h"
 #include "frontend/trace.h"
 #include "models/zoo.h"
 
@@ -421,6 +423,19 @@ TEST_P(ZooHybridize, ForwardAndGradientsAgree) {
   ASSERT_EQ(imperative.size(), hybrid.size());
   for (size_t i = 0; i < hybrid.size(); ++i)
     expect_close(hybrid[i], imperative[i], 1e-5, name + (i == 0 ? " output" : " gradient " + std::to_string(i)));
+
+  // Exported, then imported without the model's code: the same predictions,
+  // and load_parameters reads the exported params back.
+  restore();
+  NDArray predicted = net(x);
+  std::string prefix = testing::TempDir() + "kiln_zoo_" + name;
+  auto [json, params] = net.export_model(prefix);
+  auto imported = nn::SymbolBlock::imports(json, {"data"}, params);
+  expect_close(imported(x), predicted, 1e-5, name + " exported and imported");
+  net.load_parameters(params);
+  expect_close(net(x), predicted, 0, name + " load_parameters of the export");
+  std::filesystem::remove(json);
+  std::filesystem::remove(params);
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, ZooHybridize,
