@@ -8,6 +8,7 @@
 #include "frontend/autograd.h"
 #include "frontend/autograd_tape.h"
 #include "frontend/cached_op.h"
+#include "frontend/check_hybridize.h"
 #include "frontend/graph_executor.h"
 #include "frontend/kiln.h"
 #include "frontend/nn/symbol_block.h"
@@ -339,6 +340,39 @@ TEST(Hybridize, CompiledDropoutGradientUsesTheCallsMask) {
   }
 }
 
+struct CountsCalls : nn::HybridBlock {  // C++ state the trace freezes
+  std::shared_ptr<int> calls = std::make_shared<int>(0);
+  NDArray forward(const NDArray& x) override { return x * static_cast<double>(++*calls); }
+};
+
+TEST(Hybridize, CheckHybridizeAgreesOnModelsAndNamesWhatDiffers) {
+  nd::random::seed(9);
+  auto net = models::lenet();
+  net.initialize(init::Xavier());
+  NDArray x = nd::random::normal({2, 1, 28, 28});
+  EXPECT_EQ(check_hybridize(net, {&x, 1}), std::nullopt);
+
+  CountsCalls counter;
+  NDArray y = nd::ones({3});
+  auto report = check_hybridize(counter, {&y, 1});
+  ASSERT_TRUE(report.has_value());
+  EXPECT_CONTAINS(*report, "output 0");
+  EXPECT_CONTAINS(*report, "imperative 2");
+
+  // The node-by-node comparison names the first differing node.
+  ir::Graph g;
+  ir::Entry in = g.add_input("data", {Shape{2}, DType::kFloat32});
+  ir::Entry a = g.add_op(OpId::kRelu, {}, {&in, 1}, "first")[0];
+  g.add_op(OpId::kExp, {}, {&a, 1}, "second");
+  std::vector<NDArray> good{nd::ones({2}), nd::ones({2}), nd::ones({2})};
+  std::vector<NDArray> bad{nd::ones({2}), nd::ones({2}), nd::array(std::vector<float>{1.f, 1.5f})};
+  EXPECT_EQ(first_mismatch(g, good, good, 1e-6), std::nullopt);
+  auto m = first_mismatch(g, bad, good, 1e-6);
+  ASSERT_TRUE(m.has_value());
+  EXPECT_CONTAINS(*m, "node 'second' (exp) output 0");
+  EXPECT_CONTAINS(*m, "at [1]");
+}
+
 struct TwoOutputs : nn::HybridBlock {
   std::vector<NDArray> forward(std::span<const NDArray> xs) override {
     NDArray a = nd::relu(xs[0] + xs[1]);
@@ -411,6 +445,7 @@ TEST_P(ZooHybridize, ForwardAndGradientsAgree) {
   };
   // Train-mode BatchNorm updates running statistics: restore them between runs.
   net(x).wait_to_read();  // completes deferred shapes
+  EXPECT_EQ(check_hybridize(net, {&x, 1}), std::nullopt);  // node by node, predict mode
   std::vector<NDArray> saved;
   for (auto& [pname, p] : net.collect_params()) saved.push_back(p.data().copy());
   auto restore = [&] {
