@@ -48,10 +48,12 @@ void remap(trace::TracedGraph& t, const ir::Graph& before) {
 
 // The optimization pipeline every traced graph goes through before it runs.
 // KILN_DUMP_GRAPHS=dir writes the graph after each pass.
-constexpr std::string_view kPipeline = "eliminate-common-expr,simplify-algebra,eliminate-dead-code";
+constexpr std::string_view kPipeline =
+    "eliminate-common-expr,simplify-algebra,fold-batch-norm,eliminate-dead-code";
 
-void CachedOp::optimize(trace::TracedGraph& traced, const std::string& what) {
+void CachedOp::optimize(trace::TracedGraph& traced, bool train_mode, const std::string& what) {
   passes::PassContext ctx;
+  ctx.options.train_mode = train_mode;
   ir::Graph before = traced.graph;
   try {
     traced.graph = passes::run_pipeline(before, kPipeline, ctx);
@@ -88,8 +90,8 @@ std::shared_ptr<const trace::TracedGraph> CachedOp::last_graph() const {
 std::shared_ptr<const trace::TracedGraph> CachedOp::graph_for_export() const {
   std::lock_guard lock(mutex_);
   for (const auto& e : entries_)
-    if (!e->key.train) return e->traced;
-  return entries_.empty() ? nullptr : entries_.front()->traced;
+    if (!e->key.train) return e->raw;
+  return entries_.empty() ? nullptr : entries_.front()->raw;
 }
 
 std::string CachedOp::explain(const Key& before, const Key& after) {
@@ -141,7 +143,8 @@ std::shared_ptr<const CachedOp::Entry> CachedOp::lookup(nn::Block& block, std::s
     std::vector<NDArray> outs = block.forward(std::span<const NDArray>(sym));
     traced = std::make_shared<trace::TracedGraph>(tracer.finish(outs));
   }
-  optimize(*traced, what);
+  auto raw = std::make_shared<const trace::TracedGraph>(*traced);
+  optimize(*traced, key.train, what);
   if (num_traces_ > 0 && !entries_.empty()) {
     std::string line = fmt::format("re-traced {}: {}", what, explain(entries_.front()->key, key));
     if (log_retraces()) std::fprintf(stderr, "kiln: %s\n", line.c_str());
@@ -151,6 +154,7 @@ std::shared_ptr<const CachedOp::Entry> CachedOp::lookup(nn::Block& block, std::s
   auto entry = std::make_shared<Entry>();
   entry->key = std::move(key);
   entry->traced = std::move(traced);
+  entry->raw = std::move(raw);
   entries_.push_front(entry);
   while (static_cast<int>(entries_.size()) > max_entries_) entries_.pop_back();
   return entry;

@@ -6,8 +6,8 @@
 // The key of an entry is (input shapes and dtypes, device, train/predict
 // mode). A miss traces the block's forward (frontend/trace.h) into a graph,
 // runs the optimization pipeline on it (common subexpressions, algebraic
-// simplification, dead code; KILN_DUMP_GRAPHS=dir dumps each step), and
-// stores it; the least recently
+// simplification, BatchNorm folding in predict mode, dead code;
+// KILN_DUMP_GRAPHS=dir dumps each step), and stores it; the least recently
 // used entry is dropped beyond `max_entries`. Every trace after the first is
 // counted and explained (which part of the key changed): `retrace_log()`, and
 // on stderr with KILN_LOG_RETRACE=1.
@@ -63,8 +63,9 @@ class CachedOp {
   // The graph of the most recently used entry (null before the first call),
   // as optimized.
   std::shared_ptr<const trace::TracedGraph> last_graph() const;
-  // The graph export writes: the most recently used predict-mode entry's,
-  // else the most recently used one's (null before the first call).
+  // The graph export writes, as traced (before optimization): the most
+  // recently used predict-mode entry's, else the most recently used one's
+  // (null before the first call).
   std::shared_ptr<const trace::TracedGraph> graph_for_export() const;
   // What the optimization pipeline did to the last traced graph, one line
   // per pass (passes::PassContext::report).
@@ -79,7 +80,8 @@ class CachedOp {
   };
   struct Entry {
     Key key;
-    std::shared_ptr<const trace::TracedGraph> traced;
+    std::shared_ptr<const trace::TracedGraph> traced;  // optimized
+    std::shared_ptr<const trace::TracedGraph> raw;     // as traced (what export writes)
     // Compiled on the first call that can use it (autograd not recording).
     mutable std::once_flag compile_once;
     mutable std::unique_ptr<GraphExecutor> executor;
@@ -91,7 +93,7 @@ class CachedOp {
 
   std::shared_ptr<const Entry> lookup(nn::Block& block, std::span<const NDArray> inputs, const std::string& what);
   static std::string explain(const Key& before, const Key& after);
-  void optimize(trace::TracedGraph& traced, const std::string& what);
+  void optimize(trace::TracedGraph& traced, bool train_mode, const std::string& what);
 
   int max_entries_;
   mutable std::mutex mutex_;

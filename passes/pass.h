@@ -71,6 +71,8 @@ struct PassOptions {
   DeadCodeOptions dead_code;
   GradientOptions gradient;
   InferShapeOptions infer_shape;
+  // The mode the graph will run in (fold-batch-norm folds only in predict mode).
+  bool train_mode = false;
   bool verify = true;    // ir::verify after each pass that changed the graph
   std::string dump_dir;  // empty: no dumps
 };

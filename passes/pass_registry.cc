@@ -10,6 +10,7 @@
 #include "passes/dot.h"
 #include "passes/eliminate_common_expr.h"
 #include "passes/eliminate_dead_code.h"
+#include "passes/fold_batch_norm.h"
 #include "passes/fold_constants.h"
 #include "passes/gradient.h"
 #include "passes/infer_shape.h"
