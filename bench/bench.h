@@ -55,6 +55,7 @@ bool selected(const Benchmark& benchmark, std::span<const std::string> prefixes)
 void register_engine_benchmarks();  // bench/engine_bench.cc
 void register_ops_benchmarks();     // bench/ops_bench.cc
 void register_memory_benchmarks();  // bench/memory_bench.cc
+void register_train_benchmarks();   // bench/train_bench.cc
 
 // ---- helpers
 
