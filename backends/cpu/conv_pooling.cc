@@ -251,15 +251,16 @@ void pool_forward_planes(const PoolProblem& p, const Windows2d& w, const float* 
             acc = is_max ? std::max(acc, xr[i]) : acc + xr[i];
           yr[o] = acc;
         }
-        // Full columns: window offset j is x[(o * sw - pad) + j].
+        // Full columns: output full_lo + o reads xs[o * sw + j], j < kw.
         if (full_hi > full_lo) {
-          const float* base = xr + w.w.begin[static_cast<size_t>(full_lo)] - full_lo * sw;
+          const float* xs = xr + w.w.begin[static_cast<size_t>(full_lo)];
+          float* ys = yr + full_lo;
+          const int64_t n = full_hi - full_lo;
           for (int64_t j = 0; j < kw; ++j) {
-            const float* xs = base + j;
             if (is_max) {
-              for (int64_t o = full_lo; o < full_hi; ++o) yr[o] = std::max(yr[o], xs[o * sw]);
+              for (int64_t o = 0; o < n; ++o) ys[o] = std::max(ys[o], xs[o * sw + j]);
             } else {
-              for (int64_t o = full_lo; o < full_hi; ++o) yr[o] += xs[o * sw];
+              for (int64_t o = 0; o < n; ++o) ys[o] += xs[o * sw + j];
             }
           }
         }
@@ -318,11 +319,11 @@ void pool_backward_planes(const PoolProblem& p, const Windows2d& w, const float*
             dr[i] += v[static_cast<size_t>(o)];
         }
         if (full_hi > full_lo) {
-          float* base = dr + w.w.begin[static_cast<size_t>(full_lo)] - full_lo * sw;
-          for (int64_t j = 0; j < kw; ++j) {
-            float* ds = base + j;
-            for (int64_t o = full_lo; o < full_hi; ++o) ds[o * sw] += v[static_cast<size_t>(o)];
-          }
+          float* ds = dr + w.w.begin[static_cast<size_t>(full_lo)];
+          const float* vs = v.data() + full_lo;
+          const int64_t n = full_hi - full_lo;
+          for (int64_t j = 0; j < kw; ++j)
+            for (int64_t o = 0; o < n; ++o) ds[o * sw + j] += vs[o];
         }
       }
     }
