@@ -4,6 +4,10 @@
 Usage:
     python3 bench/pytorch_compare.py [--kiln build/kiln] [--threads N]
                                      [--only PREFIX ...] [--skip-kiln] [--out FILE]
+                                     [--rounds N]
+
+    e.g. --only train infer: train_lenet_ips, train_resnet18_ips,
+    train_resnet18_peak_mb, infer_resnet18_ips.
 
 Debian's python3-torch is only importable by /usr/bin/python3 (a pyenv `python3`
 earlier on PATH will not see it), so run it as `/usr/bin/python3 bench/...`.
