@@ -19,6 +19,7 @@ const std::vector<Benchmark>& registry() {
     register_engine_benchmarks();
     register_ops_benchmarks();
     register_memory_benchmarks();
+    register_train_benchmarks();
     register_hybridize_benchmarks();
     return true;
   }();

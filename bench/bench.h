@@ -56,6 +56,7 @@ void register_dp_benchmarks();      // bench/dp_bench.cc
 void register_engine_benchmarks();  // bench/engine_bench.cc
 void register_ops_benchmarks();     // bench/ops_bench.cc
 void register_memory_benchmarks();  // bench/memory_bench.cc
+void register_train_benchmarks();   // bench/train_bench.cc
 void register_hybridize_benchmarks();  // bench/hybridize_bench.cc
 
 // ---- helpers

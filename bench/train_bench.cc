@@ -1,0 +1,124 @@
+// Training and inference throughput of the zoo's LeNet and ResNet-18 (d2l's
+// variant) on synthetic data of Fashion-MNIST's shape (batch 256, 1x28x28,
+// labels 0..9), so no dataset is needed. bench/pytorch_compare.py measures
+// the same models, batch and steps in PyTorch.
+//
+// A training step is what `kiln train` does per batch: forward under
+// autograd::Record, softmax cross-entropy, backward, Trainer::step (SGD).
+// Steps are timed from push to the last updated weight being ready, after
+// warm-up steps (oneDNN plans, the storage pool).
+#include <fstream>
+#include <string>
+
+#include "bench/bench.h"
+#include "frontend/autograd.h"
+#include "frontend/nd.h"
+#include "frontend/train/loss.h"
+#include "frontend/train/trainer.h"
+#include "models/zoo.h"
+#include "runtime/engine.h"
+
+namespace kiln::bench {
+
+namespace {
+
+constexpr int64_t kBatch = 256;
+
+struct Synthetic {
+  NDArray data, label;
+};
+
+Synthetic synthetic_batch() {
+  std::vector<float> labels(kBatch);
+  for (int64_t i = 0; i < kBatch; ++i) labels[static_cast<size_t>(i)] = static_cast<float>(i % 10);
+  Synthetic s{nd::random::uniform({kBatch, 1, 28, 28}), nd::array(labels)};
+  s.data.wait_to_read();
+  s.label.wait_to_read();
+  return s;
+}
+
+// A model, its trainer and one synthetic batch.
+struct Job {
+  nn::HybridSequential net;
+  Trainer trainer;
+  Synthetic batch = synthetic_batch();
+  loss::SoftmaxCrossEntropy loss_fn;
+
+  explicit Job(const std::string& model)
+      : net(init_net(model)), trainer(net.collect_params(), optim::SGD({.lr = 0.05})) {}
+
+  static nn::HybridSequential init_net(const std::string& model) {
+    nd::random::seed(0);
+    nn::HybridSequential net = models::make(model, 10);
+    net.initialize(init::Xavier(), {Device::cpu(0)});
+    return net;
+  }
+
+  // Pushes `steps` training steps and waits for the weights.
+  double train_seconds(int steps) {
+    engine::wait_all();
+    auto start = Clock::now();
+    for (int i = 0; i < steps; ++i) {
+      NDArray l;
+      {
+        autograd::Record record;
+        l = loss_fn(net(batch.data), batch.label);
+      }
+      autograd::backward({l});
+      trainer.step(kBatch);
+    }
+    engine::wait_all();
+    return seconds_since(start);
+  }
+
+  double infer_seconds(int steps) {
+    autograd::PredictMode predict;
+    engine::wait_all();
+    auto start = Clock::now();
+    for (int i = 0; i < steps; ++i) net(batch.data).wait_to_read();
+    engine::wait_all();
+    return seconds_since(start);
+  }
+};
+
+// Peak resident set of the process (VmHWM), MiB: what getrusage's ru_maxrss
+// reports for the PyTorch side.
+double peak_rss_mib() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;
+  }
+  return 0;
+}
+
+// LeNet: 3 warm-up steps, then the best of `repeat` runs of 10 steps.
+std::vector<Figure> bench_train_lenet(const Options& options) {
+  Job job("lenet");
+  job.train_seconds(3);
+  double s = best_of(options.repeat, [&] { return job.train_seconds(10); });
+  return {{"train_lenet_ips", 10.0 * kBatch / s, "img/s"}};
+}
+
+// ResNet-18 steps take seconds: one warm-up step, then the best of `repeat`
+// single steps; inference likewise. The peak RSS is read after training.
+std::vector<Figure> bench_resnet18(const Options& options) {
+  Job job("resnet18");
+  job.train_seconds(1);
+  double train = best_of(options.repeat, [&] { return job.train_seconds(1); });
+  double peak = peak_rss_mib();
+  job.infer_seconds(1);
+  double infer = best_of(options.repeat, [&] { return job.infer_seconds(1); });
+  return {{"train_resnet18_ips", kBatch / train, "img/s"},
+          {"train_resnet18_peak_mb", peak, "MiB"},
+          {"infer_resnet18_ips", kBatch / infer, "img/s"}};
+}
+
+}  // namespace
+
+void register_train_benchmarks() {
+  add({"train_lenet", {"train_lenet_ips"}, &bench_train_lenet});
+  add({"train_resnet18", {"train_resnet18_ips", "train_resnet18_peak_mb", "infer_resnet18_ips"}, &bench_resnet18});
+}
+
+}  // namespace kiln::bench
