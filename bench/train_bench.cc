@@ -17,6 +17,7 @@
 #include "frontend/train/trainer.h"
 #include "models/zoo.h"
 #include "runtime/engine.h"
+#include "runtime/storage.h"
 
 namespace kiln::bench {
 
@@ -44,8 +45,10 @@ struct Job {
   Synthetic batch = synthetic_batch();
   loss::SoftmaxCrossEntropy loss_fn;
 
-  explicit Job(const std::string& model)
-      : net(init_net(model)), trainer(net.collect_params(), optim::SGD({.lr = 0.05})) {}
+  explicit Job(const std::string& model, bool hybridize = false)
+      : net(init_net(model)), trainer(net.collect_params(), optim::SGD({.lr = 0.05})) {
+    net.hybridize(hybridize);
+  }
 
   static nn::HybridSequential init_net(const std::string& model) {
     nd::random::seed(0);
@@ -114,9 +117,57 @@ std::vector<Figure> bench_resnet18(const Options& options) {
           {"infer_resnet18_ips", kBatch / infer, "img/s"}};
 }
 
+// Peak bytes in use in cpu(0)'s storage pool while `fn` runs, MiB: unlike
+// VmHWM it can be measured for several runs in one process.
+template <typename F>
+double pool_peak_mib(F&& fn) {
+  storage::Pool& pool = storage::pool(Device::cpu(0));
+  engine::wait_all();
+  pool.reset_peak();
+  fn();
+  engine::wait_all();
+  return static_cast<double>(pool.stats().peak_in_use) / (1024.0 * 1024.0);
+}
+
+// The same LeNet figure, hybridized (compiled forward and backward).
+std::vector<Figure> bench_train_lenet_hybridized(const Options& options) {
+  Job job("lenet", true);
+  job.train_seconds(3);
+  double s = best_of(options.repeat, [&] { return job.train_seconds(10); });
+  return {{"train_lenet_hybridized_ips", 10.0 * kBatch / s, "img/s"}};
+}
+
+// ResNet-18 imperative vs hybridized in one process: throughput and the
+// pool's peak during one training step (weights, gradients, activations,
+// temporaries), each after a warm-up step.
+std::vector<Figure> bench_resnet18_hybridized(const Options& options) {
+  double peaks[2], train[2], infer[2];
+  for (int h = 0; h < 2; ++h) {
+    Job job("resnet18", h == 1);
+    job.train_seconds(1);
+    peaks[h] = pool_peak_mib([&] { job.train_seconds(1); });
+    train[h] = best_of(options.repeat, [&] { return job.train_seconds(1); });
+    job.infer_seconds(1);
+    infer[h] = best_of(options.repeat, [&] { return job.infer_seconds(1); });
+  }
+  return {{"train_resnet18_hybridized_ips", kBatch / train[1], "img/s"},
+          {"train_resnet18_hybridized_speedup", train[0] / train[1], "x"},
+          {"infer_resnet18_hybridized_ips", kBatch / infer[1], "img/s"},
+          {"infer_resnet18_hybridized_speedup", infer[0] / infer[1], "x"},
+          {"train_resnet18_pool_peak_mb", peaks[0], "MiB"},
+          {"train_resnet18_hybridized_peak_mb", peaks[1], "MiB"},
+          {"train_resnet18_hybridized_peak_ratio", peaks[1] / peaks[0], "x"}};
+}
+
 }  // namespace
 
 void register_train_benchmarks() {
+  add({"train_lenet_hybridized", {"train_lenet_hybridized_ips"}, &bench_train_lenet_hybridized});
+  add({"resnet18_hybridized",
+       {"train_resnet18_hybridized_ips", "train_resnet18_hybridized_speedup", "infer_resnet18_hybridized_ips",
+        "infer_resnet18_hybridized_speedup", "train_resnet18_pool_peak_mb", "train_resnet18_hybridized_peak_mb",
+        "train_resnet18_hybridized_peak_ratio"},
+       &bench_resnet18_hybridized});
   add({"train_lenet", {"train_lenet_ips"}, &bench_train_lenet});
   add({"train_resnet18", {"train_resnet18_ips", "train_resnet18_peak_mb", "infer_resnet18_ips"}, &bench_resnet18});
 }

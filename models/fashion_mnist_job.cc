@@ -55,6 +55,8 @@ std::vector<EpochStats> train_fashion_mnist(const TrainConfig& cfg,
   nd::random::seed(cfg.seed);
   nn::HybridSequential net = make(cfg.model, data::FashionMNIST::kClasses);
   net.initialize(init::Xavier(), cfg.devices);
+  KILN_CHECK(cfg.export_prefix.empty() || cfg.hybridize, ValueError,
+             "--export needs --hybridize (export writes the traced graph)");
   if (cfg.hybridize) net.hybridize();
   Trainer trainer(net.collect_params(), optim::SGD({.lr = cfg.lr, .momentum = cfg.momentum, .wd = cfg.wd}));
   loss::SoftmaxCrossEntropy loss_fn;
@@ -128,6 +130,9 @@ std::vector<EpochStats> train_fashion_mnist(const TrainConfig& cfg,
     if (on_epoch) on_epoch(s);
   }
   if (!cfg.save_prefix.empty()) net.save_parameters(cfg.save_prefix + ".params");
+  if (!cfg.export_prefix.empty()) {
+    net.export_model(cfg.export_prefix);
+  }
   return history;
 }
 

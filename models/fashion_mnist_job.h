@@ -32,6 +32,7 @@ struct TrainConfig {
   std::string log_path;          // one JSON object per epoch
   std::string save_prefix;       // write PREFIX.params at the end
   bool hybridize = false;
+  std::string export_prefix;     // with hybridize: PREFIX-symbol.json + PREFIX-0000.params at the end
 };
 
 struct EpochStats {

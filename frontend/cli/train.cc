@@ -51,7 +51,9 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--test-limit", cfg->test_limit, "Evaluate on the first N test images only");
   cmd->add_option("--log", cfg->log_path, "Write one JSON object per epoch to FILE");
   cmd->add_option("--save", cfg->save_prefix, "Write the parameters to PREFIX.params at the end");
-  cmd->add_flag("--hybridize", cfg->hybridize, "Train through the compiled path (issue 4)");
+  cmd->add_flag("--hybridize", cfg->hybridize, "Train through the compiled path (hybridize)");
+  cmd->add_option("--export", cfg->export_prefix,
+                  "With --hybridize: write PREFIX-symbol.json and PREFIX-0000.params (MXNet's format) at the end");
   cmd->callback([cfg, devices] {
     cfg->devices.clear();
     std::string_view rest = *devices;
@@ -83,6 +85,9 @@ void add_train_command(CLI::App& app) {
           if (tty) draw_progress(epoch, done, total);
         });
     if (!cfg->save_prefix.empty()) std::printf("parameters written to %s.params\n", cfg->save_prefix.c_str());
+    if (!cfg->export_prefix.empty())
+      std::printf("exported %s-symbol.json and %s-0000.params\n", cfg->export_prefix.c_str(),
+                  cfg->export_prefix.c_str());
   });
 }
 
