@@ -206,8 +206,51 @@ def bench_infer_resnet18():
     return BATCH / min(timed(run, warmup=1, reps=3))
 
 
-# name -> (unit, function). Future: mlp_imperative_us, mlp_hybridized_us.
+def mlp_chapter():
+    return torch.nn.Sequential(torch.nn.Linear(512, 256), torch.nn.ReLU(), torch.nn.Linear(256, 128),
+                               torch.nn.ReLU(), torch.nn.Linear(128, 2))
+
+
+def bench_mlp(frozen):
+    """d2l 12.1: 1,000 calls of the MLP on a 1x512 input; us per call, best of 5.
+    Kiln's imperative figure compares with eager, hybridized with
+    torch.jit.trace + torch.jit.freeze."""
+    torch.manual_seed(0)
+    net = mlp_chapter().eval()
+    x = torch.randn(1, 512)
+    with torch.no_grad():
+        f = torch.jit.freeze(torch.jit.trace(net, x)) if frozen else net
+        for _ in range(100):
+            f(x)
+        best = float("inf")
+        for _ in range(5):
+            t0 = time.perf_counter()
+            for _ in range(1000):
+                f(x)
+            best = min(best, time.perf_counter() - t0)
+    return best / 1000 * 1e6
+
+
+def bench_infer_resnet18_frozen():
+    """Kiln's hybridized inference against frozen TorchScript."""
+    torch.manual_seed(0)
+    net, x = resnet18().eval(), synthetic_batch()[0]
+    with torch.no_grad():
+        f = torch.jit.freeze(torch.jit.trace(net, x))
+
+        def run():
+            f(x)
+        return BATCH / min(timed(run, warmup=2, reps=3))
+
+
+# name -> (unit, function). Hybridized training figures compare with eager
+# PyTorch (TorchScript has no standard compiled training step).
 BENCHES = {
+    "mlp_imperative_us": ("us", lambda: bench_mlp(False)),
+    "mlp_hybridized_us": ("us", lambda: bench_mlp(True)),
+    "infer_resnet18_hybridized_ips": ("img/s", bench_infer_resnet18_frozen),
+    "train_lenet_hybridized_ips": ("img/s", lambda: bench_train(lenet, warmup=3, steps=10)[0]),
+    "train_resnet18_hybridized_ips": ("img/s", bench_train_resnet18),
     "dispatch_async_us": ("us", bench_dispatch),
     "dispatch_sync_us": ("us", bench_dispatch),
     "matmul_1000_gflops": ("GFLOP/s", lambda: bench_matmul(1000)),
