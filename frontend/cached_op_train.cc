@@ -86,6 +86,7 @@ std::shared_ptr<const TrainProgram> TrainProgram::compile(const trace::TracedGra
     program->backward_inputs_.push_back({Source::kInput, k});
   }
   program->backward_ = std::make_unique<GraphExecutor>(bind_leaves(std::move(backward), traced, backward_order));
+  GraphExecutor::share_arena(*program->forward_, *program->backward_);
   return program;
 }
 

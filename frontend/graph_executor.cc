@@ -123,6 +123,14 @@ GraphExecutor::GraphExecutor(std::shared_ptr<const trace::TracedGraph> traced)
 
 GraphExecutor::~GraphExecutor() = default;
 
+void GraphExecutor::share_arena(GraphExecutor& a, GraphExecutor& b) {
+  Program& pa = *a.program_;
+  Program& pb = *b.program_;
+  KILN_CHECK(pa.device == pb.device, InternalError, "share_arena: programs on {} and {}", pa.device, pb.device);
+  NDArray& larger = pa.arena_bytes >= pb.arena_bytes ? pa.arena : pb.arena;
+  pa.arena = pb.arena = larger;
+}
+
 int64_t GraphExecutor::arena_bytes() const { return program_->arena_bytes; }
 int64_t GraphExecutor::naive_bytes() const { return program_->naive_bytes; }
 

@@ -42,6 +42,11 @@ class GraphExecutor {
   // parameters' current arrays; returns the outputs (queued).
   std::vector<NDArray> run(std::span<const NDArray> inputs, bool is_train);
 
+  // Makes `a` and `b` use one arena of the larger size (for programs that
+  // never run at the same time, such as a training step's forward and
+  // backward: calls are still ordered by the shared arena's variable).
+  static void share_arena(GraphExecutor& a, GraphExecutor& b);
+
   int64_t arena_bytes() const;
   // The arena a plan without reuse would need.
   int64_t naive_bytes() const;
