@@ -5,6 +5,8 @@
 // hybridized or not, with even and uneven splits.
 #include <gtest/gtest.h>
 
+#include "tests/test_util.h"
+
 #include <unistd.h>
 
 #include <chrono>
@@ -30,22 +32,7 @@
 namespace kiln {
 namespace {
 
-template <typename E, typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "unexpected exception type: " << e.what();
-    return "";
-  }
-  ADD_FAILURE() << "no exception thrown";
-  return "";
-}
-
-#define EXPECT_CONTAINS(haystack, needle) \
-  EXPECT_NE(std::string(haystack).find(needle), std::string::npos) << "'" << needle << "' not in: " << (haystack)
+using test::error_of;
 
 const Device kCpu0 = Device::cpu(0), kCpu1 = Device::cpu(1), kCpu2 = Device::cpu(2);
 

@@ -1,6 +1,8 @@
 // hybridize(): tracing, the CachedOp, and imperative vs compiled agreement.
 #include <gtest/gtest.h>
 
+#include "tests/test_util.h"
+
 #include <filesystem>
 #include <thread>
 #include <vector>
@@ -18,22 +20,7 @@
 namespace kiln {
 namespace {
 
-template <typename E, typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "unexpected exception type: " << e.what();
-    return "";
-  }
-  ADD_FAILURE() << "no exception thrown";
-  return "";
-}
-
-#define EXPECT_CONTAINS(haystack, needle) \
-  EXPECT_NE(std::string(haystack).find(needle), std::string::npos) << "'" << needle << "' not in: " << (haystack)
+using test::error_of;
 
 void expect_close(const NDArray& got, const NDArray& want, double tol, const std::string& what) {
   ASSERT_EQ(got.shape(), want.shape()) << what;

@@ -3,6 +3,8 @@
 // errors for unknown keys, mismatched shapes and dtypes.
 #include <gtest/gtest.h>
 
+#include "tests/test_util.h"
+
 #include <string>
 #include <vector>
 
@@ -12,22 +14,7 @@
 namespace kiln {
 namespace {
 
-template <typename E, typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "unexpected exception type: " << e.what();
-    return "";
-  }
-  ADD_FAILURE() << "no exception thrown";
-  return "";
-}
-
-#define EXPECT_CONTAINS(haystack, needle) \
-  EXPECT_NE(std::string(haystack).find(needle), std::string::npos) << "'" << needle << "' not in: " << (haystack)
+using test::error_of;
 
 class KVStoreTypes : public ::testing::TestWithParam<std::string> {};
 

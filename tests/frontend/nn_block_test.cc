@@ -2,6 +2,8 @@
 // initialization, structural names, hooks, printing, summary, gradients.
 #include <gtest/gtest.h>
 
+#include "tests/test_util.h"
+
 #include <cmath>
 #include <numeric>
 #include <sstream>
@@ -15,22 +17,7 @@
 namespace kiln {
 namespace {
 
-template <typename E, typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "unexpected exception type: " << e.what();
-    return "";
-  }
-  ADD_FAILURE() << "no exception thrown";
-  return "";
-}
-
-#define EXPECT_CONTAINS(haystack, needle) \
-  EXPECT_NE(std::string(haystack).find(needle), std::string::npos) << "'" << needle << "' not in: " << (haystack)
+using test::error_of;
 
 // The DESIGN.md custom block.
 struct HybridNet : nn::HybridBlock {
