@@ -1,5 +1,7 @@
 #include "frontend/cached_op.h"
 
+#include <atomic>
+#include <cctype>
 #include <cstdio>
 #include <cstdlib>
 
@@ -44,6 +46,14 @@ void remap(trace::TracedGraph& t, const ir::Graph& before) {
   for (auto& [id, _] : t.consts) id = id_of(id);
 }
 
+// KILN_DUMP_GRAPHS=dir: each trace gets its own folder, "dir/<block>-<mode>-<n>".
+std::string dump_subdir(const std::string& dir, const std::string& what, bool train_mode) {
+  static std::atomic<int> next{0};
+  std::string name;
+  for (char c : what) name += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+  return fmt::format("{}/{}-{}-{}", dir, name, train_mode ? "train" : "predict", next.fetch_add(1));
+}
+
 }  // namespace
 
 // The optimization pipeline every traced graph goes through before it runs.
@@ -54,6 +64,7 @@ constexpr std::string_view kPipeline =
 void CachedOp::optimize(trace::TracedGraph& traced, bool train_mode, const std::string& what) {
   passes::PassContext ctx;
   ctx.options.train_mode = train_mode;
+  if (!ctx.options.dump_dir.empty()) ctx.options.dump_dir = dump_subdir(ctx.options.dump_dir, what, train_mode);
   ir::Graph before = traced.graph;
   try {
     traced.graph = passes::run_pipeline(before, kPipeline, ctx);

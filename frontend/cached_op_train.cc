@@ -1,5 +1,7 @@
 #include "frontend/cached_op_train.h"
 
+#include <atomic>
+
 #include "frontend/autograd.h"
 #include "frontend/autograd_tape.h"
 #include "ir/error.h"
@@ -63,6 +65,10 @@ std::shared_ptr<const TrainProgram> TrainProgram::compile(const trace::TracedGra
   for (size_t i = 0; i < fwd.outputs().size(); ++i) heads.push_back(passes::head_grad_name(fwd, i));
   passes::SplitGraph split = passes::split_gradient_graph(grad, fwd.outputs().size(), heads);
   passes::PassContext ctx;
+  if (!ctx.options.dump_dir.empty()) {
+    static std::atomic<int> next{0};
+    ctx.options.dump_dir += fmt::format("/training-backward-{}", next.fetch_add(1));
+  }
   ir::Graph backward = passes::run_pipeline(split.backward, "eliminate-common-expr,eliminate-dead-code", ctx);
 
   std::vector<std::string> forward_inputs;
