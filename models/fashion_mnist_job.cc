@@ -16,6 +16,25 @@
 #include "models/zoo.h"
 
 namespace kiln::models {
+
+namespace {
+
+init::Initializer make_initializer(const std::string& spec) {
+  if (spec == "xavier") return init::Xavier();
+  if (spec.rfind("normal:", 0) == 0) {
+    double sigma = 0;
+    try {
+      sigma = std::stod(spec.substr(7));
+    } catch (const std::exception&) {
+      sigma = -1;
+    }
+    KILN_CHECK(sigma > 0, ValueError, "--init {}: expected normal:SIGMA with SIGMA > 0", spec);
+    return init::Normal(sigma);
+  }
+  throw ValueError(fmt::format("--init {}: expected 'xavier' or 'normal:SIGMA'", spec));
+}
+
+}  // namespace
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -54,7 +73,7 @@ std::vector<EpochStats> train_fashion_mnist(const TrainConfig& cfg,
 
   nd::random::seed(cfg.seed);
   nn::HybridSequential net = make(cfg.model, data::FashionMNIST::kClasses);
-  net.initialize(init::Xavier(), cfg.devices);
+  net.initialize(make_initializer(cfg.init), cfg.devices);
   KILN_CHECK(cfg.export_prefix.empty() || cfg.hybridize, ValueError,
              "--export needs --hybridize (export writes the traced graph)");
   if (cfg.hybridize) net.hybridize();

@@ -19,6 +19,7 @@ namespace kiln::models {
 
 struct TrainConfig {
   std::string model = "lenet";  // mlp, lenet, resnet18
+  std::string init = "xavier";  // weight initializer: "xavier" or "normal:SIGMA" (d2l 12.5: normal:0.01)
   int epochs = 10;
   int64_t batch_size = 256;
   double lr = 0.2;

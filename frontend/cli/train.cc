@@ -42,6 +42,8 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--epochs", cfg->epochs, "Passes over the training set")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--batch-size", cfg->batch_size, "Images per step")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--lr", cfg->lr, "SGD learning rate")->capture_default_str();
+  cmd->add_option("--init", cfg->init, "Weight initializer: xavier or normal:SIGMA (d2l 12.5 uses normal:0.01)")
+      ->capture_default_str();
   cmd->add_option("--momentum", cfg->momentum, "SGD momentum")->capture_default_str();
   cmd->add_option("--wd", cfg->wd, "Weight decay")->capture_default_str();
   cmd->add_option("--devices", *devices, "Comma-separated devices (several: data parallel)")->capture_default_str();
