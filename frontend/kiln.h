@@ -1,10 +1,18 @@
 // Everything a Kiln user needs: #include <kiln/kiln.h>
 #pragma once
 
+#include "frontend/autograd.h"
+#include "frontend/cached_op.h"
+#include "frontend/check_hybridize.h"
 #include "frontend/invoke.h"
+#include "frontend/kvstore.h"
 #include "frontend/nd.h"
 #include "frontend/ndarray.h"
 #include "frontend/nn/nn.h"
+#include "frontend/split.h"
+#include "frontend/train/loss.h"
+#include "frontend/train/optimizer.h"
+#include "frontend/train/trainer.h"
 #include "ir/device.h"
 #include "ir/dtype.h"
 #include "ir/error.h"

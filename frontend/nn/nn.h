@@ -16,6 +16,7 @@
 #include "frontend/nn/conv2d.h"
 #include "frontend/nn/dense.h"
 #include "frontend/nn/dropout.h"
+#include "frontend/nn/export.h"
 #include "frontend/nn/flatten.h"
 #include "frontend/nn/initializer.h"
 #include "frontend/nn/lambda.h"
@@ -23,3 +24,4 @@
 #include "frontend/nn/params_io.h"
 #include "frontend/nn/pooling.h"
 #include "frontend/nn/sequential.h"
+#include "frontend/nn/symbol_block.h"
