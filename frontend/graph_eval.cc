@@ -1,6 +1,7 @@
 #include "frontend/graph_eval.h"
 
 #include "frontend/invoke.h"
+#include "frontend/nd_init.h"
 #include "frontend/nd_nn.h"
 #include "ir/error.h"
 #include "ir/ops/nn.h"
@@ -8,12 +9,15 @@
 namespace kiln {
 namespace {
 
-std::vector<NDArray> run_node(const ir::Node& n, std::span<const NDArray> inputs) {
+// `device`: where ops without inputs run (the graph's device).
+std::vector<NDArray> run_node(const ir::Node& n, std::span<const NDArray> inputs, Device device) {
   if (n.op == OpId::kDropout) {  // a fresh mask per call, not the traced one
     const auto& a = n.attrs.as<DropoutAttrs>();
     return {nd::dropout(inputs[0], a.p, a.axes, a.mode)};
   }
-  return invoke(n.op, inputs, n.attrs);
+  if (n.op == OpId::kRandomUniform || n.op == OpId::kRandomNormal)  // new values per call
+    return invoke(n.op, inputs, nd::random::attrs_for_call(n.attrs, device), {.device = device});
+  return invoke(n.op, inputs, n.attrs, {.device = device});
 }
 
 }  // namespace
@@ -24,6 +28,13 @@ std::vector<NDArray> eval_graph(const ir::Graph& g, std::span<const NDArray> val
   // Per node, its outputs (leaves: the bound array).
   std::vector<std::vector<NDArray>> values(g.size());
   std::vector<NDArray> inputs;
+  Device device = Device::cpu(0);
+  for (size_t id = 0; id < g.size(); ++id) {
+    if (!g.nodes()[id].is_op() && !values_by_node[id].is_none()) {
+      device = values_by_node[id].device();
+      break;
+    }
+  }
   for (size_t id = 0; id < g.size(); ++id) {
     const ir::Node& n = g.nodes()[id];
     if (!n.is_op()) {
@@ -40,7 +51,7 @@ std::vector<NDArray> eval_graph(const ir::Graph& g, std::span<const NDArray> val
     inputs.clear();
     for (const ir::Entry& e : n.inputs) inputs.push_back(values[static_cast<size_t>(e.node)][static_cast<size_t>(e.index)]);
     try {
-      values[id] = run_node(n, inputs);
+      values[id] = run_node(n, inputs, device);
     } catch (Error& e) {
       e.add_context(fmt::format("node '{}'", n.name));
       throw;

@@ -8,9 +8,10 @@
 // Each op runs as an ordinary imperative call, so while autograd records,
 // the tape sees every node and backward works through the graph. Ops that
 // mutate inputs (BatchNorm's running statistics in training) write into the
-// arrays bound to those inputs. Dropout draws a fresh mask per evaluation from
-// the device's dropout stream (nd::dropout), whatever seed a traced graph
-// carries. Results are queued, like any invoke.
+// arrays bound to those inputs. Dropout draws a fresh mask, and random ops
+// fresh values, per evaluation from the device's streams (nd::dropout,
+// nd::random), whatever seed a traced graph carries. Ops without inputs run
+// on the device of the bound values. Results are queued, like any invoke.
 //
 // This is the reference executor: the compiled path (CachedOp) must agree
 // with it, and SymbolBlock uses it for imported graphs.

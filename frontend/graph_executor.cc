@@ -4,6 +4,7 @@
 #include <array>
 #include <map>
 
+#include "frontend/nd_init.h"
 #include "frontend/nd_nn.h"
 #include "ir/error.h"
 #include "passes/memory_plan.h"
@@ -25,7 +26,7 @@ struct GraphExecutor::Program {
     KernelFn fn = nullptr;
     OpAttrs attrs;
     std::vector<Ref> in, out;
-    int32_t dropout = -1;  // index among the Dropout steps (new mask attributes per call)
+    int32_t fresh = -1;  // index among the steps that draw new random values per call (Dropout, random ops)
   };
   enum class Source : int8_t { kInput, kParam, kConst, kOutput };
   struct External {
@@ -36,7 +37,7 @@ struct GraphExecutor::Program {
 
   Device device;
   std::vector<Step> steps;
-  int32_t num_dropouts = 0;
+  int32_t num_fresh = 0;
   std::vector<External> externals;
   std::vector<int32_t> output_ext;  // per graph output
   std::vector<TensorType> output_types;  // per kOutput external, by index
@@ -47,7 +48,9 @@ struct GraphExecutor::Program {
 bool GraphExecutor::supports(const ir::Graph& g, bool is_train) {
   for (const ir::Node& n : g.nodes()) {
     if (!n.is_op()) continue;
-    if (n.op != OpId::kDropout && passes::is_random(op_def(n.op))) return false;
+    if (n.op != OpId::kDropout && passes::is_random(op_def(n.op)) && n.op != OpId::kRandomUniform &&
+        n.op != OpId::kRandomNormal)
+      return false;
   }
   return true;
 }
@@ -94,7 +97,8 @@ GraphExecutor::GraphExecutor(std::shared_ptr<const trace::TracedGraph> traced)
     Program::Step step;
     step.fn = find_kernel(def, p.device);
     step.attrs = n.attrs;
-    if (n.op == OpId::kDropout) step.dropout = p.num_dropouts++;
+    if (n.op == OpId::kDropout || n.op == OpId::kRandomUniform || n.op == OpId::kRandomNormal)
+      step.fresh = p.num_fresh++;
     for (const ir::Entry& e : n.inputs) step.in.push_back(refs[static_cast<size_t>(e.node)][static_cast<size_t>(e.index)]);
     for (int m : def.mutate_inputs) {
       const Program::Ref& in = step.in[static_cast<size_t>(m)];
@@ -172,16 +176,20 @@ std::vector<NDArray> GraphExecutor::run(std::span<const NDArray> inputs, bool is
   dedupe(reads);
   std::erase_if(reads, [&](engine::Var* v) { return std::binary_search(writes.begin(), writes.end(), v); });
 
-  // Dropout: a new mask per call, drawn here (at the call, like nd::dropout).
-  std::vector<OpAttrs> dropout_attrs;
-  if (p.num_dropouts > 0) {
-    for (const Program::Step& step : p.steps)
-      if (step.dropout >= 0)
-        dropout_attrs.push_back(nd::dropout_attrs_for_call(step.attrs, step.in[0].shape, p.device, is_train));
+  // Dropout masks and random ops: new values per call, their stream
+  // positions drawn here (at the call, as nd::dropout and nd::random do).
+  std::vector<OpAttrs> fresh_attrs;
+  if (p.num_fresh > 0) {
+    for (const Program::Step& step : p.steps) {
+      if (step.fresh < 0) continue;
+      fresh_attrs.push_back(step.in.empty()
+                                ? nd::random::attrs_for_call(step.attrs, p.device)
+                                : nd::dropout_attrs_for_call(step.attrs, step.in[0].shape, p.device, is_train));
+    }
   }
 
   engine::get().push(
-      [program = program_, bound = std::move(bound), dropout_attrs = std::move(dropout_attrs),
+      [program = program_, bound = std::move(bound), fresh_attrs = std::move(fresh_attrs),
        is_train](engine::RunContext rc) {
         char* arena = program->arena.is_none() ? nullptr : static_cast<char*>(program->arena.data());
         constexpr size_t kMaxViews = 32;
@@ -201,7 +209,7 @@ std::vector<NDArray> GraphExecutor::run(std::span<const NDArray> inputs, bool is
               views[k++] = TensorView{data, r.shape, r.dtype};
             }
           }
-          KernelContext ctx{rc, step.dropout >= 0 ? dropout_attrs[static_cast<size_t>(step.dropout)] : step.attrs,
+          KernelContext ctx{rc, step.fresh >= 0 ? fresh_attrs[static_cast<size_t>(step.fresh)] : step.attrs,
                             is_train};
           step.fn(ctx, {views, step.in.size()}, {views + step.in.size(), step.out.size()});
         }

@@ -16,9 +16,9 @@
 // come from several threads and overlap freely with other work.
 //
 // The executor does not record autograd (TrainProgram puts it on the tape).
-// Dropout draws a new mask per call, at the call, from the device's dropout
-// stream (as nd::dropout does). Graphs with random ops, whose values must
-// also differ per call, are not supported (`supports` says so).
+// Dropout draws a new mask per call, and _random_uniform/_random_normal new
+// values, at the call, from the device's streams (as nd::dropout and
+// nd::random do). Other random ops are not supported (`supports` says so).
 #pragma once
 
 #include <memory>
@@ -35,7 +35,8 @@ class GraphExecutor {
   explicit GraphExecutor(std::shared_ptr<const trace::TracedGraph> traced);
   ~GraphExecutor();
 
-  // False when the graph holds random ops (their values must change per call).
+  // False when the graph holds random ops other than Dropout, _random_uniform
+  // and _random_normal (their values must change per call).
   static bool supports(const ir::Graph& g, bool is_train);
 
   // Runs the graph on `inputs` (one per input node, types as traced) with the

@@ -2,6 +2,7 @@
 
 #include <cstring>
 #include <mutex>
+#include <tuple>
 #include <unordered_map>
 
 #include "frontend/invoke.h"
@@ -115,6 +116,12 @@ void seed(uint64_t s) {
   st.global_seed = s;
   st.state.clear();
   nd::dropout_seed(s);  // Dropout masks follow the same seed
+}
+
+OpAttrs attrs_for_call(const OpAttrs& attrs, Device device) {
+  RandomAttrs a = attrs.as<RandomAttrs>();
+  std::tie(a.seed, a.offset) = streams().next(device, a.shape.size());
+  return OpAttrs::make(a);
 }
 
 void seed(uint64_t s, Device device) {

@@ -51,5 +51,10 @@ void seed(uint64_t seed, Device device);
 NDArray uniform(const Shape& shape, double low = 0, double high = 1, ArrayOptions options = {});
 NDArray normal(const Shape& shape, double loc = 0, double scale = 1, ArrayOptions options = {});
 
+// For executors of traced graphs: random op attributes `attrs` (RandomAttrs)
+// with the stream position of a new draw on `device`, as the nd::random
+// functions draw it at a call.
+OpAttrs attrs_for_call(const OpAttrs& attrs, Device device);
+
 }  // namespace random
 }  // namespace kiln::nd

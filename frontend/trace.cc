@@ -3,6 +3,7 @@
 #include <atomic>
 
 #include "ir/error.h"
+#include "ir/ops/init.h"
 #include "ir/ops/nn.h"
 
 namespace kiln::trace {
@@ -96,6 +97,11 @@ std::vector<NDArray> Tracer::record(OpId op, std::span<const NDArray> inputs, co
   OpAttrs recorded = attrs;
   if (op == OpId::kDropout) {  // executors draw a fresh mask per call
     DropoutAttrs a = attrs.as<DropoutAttrs>();
+    a.seed = 0;
+    a.offset = 0;
+    recorded = OpAttrs::make(a);
+  } else if (op == OpId::kRandomUniform || op == OpId::kRandomNormal) {  // and fresh values
+    RandomAttrs a = attrs.as<RandomAttrs>();
     a.seed = 0;
     a.offset = 0;
     recorded = OpAttrs::make(a);

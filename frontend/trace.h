@@ -20,8 +20,8 @@
 // cannot be compiled. Symbolic arrays must not escape their trace; using one
 // afterwards throws.
 //
-// Dropout nodes are recorded without the seed and offset the imperative call
-// drew: executors draw a fresh mask per call.
+// Dropout, _random_uniform and _random_normal nodes are recorded without the
+// seed and offset the imperative call drew: executors draw new values per call.
 //
 // Thread safety: a Tracer belongs to the thread that created it; traces on
 // different threads are independent.

@@ -4,6 +4,7 @@
 #include "tests/test_util.h"
 
 #include <filesystem>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -358,6 +359,34 @@ TEST(Hybridize, CheckHybridizeAgreesOnModelsAndNamesWhatDiffers) {
   ASSERT_TRUE(m.has_value());
   EXPECT_CONTAINS(*m, "node 'second' (exp) output 0");
   EXPECT_CONTAINS(*m, "at [1]");
+}
+
+struct AddsNoise : nn::HybridBlock {
+  NDArray forward(const NDArray& x) override { return x + nd::random::normal(x.shape()); }
+};
+
+TEST(Hybridize, RandomOpsDrawNewValuesEveryCall) {
+  AddsNoise net;
+  net.hybridize();
+  NDArray x = nd::zeros({256});
+  for (bool record : {false, true}) {
+    NDArray a, b;
+    {
+      std::optional<autograd::Record> scope;
+      if (record) scope.emplace();
+      a = net(x);
+      b = net(x);
+    }
+    auto va = a.to_vector<float>(), vb = b.to_vector<float>();
+    int same = 0;
+    double mean = 0;
+    for (size_t i = 0; i < va.size(); ++i) {
+      same += va[i] == vb[i];
+      mean += va[i] / static_cast<double>(va.size());
+    }
+    EXPECT_LT(same, 5) << (record ? "recording" : "predict") << ": two calls drew the same values";
+    EXPECT_NEAR(mean, 0, 0.3);
+  }
 }
 
 struct TwoOutputs : nn::HybridBlock {
