@@ -122,9 +122,10 @@ auto Block::call_with_hooks(In inputs, Call&& call) {
 // A hybridized block called outside any trace runs from its CachedOp; inside
 // a trace (a hybridized parent is being traced) its forward is inlined into
 // the parent's graph.
+// The CachedOp is created by hybridize(), never here: calls may come from
+// several threads at once and must only read the block's state.
 CachedOp* Block::active_cached_op() const {
   if (!state_->hybridized || trace::current() != nullptr) return nullptr;
-  if (!state_->cached_op) state_->cached_op = std::make_shared<CachedOp>();
   return state_->cached_op.get();
 }
 
@@ -259,7 +260,8 @@ std::string Block::type_name() const {
 
 void HybridBlock::hybridize(bool active) {
   state().hybridized = active;
-  state().cached_op.reset();  // as in Gluon: hybridize() starts a fresh cache
+  // As in Gluon, hybridize() starts a fresh cache.
+  state().cached_op = active ? std::make_shared<CachedOp>() : nullptr;
   Block::hybridize(active);
 }
 

@@ -201,7 +201,7 @@ class HybridBlock : public Block {
   // signature run the cached graph.
   void hybridize(bool active = true) override;
   bool is_hybridized() const;
-  // The compiled forms (null until the first hybridized call).
+  // The compiled forms (null unless hybridized; empty until the first call).
   const CachedOp* cached_op() const;
 
   // Gluon's export: writes PREFIX-symbol.json (MXNet's symbol JSON of the
