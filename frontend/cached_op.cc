@@ -143,17 +143,8 @@ std::shared_ptr<const CachedOp::Entry> CachedOp::lookup(nn::Block& block, std::s
     }
   }
 
-  // Miss: trace forward on symbolic inputs. Structural names from this block.
-  std::unordered_map<const void*, std::string> names;
-  for (const auto& [name, p] : block.collect_params()) names.emplace(p.id(), name);
-  std::shared_ptr<trace::TracedGraph> traced;
-  {
-    trace::Tracer tracer(what, key.device, std::move(names));
-    std::vector<NDArray> sym;
-    for (size_t i = 0; i < inputs.size(); ++i) sym.push_back(tracer.add_input(input_name(i, inputs.size()), key.inputs[i]));
-    std::vector<NDArray> outs = block.forward(std::span<const NDArray>(sym));
-    traced = std::make_shared<trace::TracedGraph>(tracer.finish(outs));
-  }
+  // Miss: trace forward on symbolic inputs.
+  auto traced = std::make_shared<trace::TracedGraph>(trace_block(block, key.inputs, key.device, what));
   auto raw = std::make_shared<const trace::TracedGraph>(*traced);
   optimize(*traced, key.train, what);
   if (num_traces_ > 0 && !entries_.empty()) {
@@ -191,11 +182,18 @@ std::vector<NDArray> CachedOp::call(nn::Block& block, std::span<const NDArray> i
     }
     if (program) return program->call(inputs, entry->key.train);
   }
-  std::vector<NDArray> values(t.graph.size());
-  for (size_t i = 0; i < t.inputs.size(); ++i) values[static_cast<size_t>(t.inputs[i])] = inputs[i];
-  for (const auto& [node, p] : t.params) values[static_cast<size_t>(node)] = p.data(t.device);
-  for (const auto& [node, a] : t.consts) values[static_cast<size_t>(node)] = a;
-  return eval_graph(t.graph, values);
+  return eval_graph(t.graph, bind_values(t, inputs));
+}
+
+trace::TracedGraph trace_block(nn::Block& block, std::span<const TensorType> types, Device device,
+                               const std::string& what) {
+  std::unordered_map<const void*, std::string> names;
+  for (const auto& [name, p] : block.collect_params()) names.emplace(p.id(), name);
+  trace::Tracer tracer(what, device, std::move(names));
+  std::vector<NDArray> sym;
+  for (size_t i = 0; i < types.size(); ++i) sym.push_back(tracer.add_input(input_name(i, types.size()), types[i]));
+  std::vector<NDArray> outs = block.forward(std::span<const NDArray>(sym));
+  return tracer.finish(outs);
 }
 
 }  // namespace kiln

@@ -48,6 +48,12 @@ namespace nn {
 class Block;
 }
 
+// Traces `block.forward` on symbolic inputs of `types` on `device` (input
+// nodes "data", or "data0", "data1", ... for several), naming parameters by
+// their structural names from `block`. `what` names the block in errors.
+trace::TracedGraph trace_block(nn::Block& block, std::span<const TensorType> types, Device device,
+                               const std::string& what);
+
 class CachedOp {
  public:
   explicit CachedOp(int max_entries = 16);

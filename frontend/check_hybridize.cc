@@ -5,6 +5,7 @@
 #include <fmt/ranges.h>
 
 #include "frontend/autograd.h"
+#include "frontend/cached_op.h"
 #include "frontend/graph_eval.h"
 #include "frontend/graph_executor.h"
 #include "frontend/nn/block.h"
@@ -67,18 +68,9 @@ std::optional<std::string> first_mismatch(const ir::Graph& g, std::span<const ND
 std::optional<std::string> check_hybridize(nn::Block& block, std::span<const NDArray> inputs, double tolerance) {
   KILN_CHECK(!inputs.empty(), ValueError, "check_hybridize: needs at least one input");
   const Device device = inputs[0].device();
-  std::unordered_map<const void*, std::string> names;
-  for (const auto& [name, p] : block.collect_params()) names.emplace(p.id(), name);
-  auto traced = std::make_shared<trace::TracedGraph>();
-  {
-    trace::Tracer tracer(block.display_name(), device, std::move(names));
-    std::vector<NDArray> sym;
-    for (size_t i = 0; i < inputs.size(); ++i)
-      sym.push_back(tracer.add_input(inputs.size() == 1 ? "data" : fmt::format("data{}", i),
-                                     {inputs[i].shape(), inputs[i].dtype()}));
-    std::vector<NDArray> outs = block.forward(std::span<const NDArray>(sym));
-    *traced = tracer.finish(outs);
-  }
+  std::vector<TensorType> types;
+  for (const NDArray& x : inputs) types.push_back({x.shape(), x.dtype()});
+  auto traced = std::make_shared<trace::TracedGraph>(trace_block(block, types, device, block.display_name()));
   const size_t num_outputs = traced->graph.outputs().size();
   // Every node output becomes a graph output (after the block's own).
   std::vector<ir::Entry> all = traced->graph.outputs();
@@ -86,11 +78,7 @@ std::optional<std::string> check_hybridize(nn::Block& block, std::span<const NDA
     for (int i = 0; i < traced->graph.nodes()[id].num_outputs(); ++i) all.push_back({static_cast<ir::NodeId>(id), i});
   traced->graph.set_outputs(all);
 
-  std::vector<NDArray> bound(traced->graph.size());
-  for (size_t i = 0; i < traced->inputs.size(); ++i) bound[static_cast<size_t>(traced->inputs[i])] = inputs[i];
-  for (const auto& [node, p] : traced->params) bound[static_cast<size_t>(node)] = p.data(device);
-  for (const auto& [node, a] : traced->consts) bound[static_cast<size_t>(node)] = a;
-  std::vector<NDArray> reference = eval_graph(traced->graph, bound);
+  std::vector<NDArray> reference = eval_graph(traced->graph, bind_values(*traced, inputs));
   std::vector<NDArray> compiled = GraphExecutor(traced).run(inputs, autograd::is_training());
   std::span<const NDArray> ref_nodes(reference.data() + num_outputs, reference.size() - num_outputs);
   std::span<const NDArray> cmp_nodes(compiled.data() + num_outputs, compiled.size() - num_outputs);

@@ -1,5 +1,6 @@
 #include "frontend/graph_eval.h"
 
+#include "frontend/autograd.h"
 #include "frontend/invoke.h"
 #include "frontend/nd_init.h"
 #include "frontend/nd_nn.h"
@@ -11,16 +12,33 @@ namespace {
 
 // `device`: where ops without inputs run (the graph's device).
 std::vector<NDArray> run_node(const ir::Node& n, std::span<const NDArray> inputs, Device device) {
-  if (n.op == OpId::kDropout) {  // a fresh mask per call, not the traced one
-    const auto& a = n.attrs.as<DropoutAttrs>();
-    return {nd::dropout(inputs[0], a.p, a.axes, a.mode)};
-  }
-  if (n.op == OpId::kRandomUniform || n.op == OpId::kRandomNormal)  // new values per call
-    return invoke(n.op, inputs, nd::random::attrs_for_call(n.attrs, device), {.device = device});
-  return invoke(n.op, inputs, n.attrs, {.device = device});
+  if (!draws_per_call(n.op)) return invoke(n.op, inputs, n.attrs, {.device = device});
+  Shape in0 = inputs.empty() ? Shape{} : inputs[0].shape();
+  OpAttrs attrs = attrs_for_call(n.op, n.attrs, in0, device, autograd::is_training());
+  return invoke(n.op, inputs, attrs, {.device = device});
 }
 
 }  // namespace
+
+bool draws_per_call(OpId op) {
+  return op == OpId::kDropout || op == OpId::kRandomUniform || op == OpId::kRandomNormal;
+}
+
+OpAttrs attrs_for_call(OpId op, const OpAttrs& attrs, const Shape& in0, Device device, bool is_train) {
+  KILN_ASSERT(draws_per_call(op));
+  return op == OpId::kDropout ? nd::dropout_attrs_for_call(attrs, in0, device, is_train)
+                              : nd::random::attrs_for_call(attrs, device);
+}
+
+std::vector<NDArray> bind_values(const trace::TracedGraph& t, std::span<const NDArray> inputs) {
+  KILN_CHECK(inputs.size() == t.inputs.size(), ValueError, "traced graph: {} inputs given, it takes {}",
+             inputs.size(), t.inputs.size());
+  std::vector<NDArray> values(t.graph.size());
+  for (size_t i = 0; i < t.inputs.size(); ++i) values[static_cast<size_t>(t.inputs[i])] = inputs[i];
+  for (const auto& [node, p] : t.params) values[static_cast<size_t>(node)] = p.data(t.device);
+  for (const auto& [node, a] : t.consts) values[static_cast<size_t>(node)] = a;
+  return values;
+}
 
 std::vector<NDArray> eval_graph(const ir::Graph& g, std::span<const NDArray> values_by_node) {
   KILN_CHECK(values_by_node.size() == g.size(), ValueError, "eval_graph: {} values given for a graph of {} nodes",

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "frontend/ndarray.h"
+#include "frontend/trace.h"
 #include "ir/graph.h"
 
 namespace kiln {
@@ -30,5 +31,16 @@ namespace kiln {
 // equal the node's: ShapeError/TypeError naming it). Op entries are ignored.
 // Returns the graph's outputs.
 std::vector<NDArray> eval_graph(const ir::Graph& g, std::span<const NDArray> values_by_node);
+
+// The values_by_node of a traced graph: `inputs` on its input nodes, the
+// parameters' current arrays on its device, the captured constants.
+std::vector<NDArray> bind_values(const trace::TracedGraph& t, std::span<const NDArray> inputs);
+
+// Ops whose executors draw new random values per call (Dropout's mask,
+// _random_uniform, _random_normal), and their attributes for one call: the
+// stream position of a new draw on `device` (`in0`: the first input's shape,
+// Dropout's data).
+bool draws_per_call(OpId op);
+OpAttrs attrs_for_call(OpId op, const OpAttrs& attrs, const Shape& in0, Device device, bool is_train);
 
 }  // namespace kiln

@@ -4,8 +4,7 @@
 #include <array>
 #include <map>
 
-#include "frontend/nd_init.h"
-#include "frontend/nd_nn.h"
+#include "frontend/graph_eval.h"
 #include "ir/error.h"
 #include "passes/memory_plan.h"
 #include "passes/op_effects.h"
@@ -24,6 +23,7 @@ struct GraphExecutor::Program {
   };
   struct Step {
     KernelFn fn = nullptr;
+    OpId op{};
     OpAttrs attrs;
     std::vector<Ref> in, out;
     int32_t fresh = -1;  // index among the steps that draw new random values per call (Dropout, random ops)
@@ -48,9 +48,7 @@ struct GraphExecutor::Program {
 bool GraphExecutor::supports(const ir::Graph& g, bool is_train) {
   for (const ir::Node& n : g.nodes()) {
     if (!n.is_op()) continue;
-    if (n.op != OpId::kDropout && passes::is_random(op_def(n.op)) && n.op != OpId::kRandomUniform &&
-        n.op != OpId::kRandomNormal)
-      return false;
+    if (passes::is_random(op_def(n.op)) && !draws_per_call(n.op)) return false;
   }
   return true;
 }
@@ -96,9 +94,9 @@ GraphExecutor::GraphExecutor(std::shared_ptr<const trace::TracedGraph> traced)
     const OpDef& def = op_def(n.op);
     Program::Step step;
     step.fn = find_kernel(def, p.device);
+    step.op = n.op;
     step.attrs = n.attrs;
-    if (n.op == OpId::kDropout || n.op == OpId::kRandomUniform || n.op == OpId::kRandomNormal)
-      step.fresh = p.num_fresh++;
+    if (draws_per_call(n.op)) step.fresh = p.num_fresh++;
     for (const ir::Entry& e : n.inputs) step.in.push_back(refs[static_cast<size_t>(e.node)][static_cast<size_t>(e.index)]);
     for (int m : def.mutate_inputs) {
       const Program::Ref& in = step.in[static_cast<size_t>(m)];
@@ -182,9 +180,8 @@ std::vector<NDArray> GraphExecutor::run(std::span<const NDArray> inputs, bool is
   if (p.num_fresh > 0) {
     for (const Program::Step& step : p.steps) {
       if (step.fresh < 0) continue;
-      fresh_attrs.push_back(step.in.empty()
-                                ? nd::random::attrs_for_call(step.attrs, p.device)
-                                : nd::dropout_attrs_for_call(step.attrs, step.in[0].shape, p.device, is_train));
+      Shape in0 = step.in.empty() ? Shape{} : step.in[0].shape;
+      fresh_attrs.push_back(attrs_for_call(step.op, step.attrs, in0, p.device, is_train));
     }
   }
 

@@ -417,15 +417,8 @@ TEST(Hybridize, ExecutorReusesArenaStorage) {
   net.initialize();
   NDArray x = nd::ones({8, 64});
   NDArray want = net(x);
-  trace::TracedGraph traced;
-  {
-    std::unordered_map<const void*, std::string> names;
-    for (const auto& [name, p] : net.collect_params()) names.emplace(p.id(), name);
-    trace::Tracer tracer("net", Device::cpu(0), names);
-    NDArray in = tracer.add_input("data", {x.shape(), x.dtype()});
-    NDArray out = net.forward(in);
-    traced = tracer.finish({&out, 1});
-  }
+  TensorType type{x.shape(), x.dtype()};
+  trace::TracedGraph traced = trace_block(net, {&type, 1}, Device::cpu(0), "net");
   GraphExecutor exec(std::make_shared<trace::TracedGraph>(std::move(traced)));
   expect_close(exec.run({&x, 1}, false)[0], want, 0, "executor");
   // 11 intermediates of 8x64 floats; at most two are live at once (one with
