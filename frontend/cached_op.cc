@@ -157,6 +157,7 @@ std::shared_ptr<const CachedOp::Entry> CachedOp::lookup(nn::Block& block, std::s
   entry->key = std::move(key);
   entry->traced = std::move(traced);
   entry->raw = std::move(raw);
+  entry->compilable = GraphExecutor::supports(entry->traced->graph);
   entries_.push_front(entry);
   while (static_cast<int>(entries_.size()) > max_entries_) entries_.pop_back();
   return entry;
@@ -165,7 +166,7 @@ std::shared_ptr<const CachedOp::Entry> CachedOp::lookup(nn::Block& block, std::s
 std::vector<NDArray> CachedOp::call(nn::Block& block, std::span<const NDArray> inputs, const std::string& what) {
   std::shared_ptr<const Entry> entry = lookup(block, inputs, what);
   const trace::TracedGraph& t = *entry->traced;
-  if (!autograd::is_recording() && GraphExecutor::supports(t.graph, entry->key.train)) {
+  if (!autograd::is_recording() && entry->compilable) {
     std::call_once(entry->compile_once, [&] { entry->executor = std::make_unique<GraphExecutor>(entry->traced); });
     return entry->executor->run(inputs, entry->key.train);
   }
@@ -177,7 +178,7 @@ std::vector<NDArray> CachedOp::call(nn::Block& block, std::span<const NDArray> i
       std::lock_guard lock(entry->train_mutex);
       auto it = entry->train.find(needs);
       if (it == entry->train.end())
-        it = entry->train.emplace(needs, TrainProgram::compile(t, needs, entry->key.train)).first;
+        it = entry->train.emplace(needs, TrainProgram::compile(t, needs)).first;
       program = it->second;
     }
     if (program) return program->call(inputs, entry->key.train);

@@ -88,6 +88,7 @@ class CachedOp {
     Key key;
     std::shared_ptr<const trace::TracedGraph> traced;  // optimized
     std::shared_ptr<const trace::TracedGraph> raw;     // as traced (what export writes)
+    bool compilable = false;  // GraphExecutor::supports(traced->graph), decided once
     // Compiled on the first call that can use it (autograd not recording).
     mutable std::once_flag compile_once;
     mutable std::unique_ptr<GraphExecutor> executor;

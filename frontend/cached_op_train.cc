@@ -39,9 +39,9 @@ std::shared_ptr<trace::TracedGraph> bind_leaves(ir::Graph g, const trace::Traced
 }  // namespace
 
 std::shared_ptr<const TrainProgram> TrainProgram::compile(const trace::TracedGraph& traced,
-                                                          const std::vector<bool>& input_needs_grad, bool is_train) {
+                                                          const std::vector<bool>& input_needs_grad) {
   const ir::Graph& fwd = traced.graph;
-  if (!GraphExecutor::supports(fwd, is_train)) return nullptr;
+  if (!GraphExecutor::supports(fwd)) return nullptr;
   std::vector<std::string> wrt;
   auto program = std::shared_ptr<TrainProgram>(new TrainProgram);
   program->device_ = traced.device;

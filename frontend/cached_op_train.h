@@ -31,7 +31,7 @@ class TrainProgram : public std::enable_shared_from_this<TrainProgram> {
   // and no parameter has one) or when the graph cannot run compiled
   // (GraphExecutor::supports).
   static std::shared_ptr<const TrainProgram> compile(const trace::TracedGraph& traced,
-                                                     const std::vector<bool>& input_needs_grad, bool is_train);
+                                                     const std::vector<bool>& input_needs_grad);
 
   std::vector<NDArray> call(std::span<const NDArray> inputs, bool is_train) const;
 

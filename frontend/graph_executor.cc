@@ -45,7 +45,7 @@ struct GraphExecutor::Program {
   NDArray arena;
 };
 
-bool GraphExecutor::supports(const ir::Graph& g, bool is_train) {
+bool GraphExecutor::supports(const ir::Graph& g) {
   for (const ir::Node& n : g.nodes()) {
     if (!n.is_op()) continue;
     if (passes::is_random(op_def(n.op)) && !draws_per_call(n.op)) return false;

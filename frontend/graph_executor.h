@@ -37,7 +37,7 @@ class GraphExecutor {
 
   // False when the graph holds random ops other than Dropout, _random_uniform
   // and _random_normal (their values must change per call).
-  static bool supports(const ir::Graph& g, bool is_train);
+  static bool supports(const ir::Graph& g);
 
   // Runs the graph on `inputs` (one per input node, types as traced) with the
   // parameters' current arrays; returns the outputs (queued).
