@@ -2,6 +2,8 @@
 // (save_ndarrays/load_ndarrays, Block::save_parameters/load_parameters).
 #include <gtest/gtest.h>
 
+#include "tests/test_util.h"
+
 #include <unistd.h>
 
 #include <cmath>
@@ -20,22 +22,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-template <typename E, typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "unexpected exception type: " << e.what();
-    return "";
-  }
-  ADD_FAILURE() << "no exception thrown";
-  return "";
-}
-
-#define EXPECT_CONTAINS(haystack, needle) \
-  EXPECT_NE(std::string(haystack).find(needle), std::string::npos) << "'" << needle << "' not in: " << (haystack)
+using test::error_of;
 
 // A fresh directory per test, removed afterwards.
 class TempDir {
