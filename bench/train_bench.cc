@@ -7,11 +7,13 @@
 // autograd::Record, softmax cross-entropy, backward, Trainer::step (SGD).
 // Steps are timed from push to the last updated weight being ready, after
 // warm-up steps (oneDNN plans, the storage pool).
+#include <algorithm>
 #include <fstream>
 #include <string>
 
 #include "bench/bench.h"
 #include "frontend/autograd.h"
+#include "frontend/cached_op.h"
 #include "frontend/nd.h"
 #include "frontend/train/loss.h"
 #include "frontend/train/trainer.h"
@@ -24,6 +26,7 @@ namespace kiln::bench {
 namespace {
 
 constexpr int64_t kBatch = 256;
+constexpr double kMiB = 1024.0 * 1024.0;
 
 struct Synthetic {
   NDArray data, label;
@@ -142,10 +145,15 @@ std::vector<Figure> bench_train_lenet_hybridized(const Options& options) {
 // temporaries), each after a warm-up step.
 std::vector<Figure> bench_resnet18_hybridized(const Options& options) {
   double peaks[2], train[2], infer[2];
+  TrainProgram::Memory memory;
   for (int h = 0; h < 2; ++h) {
     Job job("resnet18", h == 1);
     job.train_seconds(1);
     peaks[h] = pool_peak_mib([&] { job.train_seconds(1); });
+    if (h == 1) {
+      const CachedOp* op = job.net.cached_op();
+      if (op != nullptr && op->train_memory()) memory = *op->train_memory();
+    }
     train[h] = best_of(options.repeat, [&] { return job.train_seconds(1); });
     job.infer_seconds(1);
     infer[h] = best_of(options.repeat, [&] { return job.infer_seconds(1); });
@@ -156,7 +164,10 @@ std::vector<Figure> bench_resnet18_hybridized(const Options& options) {
           {"infer_resnet18_hybridized_speedup", infer[0] / infer[1], "x"},
           {"train_resnet18_pool_peak_mb", peaks[0], "MiB"},
           {"train_resnet18_hybridized_peak_mb", peaks[1], "MiB"},
-          {"train_resnet18_hybridized_peak_ratio", peaks[1] / peaks[0], "x"}};
+          {"train_resnet18_hybridized_peak_ratio", peaks[1] / peaks[0], "x"},
+          {"train_resnet18_hybridized_saved_mb", static_cast<double>(memory.saved) / kMiB, "MiB"},
+          {"train_resnet18_hybridized_arena_mb",
+           static_cast<double>(std::max(memory.forward_arena, memory.backward_arena)) / kMiB, "MiB"}};
 }
 
 }  // namespace
@@ -166,7 +177,8 @@ void register_train_benchmarks() {
   add({"resnet18_hybridized",
        {"train_resnet18_hybridized_ips", "train_resnet18_hybridized_speedup", "infer_resnet18_hybridized_ips",
         "infer_resnet18_hybridized_speedup", "train_resnet18_pool_peak_mb", "train_resnet18_hybridized_peak_mb",
-        "train_resnet18_hybridized_peak_ratio"},
+        "train_resnet18_hybridized_peak_ratio", "train_resnet18_hybridized_saved_mb",
+        "train_resnet18_hybridized_arena_mb"},
        &bench_resnet18_hybridized});
   add({"train_lenet", {"train_lenet_ips"}, &bench_train_lenet});
   add({"train_resnet18", {"train_resnet18_ips", "train_resnet18_peak_mb", "infer_resnet18_ips"}, &bench_resnet18});

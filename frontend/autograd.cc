@@ -34,8 +34,8 @@ GradReq NDArray::grad_req() const {
 }
 
 NDArray NDArray::detach() const {
-  KILN_CHECK(!is_symbolic(), NotSupported,
-             "detach: not supported inside a forward traced by hybridize yet (the graph IR has no stop-gradient op)");
+  // Traced: a BlockGrad node, so the compiled gradient stops here too.
+  if (is_symbolic()) return invoke1(OpId::kBlockGrad, {*this});
   return NDArray(chunk_, shape_, dtype_, offset_);
 }
 

@@ -76,6 +76,12 @@ void CachedOp::optimize(trace::TracedGraph& traced, bool train_mode, const std::
   pass_report_ = ctx.report();
 }
 
+std::optional<TrainProgram::Memory> CachedOp::train_memory() const {
+  std::lock_guard lock(mutex_);
+  if (!last_train_) return std::nullopt;
+  return last_train_->memory();
+}
+
 std::string CachedOp::pass_report() const {
   std::lock_guard lock(mutex_);
   return pass_report_;
@@ -180,6 +186,10 @@ std::vector<NDArray> CachedOp::call(nn::Block& block, std::span<const NDArray> i
       if (it == entry->train.end())
         it = entry->train.emplace(needs, TrainProgram::compile(t, needs)).first;
       program = it->second;
+    }
+    if (program) {
+      std::lock_guard lock(mutex_);
+      last_train_ = program;
     }
     if (program) return program->call(inputs, entry->key.train);
   }

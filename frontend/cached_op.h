@@ -33,6 +33,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -76,6 +77,9 @@ class CachedOp {
   // What the optimization pipeline did to the last traced graph, one line
   // per pass (passes::PassContext::report).
   std::string pass_report() const;
+  // How the most recently used compiled training step spends memory
+  // (TrainProgram::Memory); nullopt before one ran.
+  std::optional<TrainProgram::Memory> train_memory() const;
 
  private:
   struct Key {
@@ -108,6 +112,7 @@ class CachedOp {
   int64_t num_traces_ = 0;
   std::vector<std::string> retrace_log_;
   std::string pass_report_;
+  std::shared_ptr<const TrainProgram> last_train_;
 };
 
 }  // namespace kiln

@@ -1,5 +1,6 @@
 #include "frontend/cached_op_train.h"
 
+#include <algorithm>
 #include <atomic>
 
 #include "frontend/autograd.h"
@@ -71,6 +72,12 @@ std::shared_ptr<const TrainProgram> TrainProgram::compile(const trace::TracedGra
   }
   ir::Graph backward = passes::run_pipeline(split.backward, "eliminate-common-expr,eliminate-dead-code", ctx);
 
+  int64_t saved_bytes = 0;
+  for (size_t i = program->num_outputs_; i < split.forward.outputs().size(); ++i) {
+    const TensorType t = split.forward.type(split.forward.outputs()[i]);
+    saved_bytes += t.shape.size() * static_cast<int64_t>(dtype_size(t.dtype));
+  }
+
   std::vector<std::string> forward_inputs;
   for (ir::NodeId id : traced.inputs) forward_inputs.push_back(fwd.node(id).name);
   program->forward_ = std::make_unique<GraphExecutor>(bind_leaves(std::move(split.forward), traced, forward_inputs));
@@ -93,6 +100,11 @@ std::shared_ptr<const TrainProgram> TrainProgram::compile(const trace::TracedGra
   }
   program->backward_ = std::make_unique<GraphExecutor>(bind_leaves(std::move(backward), traced, backward_order));
   GraphExecutor::share_arena(*program->forward_, *program->backward_);
+  Memory& m = program->memory_;
+  m.forward_arena = program->forward_->arena_bytes();
+  m.backward_arena = program->backward_->arena_bytes();
+  m.num_saved = static_cast<int64_t>(split.saved.size());
+  m.saved = saved_bytes;
   return program;
 }
 
@@ -138,6 +150,15 @@ std::vector<NDArray> TrainProgram::call(std::span<const NDArray> inputs, bool is
   };
   for (size_t i = 0; i < outputs.size(); ++i) outputs[i].set_ag_entry(node, static_cast<int>(i));
   return outputs;
+}
+
+
+std::string TrainProgram::Memory::to_string() const {
+  constexpr double kMiB = 1024.0 * 1024.0;
+  return fmt::format("forward arena {:.1f} MiB, backward arena {:.1f} MiB (shared: {:.1f} MiB), {} saved values {:.1f} MiB",
+                     static_cast<double>(forward_arena) / kMiB, static_cast<double>(backward_arena) / kMiB,
+                     static_cast<double>(std::max(forward_arena, backward_arena)) / kMiB, num_saved,
+                     static_cast<double>(saved) / kMiB);
 }
 
 }  // namespace kiln

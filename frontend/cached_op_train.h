@@ -18,6 +18,7 @@
 
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "frontend/graph_executor.h"
@@ -35,6 +36,17 @@ class TrainProgram : public std::enable_shared_from_this<TrainProgram> {
 
   std::vector<NDArray> call(std::span<const NDArray> inputs, bool is_train) const;
 
+  // Where a step's memory goes (bytes): the arena the forward and backward
+  // parts share (the larger of their plans), and the values the forward part
+  // saves for backward (fresh arrays per call, held until backward ran).
+  struct Memory {
+    int64_t forward_arena = 0, backward_arena = 0;
+    int64_t saved = 0;
+    int64_t num_saved = 0;
+    std::string to_string() const;  // one line, MiB
+  };
+  const Memory& memory() const { return memory_; }
+
  private:
   // Where each backward input comes from.
   enum class Source : int8_t { kSaved, kHeadGrad, kInput };
@@ -50,6 +62,7 @@ class TrainProgram : public std::enable_shared_from_this<TrainProgram> {
   std::vector<BackwardInput> backward_inputs_;
   std::vector<int> input_grad_;  // per call input: index among the backward outputs, or -1
   std::vector<std::pair<nn::Parameter, int>> param_grads_;  // parameter, index among the backward outputs
+  Memory memory_;
 };
 
 }  // namespace kiln

@@ -1,9 +1,12 @@
 #include "passes/split_gradient.h"
 
+#include <functional>
 #include <map>
 
 #include "ir/error.h"
+#include "ir/ops/conv.h"
 #include "passes/graph_copy.h"
+#include "passes/op_effects.h"
 
 namespace kiln::passes {
 
@@ -25,13 +28,62 @@ SplitGraph split_gradient_graph(const ir::Graph& g, size_t num_forward_outputs,
     if (!node.is_op()) continue;
     for (const ir::Entry& e : node.inputs) backward[id] = backward[id] || backward[static_cast<size_t>(e.node)];
   }
+  // Ops that neither the forward outputs need nor have effects run at
+  // backward too, even when they read only forward values (a ReLU's mask, a
+  // BatchNorm gradient's normalized input): saving their inputs, which the
+  // forward keeps anyway, costs less memory than saving their results.
+  std::vector<bool> needed(n, false);
+  for (size_t i = 0; i < num_forward_outputs; ++i) needed[static_cast<size_t>(g.outputs()[i].node)] = true;
+  for (size_t id = n; id-- > 0;) {
+    const ir::Node& node = g.nodes()[id];
+    if (!node.is_op() || backward[id]) continue;
+    needed[id] = needed[id] || !is_pure(op_def(node.op));
+    if (needed[id])
+      for (const ir::Entry& e : node.inputs) needed[static_cast<size_t>(e.node)] = true;
+  }
+  for (size_t id = 0; id < n; ++id)
+    if (g.nodes()[id].is_op() && !needed[id]) backward[id] = true;
   auto is_forward_op = [&](ir::NodeId id) { return g.node(id).is_op() && !backward[static_cast<size_t>(id)]; };
 
-  // Saved: forward-op values that backward ops read or that are gradients.
+  // Recomputed at backward instead of saved: an activation of a BatchNorm's
+  // output (ResNet's relu(bn(conv(x)))). BatchNorm's gradient saves its data
+  // and batch statistics anyway, so recomputing costs one elementwise pass
+  // and saves one activation-sized array per such layer.
+  std::vector<bool> recompute(n, false);
+  std::vector<bool> read_by_backward(n, false);  // output 0 read by a backward op
+  for (size_t id = 0; id < n; ++id) {
+    const ir::Node& node = g.nodes()[id];
+    if (node.is_op() && backward[id])
+      for (const ir::Entry& e : node.inputs)
+        if (e.index == 0) read_by_backward[static_cast<size_t>(e.node)] = true;
+  }
+  for (size_t id = 0; id < n; ++id) {
+    const ir::Node& node = g.nodes()[id];
+    if (!is_forward_op(static_cast<ir::NodeId>(id)) || (node.op != OpId::kRelu && node.op != OpId::kActivation))
+      continue;
+    const ir::Entry in = node.inputs[0];
+    const ir::Node& bn = g.node(in.node);
+    recompute[id] = is_forward_op(in.node) && bn.op == OpId::kBatchNorm && in.index == 0 &&
+                    !read_by_backward[static_cast<size_t>(in.node)];
+  }
+
+  // Saved: forward-op values that backward ops read or that are gradients
+  // (for a recomputed value: what recomputing it reads).
   std::vector<ir::Entry> saved;
   std::map<std::pair<ir::NodeId, int32_t>, size_t> saved_index;
-  auto save = [&](ir::Entry e) {
+  std::vector<bool> leaf_needed(n, false);
+  std::function<void(ir::Entry)> save = [&](ir::Entry e) {
+    if (!g.node(e.node).is_op()) {
+      leaf_needed[static_cast<size_t>(e.node)] = true;
+      return;
+    }
     if (!is_forward_op(e.node) || saved_index.contains({e.node, e.index})) return;
+    if (recompute[static_cast<size_t>(e.node)]) {
+      const ir::NodeId bn = g.node(e.node).inputs[0].node;
+      const std::vector<ir::Entry>& bn_in = g.node(bn).inputs;
+      for (ir::Entry x : {bn_in[0], bn_in[1], bn_in[2], ir::Entry{bn, 1}, ir::Entry{bn, 2}}) save(x);
+      return;
+    }
     saved_index[{e.node, e.index}] = saved.size();
     saved.push_back(e);
   };
@@ -65,26 +117,38 @@ SplitGraph split_gradient_graph(const ir::Graph& g, size_t num_forward_outputs,
   }
   {  // backward: saved values and the leaves backward reads, then the backward ops
     GraphCopy copy(g);
-    std::vector<bool> leaf_needed(n, false);
-    for (size_t id = 0; id < n; ++id) {
-      const ir::Node& node = g.nodes()[id];
-      if (!node.is_op() || !backward[id]) continue;
-      for (const ir::Entry& e : node.inputs)
-        if (!g.node(e.node).is_op()) leaf_needed[static_cast<size_t>(e.node)] = true;
-    }
-    for (size_t i = num_forward_outputs; i < g.outputs().size(); ++i) {
-      ir::Entry e = g.outputs()[i];
-      if (!g.node(e.node).is_op()) leaf_needed[static_cast<size_t>(e.node)] = true;
-    }
     for (size_t i = 0; i < saved.size(); ++i)
       copy.map_entry(saved[i], copy.graph().add_input(out.saved[i], g.type(saved[i])));
+    // A recomputed activation, just before its first reader (so it lives
+    // briefly): BatchNorm with the saved batch statistics as its statistics
+    // (use_global_stats: the same arithmetic, no running-statistics update),
+    // then the activation.
+    auto materialize = [&](ir::NodeId act) {
+      const ir::NodeId bn = g.node(act).inputs[0].node;
+      const ir::Node& bn_node = g.node(bn);
+      BatchNormAttrs attrs = bn_node.attrs.as<BatchNormAttrs>();
+      attrs.use_global_stats = true;
+      const ir::Entry in[] = {copy.map(bn_node.inputs[0]), copy.map(bn_node.inputs[1]), copy.map(bn_node.inputs[2]),
+                              copy.map({bn, 1}), copy.map({bn, 2})};
+      copy.map_entry({bn, 0}, copy.graph().add_op(OpId::kBatchNorm, OpAttrs::make(attrs), in,
+                                                  "recompute/" + bn_node.name)[0]);
+      copy.copy_node(act);
+    };
     for (size_t id = 0; id < n; ++id) {
       auto nid = static_cast<ir::NodeId>(id);
       const ir::Node& node = g.node(nid);
-      if ((!node.is_op() && (leaf_needed[id] || head[id])) || (node.is_op() && backward[id])) copy.copy_node(nid);
+      if (!node.is_op() && (leaf_needed[id] || head[id])) copy.copy_node(nid);
+      if (!node.is_op() || !backward[id]) continue;
+      for (const ir::Entry& e : node.inputs)
+        if (recompute[static_cast<size_t>(e.node)] && !copy.is_mapped(e)) materialize(e.node);
+      copy.copy_node(nid);
     }
     std::vector<ir::Entry> outputs;
-    for (size_t i = num_forward_outputs; i < g.outputs().size(); ++i) outputs.push_back(copy.map(g.outputs()[i]));
+    for (size_t i = num_forward_outputs; i < g.outputs().size(); ++i) {
+      const ir::Entry e = g.outputs()[i];
+      if (recompute[static_cast<size_t>(e.node)] && !copy.is_mapped(e)) materialize(e.node);
+      outputs.push_back(copy.map(e));
+    }
     copy.graph().set_outputs(std::move(outputs));
     out.backward = std::move(copy.graph());
   }

@@ -7,9 +7,13 @@
 //   // s.backward: inputs named in s.saved, the head gradients and the leaves it
 //   //             reads; outputs: the gradients
 //
-// An op node belongs to the backward part when it depends, directly or
-// through other ops, on a head-gradient input; every other op node runs in
-// the forward part, once (so BatchNorm updates its running statistics once).
+// An op node runs in the forward part, once, when the forward outputs need
+// it or it has effects or draws random numbers (so BatchNorm updates its
+// running statistics once and a Dropout mask is drawn once) and it does not
+// depend, directly or through other ops, on a head-gradient input. Every
+// other op node runs in the backward part — also ops that read only forward
+// values (a ReLU's mask): the forward then saves their inputs, which it
+// usually keeps anyway, instead of their results.
 // Values of the forward part that backward reads, or that are gradients
 // themselves (a `_zeros` for a node no gradient reaches), are the saved
 // values: extra outputs of the forward graph and input nodes of the backward

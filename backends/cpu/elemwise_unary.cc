@@ -203,6 +203,7 @@ void register_cpu_elemwise_unary_kernels() {
   register_kernel(OpId::kNegative, kCPU, numeric_unary<NegativeOp>);
   register_kernel(OpId::kClip, kCPU, clip);
   register_kernel(OpId::kCopy, kCPU, copy);
+  register_kernel(OpId::kBlockGrad, kCPU, copy);
   register_kernel(OpId::kCast, kCPU, cast);
 }
 

@@ -161,6 +161,7 @@ void define_unary_ops(OpRegistry& r) {
   define_unary(r, OpId::kClip, "min(max(x, a_min), a_max).", infer_numeric_unary).parse_attrs =
       parse_attrs_as<ClipAttrs>;
   define_unary(r, OpId::kCopy, "A copy of x (any dtype).", infer_any_unary);
+  define_unary(r, OpId::kBlockGrad, "x, through which no gradient flows (detach, stop_gradient).", infer_any_unary);
 
   OpDef& cast = r.define(OpId::kCast, "x converted to `dtype` (any dtype to any dtype).");
   cast.input_names = {"data"};
@@ -219,6 +220,7 @@ void define_aliases(OpRegistry& r) {
       {"_LesserEqualScalar", OpId::kLesserEqualScalar},
       {"identity", OpId::kCopy},
       {"_identity", OpId::kCopy},
+      {"stop_gradient", OpId::kBlockGrad},
       {"cast", OpId::kCast},
       {"amp_cast", OpId::kCast},
   };

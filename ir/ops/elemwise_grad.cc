@@ -5,6 +5,7 @@
 
 #include "ir/grad.h"
 #include "ir/ops/elemwise.h"
+#include "ir/ops/nn.h"
 
 namespace kiln {
 namespace {
@@ -75,6 +76,8 @@ void extremum_grad(GradBuilder& b, const GradArgs& a, std::span<GradValue> g) {
 double scalar_of(const GradArgs& a) { return a.attrs.as<ScalarAttrs>().scalar; }
 
 void identity_grad(GradBuilder&, const GradArgs& a, std::span<GradValue> g) { g[0] = dy(a); }
+// BlockGrad: no gradient reaches the input (a zero contribution).
+void block_grad(GradBuilder&, const GradArgs&, std::span<GradValue>) {}
 void negate_grad(GradBuilder& b, const GradArgs& a, std::span<GradValue> g) { g[0] = neg(b, dy(a)); }
 void mul_scalar_grad(GradBuilder& b, const GradArgs& a, std::span<GradValue> g) {
   g[0] = scalar_op(b, OpId::kMulScalar, dy(a), scalar_of(a));
@@ -118,8 +121,11 @@ void sigmoid_grad(GradBuilder& b, const GradArgs& a, std::span<GradValue> g) {  
   GradValue y = a.outputs[0];
   g[0] = mul(b, dy(a), mul(b, y, scalar_op(b, OpId::kRMinusScalar, y, 1)));
 }
+// From the output (out > 0 exactly where in > 0), through Activation's
+// one-pass backward kernel: backward keeps the output, which the next layer
+// usually keeps anyway, and no mask array is made.
 void relu_grad(GradBuilder& b, const GradArgs& a, std::span<GradValue> g) {
-  g[0] = mul(b, dy(a), scalar_op(b, OpId::kGreaterScalar, lhs(a), 0));
+  g[0] = b.op(OpId::kActivationBackward, {dy(a), a.outputs[0]}, OpAttrs::make(ActivationAttrs{ActType::kRelu}));
 }
 void abs_grad(GradBuilder& b, const GradArgs& a, std::span<GradValue> g) {  // sign(x)
   GradValue pos = scalar_op(b, OpId::kGreaterScalar, lhs(a), 0);
@@ -177,11 +183,12 @@ void register_elemwise_grads(OpRegistry& r) {
   set(r, OpId::kSquare, square_grad);
   set(r, OpId::kTanh, tanh_grad, false, true);
   set(r, OpId::kSigmoid, sigmoid_grad, false, true);
-  set(r, OpId::kRelu, relu_grad);
+  set(r, OpId::kRelu, relu_grad, false, true);
   set(r, OpId::kAbs, abs_grad);
   set(r, OpId::kNegative, negate_grad, false);
   set(r, OpId::kClip, clip_grad);
   set(r, OpId::kCopy, identity_grad, false);
+  set(r, OpId::kBlockGrad, block_grad, false);
   set(r, OpId::kCast, cast_grad, false);
   set(r, OpId::kWhere, where_grad);
 }

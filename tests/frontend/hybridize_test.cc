@@ -3,6 +3,7 @@
 
 #include "tests/test_util.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <optional>
 #include <thread>
@@ -110,6 +111,55 @@ TEST(Hybridize, GradientsMatchImperative) {
   auto hybrid = grads_of();
   ASSERT_EQ(imperative.size(), hybrid.size());
   for (size_t i = 0; i < hybrid.size(); ++i) expect_close(hybrid[i], imperative[i], 1e-6, "gradient " + std::to_string(i));
+}
+
+// A detached branch: its value is used, no gradient flows through it.
+struct DetachNet : nn::HybridBlock {
+  nn::Dense a{4}, b{4};
+  DetachNet() {
+    register_child("a", a);
+    register_child("b", b);
+  }
+  NDArray forward(const NDArray& x) override {
+    NDArray h = a(x);
+    return b(h) * h.detach();
+  }
+};
+
+TEST(Hybridize, DetachStopsTheCompiledGradientLikeTheImperativeOne) {
+  nd::random::seed(3);
+  DetachNet net;
+  net.initialize(init::Xavier());
+  NDArray x = nd::random::normal({5, 6});
+  auto grads_of = [&] {
+    net.collect_params().zero_grad();
+    {
+      autograd::Record record;
+      NDArray loss = nd::sum(nd::square(net(x)));
+      autograd::backward({loss});
+    }
+    return std::vector<NDArray>{net.a.weight().grad().copy(), net.b.weight().grad().copy()};
+  };
+  auto imperative = grads_of();
+  net.hybridize();
+  auto hybrid = grads_of();
+  expect_close(hybrid[0], imperative[0], 1e-6, "a.weight gradient");
+  expect_close(hybrid[1], imperative[1], 1e-6, "b.weight gradient");
+  // The graph holds the stop: a BlockGrad node (exported under MXNet's name).
+  const ir::Graph& g = net.cached_op()->last_graph()->graph;
+  EXPECT_TRUE(std::any_of(g.nodes().begin(), g.nodes().end(),
+                          [](const ir::Node& n) { return n.is_op() && n.op == OpId::kBlockGrad; }));
+  // And the stop matters: without it a.weight's gradient differs.
+  net.collect_params().zero_grad();
+  {
+    autograd::Record record;
+    NDArray h = net.a(x);
+    autograd::backward({nd::sum(nd::square(net.b(h) * h))});
+  }
+  auto full = net.a.weight().grad().to_vector<double>(), stopped = imperative[0].to_vector<double>();
+  double diff = 0;
+  for (size_t i = 0; i < full.size(); ++i) diff += std::abs(full[i] - stopped[i]);
+  EXPECT_GT(diff, 1e-3);
 }
 
 TEST(Hybridize, ModeIsPartOfTheKeyBatchNormAndDropout) {
