@@ -1,11 +1,14 @@
 #include "frontend/invoke.h"
 
 #include <array>
+#include <iterator>
+#include <utility>
 
 #include "frontend/autograd.h"
 #include "frontend/autograd_tape.h"
 #include "frontend/trace.h"
 #include "runtime/kernel.h"
+#include "runtime/record_pool.h"
 
 namespace kiln {
 namespace {
@@ -13,8 +16,11 @@ namespace {
 // Everything a queued kernel needs, in one allocation for the common case of
 // at most kInline arrays. Holding the NDArrays keeps their chunks (storage and
 // engine variables) alive until the kernel has run.
+// Recycled through RecordPool: allocated where the op is pushed, returned to
+// the pool (and its arrays released) on the worker that ran it.
 struct KernelCall {
   static constexpr int kInline = 4;
+  KernelCall* pool_next = nullptr;
   KernelFn fn = nullptr;
   OpAttrs attrs;
   bool is_train = false;
@@ -23,6 +29,14 @@ struct KernelCall {
   std::vector<NDArray> heap_arrays;
 
   NDArray* arrays() { return num_in + num_out <= kInline ? inline_arrays.data() : heap_arrays.data(); }
+
+  void reset() {
+    fn = nullptr;
+    attrs = OpAttrs();
+    for (NDArray& a : inline_arrays) a = NDArray();
+    heap_arrays.clear();
+    num_in = num_out = 0;
+  }
 
   void run(const engine::RunContext& rc) {
     constexpr int kMaxViews = 16;
@@ -39,6 +53,42 @@ struct KernelCall {
     KernelContext ctx{rc, attrs, is_train};
     fn(ctx, {views, static_cast<size_t>(num_in)}, {views + num_in, static_cast<size_t>(num_out)});
   }
+};
+
+// Owns a pooled KernelCall inside the pushed closure.
+class PooledCall {
+ public:
+  explicit PooledCall(KernelCall* call) : call_(call) {}
+  PooledCall(PooledCall&& o) noexcept : call_(std::exchange(o.call_, nullptr)) {}
+  PooledCall& operator=(PooledCall&&) = delete;
+  ~PooledCall() {
+    if (call_) RecordPool<KernelCall>::free(call_);
+  }
+  void operator()(engine::RunContext rc) { call_->run(rc); }
+
+ private:
+  KernelCall* call_;
+};
+
+// The outputs of one call: up to 4 without a heap allocation.
+class Outputs {
+ public:
+  void resize(size_t n) {
+    n_ = n;
+    if (n > inline_.size()) heap_.resize(n);
+  }
+  void push_back(NDArray a) {
+    resize(n_ + 1);
+    (*this)[n_ - 1] = std::move(a);
+  }
+  NDArray& operator[](size_t i) { return n_ <= inline_.size() ? inline_[i] : heap_[i]; }
+  std::span<NDArray> span() { return {n_ <= inline_.size() ? inline_.data() : heap_.data(), n_}; }
+  size_t size() const { return n_; }
+
+ private:
+  std::array<NDArray, 4> inline_;
+  std::vector<NDArray> heap_;
+  size_t n_ = 0;
 };
 
 Device common_device(const OpDef& def, std::span<const NDArray> inputs, const InvokeOptions& options) {
@@ -66,14 +116,15 @@ bool contains(std::span<engine::Var* const> vars, engine::Var* v) {
   return false;
 }
 
-}  // namespace
-
-std::vector<NDArray> invoke(OpId op, std::span<const NDArray> inputs, const OpAttrs& attrs,
-                            const InvokeOptions& options) {
+// invoke and invoke1: fills `outputs`.
+void invoke_into(OpId op, std::span<const NDArray> inputs, const OpAttrs& attrs, const InvokeOptions& options,
+                 Outputs& outputs) {
   const OpDef& def = op_def(op);
   KILN_CHECK(def.infer != nullptr, NotSupported, "{}: this operator is not implemented in this build", def.name);
-  if (trace::Tracer* tracer = trace::current()) [[unlikely]]
-    return tracer->record(op, inputs, attrs, options.out);
+  if (trace::Tracer* tracer = trace::current()) [[unlikely]] {
+    for (NDArray& a : tracer->record(op, inputs, attrs, options.out)) outputs.push_back(std::move(a));
+    return;
+  }
   Device device = common_device(def, inputs, options);
 
   thread_local std::vector<TensorType> in_types, out_types;
@@ -82,8 +133,7 @@ std::vector<NDArray> invoke(OpId op, std::span<const NDArray> inputs, const OpAt
   infer_types(def, attrs, in_types, out_types);
   KernelFn fn = find_kernel(def, device);
 
-  std::vector<NDArray> outputs;
-  outputs.reserve(out_types.size());
+  outputs.resize(out_types.size());
   int64_t new_bytes = 0;
   if (!options.out.empty()) {
     KILN_CHECK(options.out.size() == out_types.size(), ValueError, "{}: {} output array(s) given, op has {}",
@@ -95,16 +145,17 @@ std::vector<NDArray> invoke(OpId op, std::span<const NDArray> inputs, const OpAt
                  o.shape(), dtype_short_name(out_types[i].dtype), out_types[i].shape);
       KILN_CHECK(o.device() == device, DeviceError, "{}: output {} is on {} but the inputs are on {}", def.name, i,
                  o.device(), device);
-      outputs.push_back(o);
+      outputs[i] = o;
     }
   } else {
-    for (const TensorType& t : out_types) {
-      outputs.push_back(NDArray::empty(t.shape, {t.dtype, device}));
-      new_bytes += static_cast<int64_t>(outputs.back().nbytes());
+    for (size_t i = 0; i < out_types.size(); ++i) {
+      outputs[i] = NDArray::empty(out_types[i].shape, {out_types[i].dtype, device});
+      new_bytes += static_cast<int64_t>(outputs[i].nbytes());
     }
   }
 
-  auto call = std::make_unique<KernelCall>();
+  KernelCall* call = RecordPool<KernelCall>::alloc();
+  PooledCall owner(call);
   call->fn = fn;
   call->attrs = attrs;
   call->is_train = autograd::is_training();
@@ -129,14 +180,14 @@ std::vector<NDArray> invoke(OpId op, std::span<const NDArray> inputs, const OpAt
     writes = big_writes.data();
   }
   size_t nr = 0, nw = 0;
-  for (const NDArray& o : outputs) writes[nw++] = o.var();
+  for (const NDArray& o : outputs.span()) writes[nw++] = o.var();
   for (int m : def.mutate_inputs) writes[nw++] = inputs[static_cast<size_t>(m)].var();
   for (const NDArray& x : inputs) {
     engine::Var* v = x.var();
     if (!contains({writes, nw}, v) && !contains({reads, nr}, v)) reads[nr++] = v;
   }
 
-  engine::get().push([call = std::move(call)](engine::RunContext rc) { call->run(rc); }, {reads, nr},
+  engine::get().push(std::move(owner), {reads, nr},
                      {writes, nw},
                      {.device = device,
                       .lane = engine::Lane::kCompute,
@@ -144,17 +195,27 @@ std::vector<NDArray> invoke(OpId op, std::span<const NDArray> inputs, const OpAt
                       .name = def.name,
                       .bytes = new_bytes});
   if (autograd::is_recording()) {
-    autograd::detail::record(def, attrs, inputs, outputs);
+    autograd::detail::record(def, attrs, inputs, outputs.span());
     for (size_t i = 0; i < options.out.size(); ++i)
       options.out[i].set_ag_entry(outputs[i].ag_node(), outputs[i].ag_index());
   }
-  return outputs;
+}
+
+}  // namespace
+
+std::vector<NDArray> invoke(OpId op, std::span<const NDArray> inputs, const OpAttrs& attrs,
+                            const InvokeOptions& options) {
+  Outputs outputs;
+  invoke_into(op, inputs, attrs, options, outputs);
+  std::span<NDArray> all = outputs.span();
+  return {std::make_move_iterator(all.begin()), std::make_move_iterator(all.end())};
 }
 
 NDArray invoke1(OpId op, std::span<const NDArray> inputs, const OpAttrs& attrs, const InvokeOptions& options) {
-  auto outs = invoke(op, inputs, attrs, options);
-  KILN_ASSERT(outs.size() == 1);
-  return std::move(outs[0]);
+  Outputs outputs;
+  invoke_into(op, inputs, attrs, options, outputs);
+  KILN_ASSERT(outputs.size() == 1);
+  return std::move(outputs[0]);
 }
 
 }  // namespace kiln

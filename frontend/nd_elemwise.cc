@@ -1,5 +1,8 @@
 #include "frontend/nd_elemwise.h"
 
+#include <bit>
+#include <cstdint>
+
 #include "frontend/invoke.h"
 #include "ir/ops/elemwise.h"
 
@@ -13,9 +16,20 @@ NDArray arithmetic(OpId same_shape, OpId broadcast, const NDArray& lhs, const ND
   return binary(lhs.shape() == rhs.shape() ? same_shape : broadcast, lhs, rhs);
 }
 
-NDArray scalar(OpId op, const NDArray& x, double s) {
-  return invoke1(op, {x}, OpAttrs::make(ScalarAttrs{.scalar = s}));
+// `y = x + 1` in a loop would make equal attributes on every call: reuse
+// the last ones this thread made (OpAttrs are immutable and shared). Bitwise
+// equality, so -0.0 and NaN payloads keep their own attributes.
+OpAttrs scalar_attrs(double s) {
+  thread_local uint64_t last_bits = std::bit_cast<uint64_t>(s);
+  thread_local OpAttrs last = OpAttrs::make(ScalarAttrs{.scalar = s});
+  if (std::bit_cast<uint64_t>(s) != last_bits) {
+    last = OpAttrs::make(ScalarAttrs{.scalar = s});
+    last_bits = std::bit_cast<uint64_t>(s);
+  }
+  return last;
 }
+
+NDArray scalar(OpId op, const NDArray& x, double s) { return invoke1(op, {x}, scalar_attrs(s)); }
 
 NDArray unary(OpId op, const NDArray& x) { return invoke1(op, {x}); }
 

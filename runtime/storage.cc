@@ -1,6 +1,7 @@
 #include "runtime/storage.h"
 
 #include <array>
+#include <atomic>
 #include <bit>
 #include <cstdlib>
 #include <map>
@@ -125,15 +126,21 @@ std::unique_ptr<Pool> make_cuda_pool(Device device);  // backends/cuda, or throw
 Pool& pool(Device device) {
   static std::array<std::array<std::once_flag, kMaxDevicesPerKind>, kNumDeviceKinds> once;
   // Leaked: operations the engine finishes during exit() still allocate and free.
-  using Pools = std::array<std::array<std::unique_ptr<Pool>, kMaxDevicesPerKind>, kNumDeviceKinds>;
-  static Pools& pools = *new Pools;
-  check_device(device);
+  using Pools = std::array<std::array<std::atomic<Pool*>, kMaxDevicesPerKind>, kNumDeviceKinds>;
+  static Pools& pools = *new Pools{};
+  // Fast path (every array allocation): a pool that exists was made for a
+  // checked device.
   auto k = static_cast<size_t>(device.kind);
   auto i = static_cast<size_t>(device.id);
+  if (k < kNumDeviceKinds && i < kMaxDevicesPerKind) {
+    if (Pool* p = pools[k][i].load(std::memory_order_acquire)) return *p;
+  }
+  check_device(device);
   std::call_once(once[k][i], [&] {
-    pools[k][i] = device.is_cpu() ? std::make_unique<CpuPool>(device) : make_cuda_pool(device);
+    std::unique_ptr<Pool> p = device.is_cpu() ? std::make_unique<CpuPool>(device) : make_cuda_pool(device);
+    pools[k][i].store(p.release(), std::memory_order_release);
   });
-  return *pools[k][i];
+  return *pools[k][i].load(std::memory_order_acquire);
 }
 
 }  // namespace kiln::storage
