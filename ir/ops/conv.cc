@@ -331,9 +331,12 @@ void register_conv_ops(OpRegistry& r) {
   bn.mutate_inputs = {3, 4};
   bn.grad = batch_norm_grad;
   bn.grad_uses_outputs = true;
-  define(r, OpId::kBatchNormBackward, "Gradient of BatchNorm with respect to data, gamma and beta.", 5,
-         {"out_grad", "data", "gamma", "mean", "var"}, infer_batch_norm_backward, parse_attrs_as<BatchNormAttrs>)
-      .differentiable = false;
+  OpDef& bn_backward =
+      define(r, OpId::kBatchNormBackward, "Gradient of BatchNorm with respect to data, gamma and beta.", 5,
+             {"out_grad", "data", "gamma", "mean", "var"}, infer_batch_norm_backward, parse_attrs_as<BatchNormAttrs>);
+  bn_backward.differentiable = false;
+  // Per channel the kernel reads all of out_grad before writing data_grad.
+  bn_backward.inplace = {{0, 0}};
 }
 
 }  // namespace kiln

@@ -442,6 +442,7 @@ void define_layers(OpRegistry& r) {
   act.grad_uses_outputs = true;
   define_backward(r, OpId::kActivationBackward, "Gradient of Activation from out_grad and the forward output.",
                   {"out_grad", "output"}, infer_unary_backward, parse_attrs_as<ActivationAttrs>);
+  r.defined(OpId::kActivationBackward).inplace = {{0, 0}};  // elementwise: dx may overwrite out_grad
 
   OpDef& leaky =
       define(r, OpId::kLeakyReLU, "leaky, elu, selu, gelu (elementwise) or prelu (a learned slope per channel).", {},
