@@ -8,6 +8,7 @@
 // Steps are timed from push to the last updated weight being ready, after
 // warm-up steps (oneDNN plans, the storage pool).
 #include <algorithm>
+#include <cstdio>
 #include <fstream>
 #include <string>
 
@@ -153,6 +154,7 @@ std::vector<Figure> bench_resnet18_hybridized(const Options& options) {
     if (h == 1) {
       const CachedOp* op = job.net.cached_op();
       if (op != nullptr && op->train_memory()) memory = *op->train_memory();
+      std::fprintf(stderr, "# resnet18 hybridized training step: %s\n", memory.to_string().c_str());
     }
     train[h] = best_of(options.repeat, [&] { return job.train_seconds(1); });
     job.infer_seconds(1);
