@@ -123,7 +123,8 @@ std::optional<Shape> variable_shape_hint(const Symbol& symbol, int32_t node);
 // Kiln's output counts, and attrs {"mxnet_version": ["int", 10901]}; laid
 // out as dmlc::JSONWriter does (key order, ", " + newline separators, short
 // arrays on one line, no final newline), so text diffs against MXNet's own
-// files. NotSupported for const nodes (their values live outside the graph).
+// files. Const nodes are written as variables like params (their values live
+// outside the graph: HybridBlock::export_model writes them as arg:NAME).
 std::string to_json(const Graph& g);
 // The symbol written back as read: a file MXNet >= 1.0 wrote comes back byte
 // for byte; older files come back upgraded (canonical op names, aux variables

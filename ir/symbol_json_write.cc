@@ -124,8 +124,9 @@ std::string to_json(const Graph& g) {
     const Node& n = g.node(static_cast<NodeId>(i));
     OutNode node{"null", n.name, {}, {}};
     if (!n.is_op()) {
-      KILN_CHECK(n.kind != NodeKind::kConst, NotSupported,
-                 "to_json: node '{}' is a constant; MXNet's JSON holds no values (make it a param)", n.name);
+      // A constant is a variable like a param (MXNet's JSON holds no
+      // values; export writes the constant's value as arg:NAME, as Gluon
+      // does for a Constant).
       if (n.kind != NodeKind::kInput) {
         node.attrs = {{"__dtype__", std::to_string(static_cast<int>(n.types[0].dtype))},
                       {"__shape__", n.types[0].shape.to_mxnet_string()}};

@@ -278,6 +278,8 @@ std::pair<std::string, std::string> HybridBlock::export_model(const std::string&
              display_name());
   ArrayMap values;
   for (const auto& [id, p] : t->params) values.emplace(t->graph.node(id).name, p.data(t->device));
+  // Captured constants: variables in the JSON, values in the params file.
+  for (const auto& [id, a] : t->consts) values.emplace(t->graph.node(id).name, a);
   try {
     return export_graph(prefix, epoch, t->graph, values);
   } catch (Error& e) {

@@ -11,7 +11,7 @@ NamedArrays prefixed_params(const ir::Graph& g, const ArrayMap& values) {
   NamedArrays out;
   std::vector<std::string> missing;
   for (const ir::Node& n : g.nodes()) {
-    if (n.kind != ir::NodeKind::kParam && n.kind != ir::NodeKind::kAux) continue;
+    if (n.kind != ir::NodeKind::kParam && n.kind != ir::NodeKind::kAux && n.kind != ir::NodeKind::kConst) continue;
     auto it = values.find(n.name);
     if (it == values.end()) {
       missing.push_back(n.name);

@@ -297,6 +297,15 @@ TEST(Hybridize, ConstantsAndInPlaceFormsAreTraced) {
   expect_close(net(x), imperative, 0, "with constant");
   auto g = net.cached_op()->last_graph();
   EXPECT_EQ(g->consts.size(), 1u);
+
+  // Export writes the captured constant as a parameter (arg:const0); the
+  // imported model needs no code and gives the same output.
+  auto dir = std::filesystem::temp_directory_path() / "kiln_hybridize_const";
+  std::filesystem::create_directories(dir);
+  auto [json, params] = net.export_model((dir / "withconst").string());
+  auto back = nn::SymbolBlock::imports(json, {"data"}, params);
+  expect_close(back(x), imperative, 0, "exported and imported, with constant");
+  std::filesystem::remove_all(dir);
 }
 
 TEST(Hybridize, ConcurrentCallsFromThreads) {
