@@ -6,6 +6,7 @@
 #include "frontend/invoke.h"
 #include "frontend/trace.h"
 #include "ir/op.h"
+#include "runtime/record_pool.h"
 
 namespace kiln {
 
@@ -29,7 +30,7 @@ Chunk::~Chunk() {
 NDArray NDArray::empty(const Shape& shape, ArrayOptions options) {
   check_device(options.device);
   size_t bytes = static_cast<size_t>(shape.size()) * dtype_size(options.dtype);
-  return NDArray(std::make_shared<detail::Chunk>(bytes, options.device), shape, options.dtype, 0);
+  return NDArray(std::allocate_shared<detail::Chunk>(PoolAllocator<detail::Chunk>(), bytes, options.device), shape, options.dtype, 0);
 }
 
 void NDArray::check_not_none(std::string_view what) const {

@@ -9,6 +9,8 @@
 #pragma once
 
 #include <atomic>
+#include <cstddef>
+#include <new>
 #include <mutex>
 #include <thread>
 
@@ -131,6 +133,52 @@ class RecordPool {
     ~Cache() { spill(-1); }
   };
   static inline thread_local Cache cache_;
+};
+
+// Recycles raw blocks of `Size` bytes the same way (for allocate_shared:
+// an NDArray's chunk and its control block are one block per array).
+template <size_t Size>
+class BlockPool {
+  union Block {
+    Block* pool_next;
+    alignas(std::max_align_t) unsigned char bytes[Size];
+    void reset() {}
+  };
+
+ public:
+  static void* alloc() {
+    if constexpr (!kPoolRecords) return ::operator new(sizeof(Block));
+    return RecordPool<Block>::alloc();
+  }
+  static void free(void* p) {
+    if constexpr (!kPoolRecords) {
+      ::operator delete(p);
+      return;
+    }
+    RecordPool<Block>::free(static_cast<Block*>(p));
+  }
+};
+
+// A std allocator over BlockPool, for std::allocate_shared<T>(PoolAllocator<T>(), ...).
+template <typename T>
+struct PoolAllocator {
+  using value_type = T;
+  PoolAllocator() = default;
+  template <typename U>
+  PoolAllocator(const PoolAllocator<U>&) {}  // NOLINT: rebinding, as std allocators do
+  T* allocate(size_t n) {
+    if (n != 1) return static_cast<T*>(::operator new(n * sizeof(T)));
+    return static_cast<T*>(BlockPool<sizeof(T)>::alloc());
+  }
+  void deallocate(T* p, size_t n) {
+    if (n != 1) {
+      ::operator delete(p);
+      return;
+    }
+    BlockPool<sizeof(T)>::free(p);
+  }
+  template <typename U>
+  bool operator==(const PoolAllocator<U>&) const { return true; }
 };
 
 }  // namespace kiln
