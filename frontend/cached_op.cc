@@ -57,9 +57,18 @@ std::string dump_subdir(const std::string& dir, const std::string& what, bool tr
 }  // namespace
 
 // The optimization pipeline every traced graph goes through before it runs.
-// KILN_DUMP_GRAPHS=dir writes the graph after each pass.
+// KILN_DUMP_GRAPHS=dir writes the graph after each pass; KILN_PIPELINE=passes
+// replaces the pipeline (to measure what a pass buys; "" runs none).
 constexpr std::string_view kPipeline =
-    "eliminate-common-expr,simplify-algebra,fold-batch-norm,eliminate-dead-code";
+    "eliminate-common-expr,simplify-algebra,fold-batch-norm,fuse-conv-activation,eliminate-dead-code";
+
+std::string_view pipeline() {
+  static const std::string p = [] {
+    const char* env = std::getenv("KILN_PIPELINE");
+    return env == nullptr ? std::string(kPipeline) : std::string(env);
+  }();
+  return p;
+}
 
 void CachedOp::optimize(trace::TracedGraph& traced, bool train_mode, const std::string& what) {
   passes::PassContext ctx;
@@ -67,7 +76,7 @@ void CachedOp::optimize(trace::TracedGraph& traced, bool train_mode, const std::
   if (!ctx.options.dump_dir.empty()) ctx.options.dump_dir = dump_subdir(ctx.options.dump_dir, what, train_mode);
   ir::Graph before = traced.graph;
   try {
-    traced.graph = passes::run_pipeline(before, kPipeline, ctx);
+    traced.graph = passes::run_pipeline(before, pipeline(), ctx);
   } catch (Error& e) {
     e.add_context(fmt::format("{}: optimizing the traced graph", what));
     throw;
