@@ -130,12 +130,29 @@ std::string CachedOp::explain(const Key& before, const Key& after) {
   return fmt::format("{}", fmt::join(changes, ", "));
 }
 
-std::shared_ptr<const CachedOp::Entry> CachedOp::lookup(nn::Block& block, std::span<const NDArray> inputs,
-                                                        const std::string& what) {
+bool CachedOp::Key::matches(std::span<const NDArray> in, bool is_train) const {
+  if (is_train != train || in.size() != inputs.size()) return false;
+  for (size_t i = 0; i < in.size(); ++i) {
+    if (in[i].is_none() || in[i].device() != device || in[i].shape() != inputs[i].shape ||
+        in[i].dtype() != inputs[i].dtype)
+      return false;
+  }
+  return true;
+}
+
+std::shared_ptr<const CachedOp::Entry> CachedOp::lookup(nn::Block& block, std::span<const NDArray> inputs) {
+  const bool train = autograd::is_training();
+  {
+    // The common case: the same signature as the last call, found without
+    // building a Key or the block's name (no allocation).
+    std::lock_guard lock(mutex_);
+    if (!entries_.empty() && entries_.front()->key.matches(inputs, train)) return entries_.front();
+  }
+  const std::string what = block.display_name();
   KILN_CHECK(!inputs.empty(), ValueError, "{}: a hybridized block needs at least one input", what);
   Key key;
   key.device = inputs[0].device();
-  key.train = autograd::is_training();
+  key.train = train;
   for (size_t i = 0; i < inputs.size(); ++i) {
     const NDArray& x = inputs[i];
     KILN_CHECK(!x.is_none(), ValueError, "{}: input {} is an empty (none) NDArray", what, i);
@@ -172,8 +189,8 @@ std::shared_ptr<const CachedOp::Entry> CachedOp::lookup(nn::Block& block, std::s
   return entry;
 }
 
-std::vector<NDArray> CachedOp::call(nn::Block& block, std::span<const NDArray> inputs, const std::string& what) {
-  std::shared_ptr<const Entry> entry = lookup(block, inputs, what);
+std::vector<NDArray> CachedOp::call(nn::Block& block, std::span<const NDArray> inputs) {
+  std::shared_ptr<const Entry> entry = lookup(block, inputs);
   const trace::TracedGraph& t = *entry->traced;
   if (!autograd::is_recording() && entry->compilable) {
     std::call_once(entry->compile_once, [&] { entry->executor = std::make_unique<GraphExecutor>(entry->traced); });

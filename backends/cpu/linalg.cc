@@ -225,6 +225,13 @@ void bias_act(float* y, const float* bias, int64_t n, std::optional<ActType> act
   KILN_ASSERT(!"softsign is not fused (inference rejects it)");
 }
 
+// A dense layer's one-row GEMV splits its rows over threads from this many
+// multiply-adds (a 256x512 layer: 512 KiB of weights, which the two
+// cores' L2 caches then hold half each). Below it, one OpenMP fork/join costs
+// more than the rows save: d2l's MLP (512 -> 256 -> 128 -> 2) splits its
+// first layer only, one parallel region per call instead of two.
+constexpr int64_t kGemvParallelWork = int64_t{1} << 17;
+
 // The GEMV split: rows per chunk such that each chunk is about 2^14
 // multiply-adds (see dense_f32).
 int64_t gemv_grain(int64_t k) { return std::max<int64_t>(1, (int64_t{1} << 14) / std::max<int64_t>(1, k)); }
@@ -333,7 +340,7 @@ void cpu::dense_f32(const engine::RunContext& run, DenseDims d, const float* x, 
   const int threads = std::max(1, run.num_threads);
   if (d.m == 1 && d.n > 1) {  // one sample: as in matmul above, with the epilogue per block of outputs
     cpu::parallel_for(
-        threads, d.n,
+        d.n * d.k >= kGemvParallelWork ? threads : 1, d.n,
         [&](int64_t j0, int64_t j1) {
           if (d.k > 0) gemv_rows(x, w, d.k, y, j0, j1);
           else std::fill(y + j0, y + j1, 0.0f);
