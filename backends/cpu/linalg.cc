@@ -349,7 +349,7 @@ void cpu::dense_f32(const engine::RunContext& run, DenseDims d, const float* x, 
         gemv_grain(d.k));
     return;
   }
-  if (d.k > 0 && d.m * d.n * d.k > kSmallProduct && d.n > 1) {
+  if (d.k > 0 && d.m * d.n * d.k > kSmallProduct) {  // m > 1 here
     MatmulKey key{DType::kFloat32, 1, d.m, d.k, d.n, false, true, threads, bias != nullptr, act ? int(*act) : -1};
     onednn_matmul(key, x, w, y, bias);
     return;
