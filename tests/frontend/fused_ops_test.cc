@@ -70,6 +70,39 @@ TEST(FusedOps, ConvActMatchesConvolutionPlusSumPlusActivation) {
   }
 }
 
+// 1-D and 3-D windows, groups, dilation and stride: whatever Convolution
+// takes, the fused op takes.
+TEST(FusedOps, ConvActOtherGeometries) {
+  struct Case {
+    Shape data, kernel, stride, dilate, pad;
+    int filters, groups;
+  };
+  const Case cases[] = {
+      {{2, 4, 11}, {3}, {2}, {1}, {1}, 6, 2},
+      {{2, 8, 9, 9}, {3, 3}, {1, 1}, {2, 2}, {2, 2}, 8, 4},
+      {{1, 2, 5, 5, 5}, {3, 3, 3}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1}, 3, 1},
+  };
+  for (const Case& c : cases) {
+    ConvActAttrs a;
+    a.kernel = c.kernel;
+    a.stride = c.stride;
+    a.dilate = c.dilate;
+    a.pad = c.pad;
+    a.num_filter = c.filters;
+    a.num_group = c.groups;
+    a.act_type = ActType::kTanh;
+    a.with_sum = true;
+    Shape w{c.filters, c.data[1] / c.groups};
+    for (int64_t k : c.kernel) w.push_back(k);
+    NDArray x = nd::random::uniform(c.data, -1, 1), wt = nd::random::uniform(w, -0.5, 0.5);
+    NDArray b = nd::random::uniform({c.filters}, -1, 1);
+    NDArray conv = invoke1(OpId::kConvolution, {x, wt, b}, OpAttrs::make(static_cast<const ConvolutionAttrs&>(a)));
+    NDArray r = nd::random::uniform(conv.shape(), -1, 1);
+    expect_near(invoke1(OpId::kConvAct, {x, wt, b, r}, OpAttrs::make(a)), activate(conv + r, a.act_type), 1e-4,
+                fmt::format("data {} kernel {} groups {}", c.data, c.kernel, c.groups));
+  }
+}
+
 TEST(FusedOps, ConvActSumMayShareTheOutputBuffer) {
   ConvActAttrs a;
   a.kernel = Shape{3, 3};
