@@ -57,9 +57,18 @@ std::string dump_subdir(const std::string& dir, const std::string& what, bool tr
 }  // namespace
 
 // The optimization pipeline every traced graph goes through before it runs.
-// KILN_DUMP_GRAPHS=dir writes the graph after each pass.
+// KILN_DUMP_GRAPHS=dir writes the graph after each pass; KILN_PIPELINE=passes
+// replaces the pipeline (to measure what a pass buys; "" runs none).
 constexpr std::string_view kPipeline =
-    "eliminate-common-expr,simplify-algebra,fold-batch-norm,eliminate-dead-code";
+    "eliminate-common-expr,simplify-algebra,fold-batch-norm,fuse-conv-activation,eliminate-dead-code";
+
+std::string_view pipeline() {
+  static const std::string p = [] {
+    const char* env = std::getenv("KILN_PIPELINE");
+    return env == nullptr ? std::string(kPipeline) : std::string(env);
+  }();
+  return p;
+}
 
 void CachedOp::optimize(trace::TracedGraph& traced, bool train_mode, const std::string& what) {
   passes::PassContext ctx;
@@ -67,7 +76,7 @@ void CachedOp::optimize(trace::TracedGraph& traced, bool train_mode, const std::
   if (!ctx.options.dump_dir.empty()) ctx.options.dump_dir = dump_subdir(ctx.options.dump_dir, what, train_mode);
   ir::Graph before = traced.graph;
   try {
-    traced.graph = passes::run_pipeline(before, kPipeline, ctx);
+    traced.graph = passes::run_pipeline(before, pipeline(), ctx);
   } catch (Error& e) {
     e.add_context(fmt::format("{}: optimizing the traced graph", what));
     throw;
@@ -127,12 +136,29 @@ std::string CachedOp::explain(const Key& before, const Key& after) {
   return fmt::format("{}", fmt::join(changes, ", "));
 }
 
-std::shared_ptr<const CachedOp::Entry> CachedOp::lookup(nn::Block& block, std::span<const NDArray> inputs,
-                                                        const std::string& what) {
+bool CachedOp::Key::matches(std::span<const NDArray> in, bool is_train) const {
+  if (is_train != train || in.size() != inputs.size()) return false;
+  for (size_t i = 0; i < in.size(); ++i) {
+    if (in[i].is_none() || in[i].device() != device || in[i].shape() != inputs[i].shape ||
+        in[i].dtype() != inputs[i].dtype)
+      return false;
+  }
+  return true;
+}
+
+std::shared_ptr<const CachedOp::Entry> CachedOp::lookup(nn::Block& block, std::span<const NDArray> inputs) {
+  const bool train = autograd::is_training();
+  {
+    // The common case: the same signature as the last call, found without
+    // building a Key or the block's name (no allocation).
+    std::lock_guard lock(mutex_);
+    if (!entries_.empty() && entries_.front()->key.matches(inputs, train)) return entries_.front();
+  }
+  const std::string what = block.display_name();
   KILN_CHECK(!inputs.empty(), ValueError, "{}: a hybridized block needs at least one input", what);
   Key key;
   key.device = inputs[0].device();
-  key.train = autograd::is_training();
+  key.train = train;
   for (size_t i = 0; i < inputs.size(); ++i) {
     const NDArray& x = inputs[i];
     KILN_CHECK(!x.is_none(), ValueError, "{}: input {} is an empty (none) NDArray", what, i);
@@ -169,8 +195,8 @@ std::shared_ptr<const CachedOp::Entry> CachedOp::lookup(nn::Block& block, std::s
   return entry;
 }
 
-std::vector<NDArray> CachedOp::call(nn::Block& block, std::span<const NDArray> inputs, const std::string& what) {
-  std::shared_ptr<const Entry> entry = lookup(block, inputs, what);
+std::vector<NDArray> CachedOp::call(nn::Block& block, std::span<const NDArray> inputs) {
+  std::shared_ptr<const Entry> entry = lookup(block, inputs);
   const trace::TracedGraph& t = *entry->traced;
   if (!autograd::is_recording() && entry->compilable) {
     std::call_once(entry->compile_once, [&] { entry->executor = std::make_unique<GraphExecutor>(entry->traced); });

@@ -6,7 +6,8 @@
 // The key of an entry is (input shapes and dtypes, device, train/predict
 // mode). A miss traces the block's forward (frontend/trace.h) into a graph,
 // runs the optimization pipeline on it (common subexpressions, algebraic
-// simplification, BatchNorm folding in predict mode, dead code;
+// simplification, BatchNorm folding and Convolution/FullyConnected +
+// activation fusion in predict mode, dead code;
 // KILN_DUMP_GRAPHS=dir dumps each step), and stores it; the least recently
 // used entry is dropped beyond `max_entries`. Every trace after the first is
 // counted and explained (which part of the key changed): `retrace_log()`, and
@@ -60,8 +61,9 @@ class CachedOp {
   explicit CachedOp(int max_entries = 16);
 
   // Runs `block`'s forward for `inputs` from the entry of their signature,
-  // tracing `block.forward` first on a miss. `what` names the block in errors.
-  std::vector<NDArray> call(nn::Block& block, std::span<const NDArray> inputs, const std::string& what);
+  // tracing `block.forward` first on a miss. Errors name the block by its
+  // display_name(), which is built only on that slow path.
+  std::vector<NDArray> call(nn::Block& block, std::span<const NDArray> inputs);
 
   // Number of traces so far (the first one included).
   int64_t num_traces() const;
@@ -87,6 +89,9 @@ class CachedOp {
     Device device;
     bool train = false;
     bool operator==(const Key&) const = default;
+    // The key of `inputs` in mode `train` would equal this one (inputs
+    // already checked: not none).
+    bool matches(std::span<const NDArray> inputs, bool train) const;
   };
   struct Entry {
     Key key;
@@ -102,7 +107,7 @@ class CachedOp {
     mutable std::map<std::vector<bool>, std::shared_ptr<const TrainProgram>> train;
   };
 
-  std::shared_ptr<const Entry> lookup(nn::Block& block, std::span<const NDArray> inputs, const std::string& what);
+  std::shared_ptr<const Entry> lookup(nn::Block& block, std::span<const NDArray> inputs);
   static std::string explain(const Key& before, const Key& after);
   void optimize(trace::TracedGraph& traced, bool train_mode, const std::string& what);
 

@@ -1,7 +1,6 @@
 #include "frontend/graph_executor.h"
 
 #include <algorithm>
-#include <array>
 #include <map>
 
 #include "frontend/graph_eval.h"
@@ -37,6 +36,7 @@ struct GraphExecutor::Program {
 
   Device device;
   std::vector<Step> steps;
+  size_t max_views = 0;  // the most inputs + outputs of one step
   int32_t num_fresh = 0;
   std::vector<External> externals;
   std::vector<int32_t> output_ext;  // per graph output
@@ -115,6 +115,7 @@ GraphExecutor::GraphExecutor(std::shared_ptr<const trace::TracedGraph> traced)
       }
       step.out.push_back(out);
     }
+    p.max_views = std::max(p.max_views, step.in.size() + step.out.size());
     p.steps.push_back(std::move(step));
   }
   for (const ir::Entry& e : g.outputs()) p.output_ext.push_back(refs[static_cast<size_t>(e.node)][static_cast<size_t>(e.index)].ext);
@@ -146,6 +147,8 @@ std::vector<NDArray> GraphExecutor::run(std::span<const NDArray> inputs, bool is
   std::vector<NDArray> bound(p.externals.size());
   std::vector<NDArray> outputs(p.output_types.size());
   std::vector<engine::Var*> reads, writes;
+  reads.reserve(p.externals.size());
+  writes.reserve(p.externals.size() + 1);
   int64_t new_bytes = 0;
   for (size_t i = 0; i < p.externals.size(); ++i) {
     const Program::External& x = p.externals[i];
@@ -189,16 +192,11 @@ std::vector<NDArray> GraphExecutor::run(std::span<const NDArray> inputs, bool is
       [program = program_, bound = std::move(bound), fresh_attrs = std::move(fresh_attrs),
        is_train](engine::RunContext rc) {
         char* arena = program->arena.is_none() ? nullptr : static_cast<char*>(program->arena.data());
-        constexpr size_t kMaxViews = 32;
-        std::vector<TensorView> big;
+        // One buffer for every step's views (a TensorView holds a Shape: not
+        // something to construct 32 of per step).
+        std::vector<TensorView> buffer(program->max_views);
+        TensorView* views = buffer.data();
         for (const Program::Step& step : program->steps) {
-          size_t n = step.in.size() + step.out.size();
-          std::array<TensorView, kMaxViews> small;
-          TensorView* views = small.data();
-          if (n > kMaxViews) {
-            big.resize(n);
-            views = big.data();
-          }
           size_t k = 0;
           for (const auto* refs : {&step.in, &step.out}) {
             for (const Program::Ref& r : *refs) {

@@ -9,15 +9,22 @@
 // would go stale.
 //
 // Plans (primitive descriptors, primitives and the reorders around them) are
-// cached per (shapes, window, groups, bias, thread count). The bias gradient
-// is not computed here: the GradFn sums out_grad with the `sum` op.
+// cached per (shapes, window, groups, bias, post-ops, thread count). The bias
+// gradient is not computed here: the GradFn sums out_grad with the `sum` op.
+//
+// _kiln_conv_act (ir/ops/fused.h) is the forward kernel with oneDNN post-ops:
+// a `sum` that adds the residual already in the destination (reordered into
+// the primitive's layout with the other inputs), then the activation, both
+// applied while each output block is in cache.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <vector>
 
 #include "backends/cpu/onednn_util.h"
 #include "backends/cpu/parallel.h"
 #include "ir/ops/conv.h"
+#include "ir/ops/fused.h"
 #include "runtime/kernel.h"
 
 namespace kiln {
@@ -30,20 +37,23 @@ using dnnl::memory;
 struct ConvProblem {
   memory::dims src, weights, bias, dst, strides, dilates, pad_l, pad_r;
   bool has_bias = false;
+  bool with_sum = false;           // forward post-ops (_kiln_conv_act)
+  std::optional<ActType> act;
   int64_t macs = 0;  // multiply-adds
   std::string key;   // everything above
 
   dnnl::convolution_forward::desc forward_desc() const {
     auto s = dn::any_desc(src), w = dn::any_desc(weights), d = dn::any_desc(dst);
+    // Fused convolutions run in inference graphs only: oneDNN may pick faster kernels.
+    auto prop = act ? dnnl::prop_kind::forward_inference : dnnl::prop_kind::forward_training;
     if (has_bias)
-      return {dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, s, w, dn::plain_desc(bias), d,
-              strides, dilates, pad_l, pad_r};
-    return {dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, s, w, d, strides, dilates, pad_l,
-            pad_r};
+      return {prop, dnnl::algorithm::convolution_direct, s, w, dn::plain_desc(bias), d, strides, dilates, pad_l, pad_r};
+    return {prop, dnnl::algorithm::convolution_direct, s, w, d, strides, dilates, pad_l, pad_r};
   }
 };
 
-ConvProblem make_problem(const ConvolutionAttrs& a, const Shape& data) {
+ConvProblem make_problem(const ConvolutionAttrs& a, const Shape& data, bool with_sum = false,
+                         std::optional<ActType> act = std::nullopt) {
   WindowGeometry g = convolution_geometry(a, data);
   ConvProblem p;
   p.src = dn::to_dims(data);
@@ -63,6 +73,9 @@ ConvProblem make_problem(const ConvolutionAttrs& a, const Shape& data) {
   for (const auto* d : {&p.src, &p.weights, &p.dst, &p.strides, &p.dilates, &p.pad_l, &p.pad_r})
     dn::append_key(p.key, *d);
   p.key += p.has_bias ? "bias|" : "|";
+  p.with_sum = with_sum;
+  p.act = act;
+  p.key += dn::post_ops_key(with_sum, act);
   p.macs = g.out_shape(data[0], a.num_filter).size() * (data[1] / a.num_group) * g.kernel_size();
   return p;
 }
@@ -71,6 +84,7 @@ struct ForwardPlan {
   dnnl::convolution_forward prim;
   size_t scratchpad = 0;
   dn::Conversion src, weights, dst;
+  dn::Conversion sum;  // the residual into dst's layout (with_sum)
   memory::desc bias;
 };
 
@@ -87,7 +101,7 @@ struct BackwardWeightsPlan {
 };
 
 dnnl::convolution_forward::primitive_desc forward_pd(const ConvProblem& p) {
-  return {p.forward_desc(), dn::scratchpad_attr(), dn::engine()};
+  return {p.forward_desc(), dn::post_ops_attr(p.with_sum, p.act), dn::engine()};
 }
 
 ForwardPlan make_forward_plan(const ConvProblem& p) {
@@ -98,6 +112,7 @@ ForwardPlan make_forward_plan(const ConvProblem& p) {
   plan.src = {dn::plain_desc(p.src), pd.src_desc()};
   plan.weights = {dn::plain_desc(p.weights), pd.weights_desc()};
   plan.dst = {pd.dst_desc(), dn::plain_desc(p.dst)};
+  if (p.with_sum) plan.sum = {dn::plain_desc(p.dst), pd.dst_desc()};
   if (p.has_bias) plan.bias = dn::plain_desc(p.bias);
   return plan;
 }
@@ -144,19 +159,53 @@ void zero_outputs(std::span<const TensorView> out) {
     if (t.size() > 0) std::memset(t.data, 0, t.bytes());
 }
 
-// (data, weight[, bias]) -> out
-void convolution_forward(const KernelContext& ctx, std::span<const TensorView> in, std::span<const TensorView> out) {
-  if (any_empty(in, out)) return zero_outputs(out);
-  const auto& a = ctx.attrs.as<ConvolutionAttrs>();
-  ConvProblem p = make_problem(a, in[0].shape);
+float activate(ActType act, float v) {
+  switch (act) {
+    case ActType::kRelu:
+      return std::max(v, 0.0f);
+    case ActType::kSigmoid:
+      return 1.0f / (1.0f + std::exp(-v));
+    case ActType::kTanh:
+      return std::tanh(v);
+    case ActType::kSoftrelu:
+      return std::max(v, 0.0f) + std::log1p(std::exp(-std::abs(v)));
+    case ActType::kSoftsign:
+      break;
+  }
+  KILN_ASSERT(!"softsign is not fused (inference rejects it)");
+  return v;
+}
+
+void run_forward(const KernelContext& ctx, const ConvProblem& p, std::span<const TensorView> in, const TensorView& out) {
   dn::Call call(ctx.run, p.macs);
   auto plan = dn::cached<ForwardPlan>(fmt::format("conv_fwd|{}{}", p.key, call.threads()), [&] { return make_forward_plan(p); });
+  const void* sum = p.with_sum ? in[p.has_bias ? 3 : 2].data : nullptr;
   std::unordered_map<int, memory> args{{DNNL_ARG_SRC, call.in(plan->src, in[0].data)},
                                        {DNNL_ARG_WEIGHTS, call.in(plan->weights, in[1].data)},
-                                       {DNNL_ARG_DST, call.out(plan->dst, out[0].data)}};
+                                       {DNNL_ARG_DST, sum ? call.accumulate(plan->dst, plan->sum, sum, out.data)
+                                                          : call.out(plan->dst, out.data)}};
   if (p.has_bias) args.emplace(DNNL_ARG_BIAS, call.wrap(plan->bias, in[2].data));
   call.run(plan->prim, plan->scratchpad, std::move(args));
   call.finish();
+}
+
+// (data, weight[, bias]) -> out
+void convolution_forward(const KernelContext& ctx, std::span<const TensorView> in, std::span<const TensorView> out) {
+  if (any_empty(in, out)) return zero_outputs(out);
+  run_forward(ctx, make_problem(ctx.attrs.as<ConvolutionAttrs>(), in[0].shape), in, out[0]);
+}
+
+// _kiln_conv_act: (data, weight[, bias][, sum]) -> act(conv + sum)
+void conv_act_forward(const KernelContext& ctx, std::span<const TensorView> in, std::span<const TensorView> out) {
+  const auto& a = ctx.attrs.as<ConvActAttrs>();
+  if (out[0].size() == 0) return;
+  if (any_empty(in, out)) {  // no input channels: the convolution is 0 (as convolution_forward has it)
+    float* y = out[0].ptr<float>();
+    const float* sum = a.with_sum ? in.back().ptr<float>() : nullptr;
+    for (int64_t i = 0; i < out[0].size(); ++i) y[i] = activate(a.act_type, sum ? sum[i] : 0.0f);
+    return;
+  }
+  run_forward(ctx, make_problem(a, in[0].shape, a.with_sum, a.act_type), in, out[0]);
 }
 
 // (out_grad, weight) -> d_data
@@ -269,6 +318,7 @@ void convolution_backward_weight(const KernelContext& ctx, std::span<const Tenso
 
 void register_cpu_convolution_kernels() {
   register_kernel(OpId::kConvolution, DeviceKind::kCPU, convolution_forward);
+  register_kernel(OpId::kConvAct, DeviceKind::kCPU, conv_act_forward);
   register_kernel(OpId::kConvolutionBackwardData, DeviceKind::kCPU, convolution_backward_data);
   register_kernel(OpId::kConvolutionBackwardWeight, DeviceKind::kCPU, convolution_backward_weight);
 }

@@ -20,6 +20,7 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -27,6 +28,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "backends/cpu/linalg_kernels.h"
 #include "backends/cpu/onednn_util.h"
 #include "backends/cpu/parallel.h"
 #include "ir/ops/linalg.h"
@@ -48,13 +50,16 @@ struct MatmulKey {
   int64_t batch, m, k, n;
   bool ta, tb;
   int threads;
+  bool bias = false;  // a bias row [n] added to every output row (dense layers)
+  int act = -1;       // an ActType applied as an eltwise post-op, or -1
   bool operator==(const MatmulKey&) const = default;
 };
 
 struct MatmulKeyHash {
   size_t operator()(const MatmulKey& key) const {
     size_t h = static_cast<size_t>(key.dtype) * 0x9e3779b97f4a7c15ull;
-    for (int64_t v : {key.batch, key.m, key.k, key.n, int64_t{key.ta}, int64_t{key.tb}, int64_t{key.threads}})
+    for (int64_t v : {key.batch, key.m, key.k, key.n, int64_t{key.ta}, int64_t{key.tb}, int64_t{key.threads},
+                      int64_t{key.bias}, int64_t{key.act}})
       h ^= std::hash<int64_t>{}(v) + 0x9e3779b9 + (h << 6) + (h >> 2);
     return h;
   }
@@ -62,7 +67,7 @@ struct MatmulKeyHash {
 
 struct MatmulPlan {
   dnnl::matmul primitive;
-  dnnl::memory::desc src, weights, dst;
+  dnnl::memory::desc src, weights, dst, bias;
   size_t scratchpad_bytes = 0;
 };
 
@@ -84,9 +89,18 @@ std::shared_ptr<const MatmulPlan> create_plan(const MatmulKey& key) {
   plan->src = matrix_desc(key, key.m, key.k, key.ta);
   plan->weights = matrix_desc(key, key.k, key.n, key.tb);
   plan->dst = matrix_desc(key, key.m, key.n, false);
-  dnnl::primitive_attr attr;
-  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(plan->src, plan->weights, plan->dst), attr, cpu_engine());
+  std::optional<ActType> act;
+  if (key.act >= 0) act = static_cast<ActType>(key.act);
+  dnnl::primitive_attr attr = cpu::onednn::post_ops_attr(false, act);
+  std::optional<dnnl::matmul::desc> desc;
+  if (key.bias) {
+    KILN_ASSERT(key.batch == 1);
+    plan->bias = dnnl::memory::desc({1, key.n}, dnnl::memory::data_type::f32, dnnl::memory::dims{key.n, 1});
+    desc.emplace(plan->src, plan->weights, plan->bias, plan->dst);
+  } else {
+    desc.emplace(plan->src, plan->weights, plan->dst);
+  }
+  dnnl::matmul::primitive_desc pd(*desc, attr, cpu_engine());
   plan->scratchpad_bytes = pd.scratchpad_desc().get_size();
   plan->primitive = dnnl::matmul(pd);
   return plan;
@@ -107,7 +121,7 @@ std::shared_ptr<const MatmulPlan> find_plan(const MatmulKey& key) {
   return cache.emplace(key, std::move(plan)).first->second;
 }
 
-void onednn_matmul(const MatmulKey& key, const void* a, const void* b, void* c) {
+void onednn_matmul(const MatmulKey& key, const void* a, const void* b, void* c, const void* bias = nullptr) {
   omp_set_num_threads(key.threads);
   auto plan = find_plan(key);
   thread_local dnnl::stream stream(cpu_engine());
@@ -118,6 +132,7 @@ void onednn_matmul(const MatmulKey& key, const void* a, const void* b, void* c) 
   dnnl::memory weights(plan->weights, engine, const_cast<void*>(b));
   dnnl::memory dst(plan->dst, engine, c);
   std::unordered_map<int, dnnl::memory> args = {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, dst}};
+  if (key.bias) args.emplace(DNNL_ARG_BIAS, dnnl::memory(plan->bias, engine, const_cast<void*>(bias)));
   if (plan->scratchpad_bytes > 0) {
     dnnl::memory::desc pad_desc({static_cast<int64_t>(plan->scratchpad_bytes)}, dnnl::memory::data_type::u8,
                                 dnnl::memory::format_tag::a);
@@ -182,6 +197,44 @@ inline void gemv_rows(const float* x, const float* w, int64_t k, float* y, int64
   }
   for (; j < j1; ++j) y[j] = vector_dot(x, w + j * k, k);
 }
+
+// y[j] = act(y[j] + bias[j]) for j in [0, n); bias may be null.
+void bias_act(float* y, const float* bias, int64_t n, std::optional<ActType> act) {
+  if (bias != nullptr) {
+#pragma omp simd
+    for (int64_t j = 0; j < n; ++j) y[j] += bias[j];
+  }
+  if (!act) return;
+  switch (*act) {
+    case ActType::kRelu:
+#pragma omp simd
+      for (int64_t j = 0; j < n; ++j) y[j] = y[j] > 0.0f ? y[j] : 0.0f;
+      return;
+    case ActType::kSigmoid:
+      for (int64_t j = 0; j < n; ++j) y[j] = 1.0f / (1.0f + std::exp(-y[j]));
+      return;
+    case ActType::kTanh:
+      for (int64_t j = 0; j < n; ++j) y[j] = std::tanh(y[j]);
+      return;
+    case ActType::kSoftrelu:
+      for (int64_t j = 0; j < n; ++j) y[j] = std::max(y[j], 0.0f) + std::log1p(std::exp(-std::abs(y[j])));
+      return;
+    case ActType::kSoftsign:
+      break;
+  }
+  KILN_ASSERT(!"softsign is not fused (inference rejects it)");
+}
+
+// A dense layer's one-row GEMV splits its rows over threads from this many
+// multiply-adds (a 256x512 layer: 512 KiB of weights, which the two
+// cores' L2 caches then hold half each). Below it, one OpenMP fork/join costs
+// more than the rows save: d2l's MLP (512 -> 256 -> 128 -> 2) splits its
+// first layer only, one parallel region per call instead of two.
+constexpr int64_t kGemvParallelWork = int64_t{1} << 17;
+
+// The GEMV split: rows per chunk such that each chunk is about 2^14
+// multiply-adds (see dense_f32).
+int64_t gemv_grain(int64_t k) { return std::max<int64_t>(1, (int64_t{1} << 14) / std::max<int64_t>(1, k)); }
 
 // One product of the batch: rows [r0, r1) of c [m, n].
 template <typename T>
@@ -251,9 +304,7 @@ void matmul(const KernelContext& ctx, const MatmulDims& d, const TensorView& a, 
       const float* x = a.ptr<float>();
       const float* w = b.ptr<float>();
       cpu::parallel_for(
-          threads, d.n,
-          [&](int64_t j0, int64_t j1) { gemv_rows(x, w, d.k, out, j0, j1); },
-          std::max<int64_t>(1, (int64_t{1} << 14) / std::max<int64_t>(1, d.k)));
+          threads, d.n, [&](int64_t j0, int64_t j1) { gemv_rows(x, w, d.k, out, j0, j1); }, gemv_grain(d.k));
       return;
     }
     if (d.batch * d.m * d.n * d.k > kSmallProduct && !(d.m == 1 && d.n == 1)) {
@@ -282,6 +333,31 @@ void product_kernel(const KernelContext& ctx, std::span<const TensorView> in, st
 }
 
 }  // namespace
+
+void cpu::dense_f32(const engine::RunContext& run, DenseDims d, const float* x, const float* w, const float* bias,
+                    std::optional<ActType> act, float* y) {
+  if (d.m == 0 || d.n == 0) return;
+  const int threads = std::max(1, run.num_threads);
+  if (d.m == 1 && d.n > 1) {  // one sample: as in matmul above, with the epilogue per block of outputs
+    cpu::parallel_for(
+        d.n * d.k >= kGemvParallelWork ? threads : 1, d.n,
+        [&](int64_t j0, int64_t j1) {
+          if (d.k > 0) gemv_rows(x, w, d.k, y, j0, j1);
+          else std::fill(y + j0, y + j1, 0.0f);
+          bias_act(y + j0, bias == nullptr ? nullptr : bias + j0, j1 - j0, act);
+        },
+        gemv_grain(d.k));
+    return;
+  }
+  if (d.k > 0 && d.m * d.n * d.k > kSmallProduct) {  // m > 1 here
+    MatmulKey key{DType::kFloat32, 1, d.m, d.k, d.n, false, true, threads, bias != nullptr, act ? int(*act) : -1};
+    onednn_matmul(key, x, w, y, bias);
+    return;
+  }
+  if (d.k == 0) std::fill(y, y + d.m * d.n, 0.0f);
+  else gemm_loops<float>(threads, {1, d.m, d.k, d.n, false, true}, x, w, y);
+  for (int64_t i = 0; i < d.m; ++i) bias_act(y + i * d.n, bias, d.n, act);
+}
 
 void register_cpu_linalg_kernels() {
   register_kernel(OpId::kDot, DeviceKind::kCPU, product_kernel<dot_dims>);

@@ -197,6 +197,13 @@ void leaky_relu_backward_kernel(const KernelContext& ctx, std::span<const Tensor
 
 }  // namespace
 
+void activation_inplace(int threads, ActType act, const TensorView& y) {
+  dispatch_float(y.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    activation_forward<T>(threads, act, y.ptr<T>(), y.ptr<T>(), y.size());
+  });
+}
+
 void register_nn_activation_kernels() {
   register_kernel(OpId::kActivation, DeviceKind::kCPU, activation_kernel);
   register_kernel(OpId::kActivationBackward, DeviceKind::kCPU, activation_backward_kernel);

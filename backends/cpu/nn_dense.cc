@@ -1,15 +1,17 @@
-// CPU kernels: FullyConnected, Flatten, add_n.
+// CPU kernels: FullyConnected, _kiln_fc_act, Flatten, add_n.
 //
-// FullyConnected runs the dot kernel (backends/cpu/linalg.cc: oneDNN matmul
-// for float32, loops for float64) on the operands seen as data [m, k] and
-// weight [n, k] transposed, then adds the bias in a second pass over the
-// output. (Fusing the bias into the oneDNN call would need linalg.cc to expose
-// its matmul helper with a bias argument.)
+// float32 FullyConnected and _kiln_fc_act run cpu::dense_f32
+// (backends/cpu/linalg_kernels.h: the GEMV loops for one sample, oneDNN
+// matmul with bias and eltwise post-ops otherwise) on the operands seen as
+// data [m, k] and weight [n, k] transposed. float64 runs the dot kernel, then
+// adds the bias and applies the activation in passes over the output.
 #include <algorithm>
 #include <cstring>
 
+#include "backends/cpu/linalg_kernels.h"
 #include "backends/cpu/nn_kernels.h"
 #include "backends/cpu/parallel.h"
+#include "ir/ops/fused.h"
 #include "ir/ops/linalg.h"
 #include "ir/ops/nn.h"
 
@@ -32,21 +34,36 @@ void add_bias(int threads, T* out, const T* bias, int64_t m, int64_t n) {
       std::max<int64_t>(1, kDefaultGrain / std::max<int64_t>(n, 1)));
 }
 
-void fully_connected_kernel(const KernelContext& ctx, std::span<const TensorView> in, std::span<const TensorView> out) {
+void dense(const KernelContext& ctx, const FullyConnectedAttrs& a, std::optional<ActType> act,
+           std::span<const TensorView> in, const TensorView& out) {
+  FullyConnectedDims d = fully_connected_dims(in[0].shape, in[1].shape, a);
+  if (out.dtype == DType::kFloat32) {
+    return dense_f32(ctx.run, {d.m, d.k, d.n}, in[0].ptr<float>(), in[1].ptr<float>(),
+                     a.no_bias ? nullptr : in[2].ptr<float>(), act, out.ptr<float>());
+  }
   static const KernelFn dot_kernel = find_kernel(op_def(OpId::kDot), Device::cpu(0));
   static const OpAttrs& dot_nt = *new OpAttrs(OpAttrs::make(DotAttrs{.transpose_b = true}));  // leaked: used during exit()
-  const auto& a = ctx.attrs.as<FullyConnectedAttrs>();
-  FullyConnectedDims d = fully_connected_dims(in[0].shape, in[1].shape, a);
   const TensorView operands[] = {{in[0].data, Shape{d.m, d.k}, in[0].dtype},
                                  {in[1].data, Shape{d.n, d.k}, in[1].dtype}};
-  const TensorView product[] = {{out[0].data, Shape{d.m, d.n}, out[0].dtype}};
+  const TensorView product[] = {{out.data, Shape{d.m, d.n}, out.dtype}};
   KernelContext dot_ctx{ctx.run, dot_nt, ctx.is_train};
   dot_kernel(dot_ctx, std::span<const TensorView>(operands, 2), std::span<const TensorView>(product, 1));
-  if (a.no_bias) return;
-  dispatch_float(out[0].dtype, [&](auto tag) {
-    using T = decltype(tag);
-    add_bias(ctx.run.num_threads, out[0].ptr<T>(), in[2].ptr<T>(), d.m, d.n);
-  });
+  if (!a.no_bias) {
+    dispatch_float(out.dtype, [&](auto tag) {
+      using T = decltype(tag);
+      add_bias(ctx.run.num_threads, out.ptr<T>(), in[2].ptr<T>(), d.m, d.n);
+    });
+  }
+  if (act) activation_inplace(ctx.run.num_threads, *act, out);
+}
+
+void fully_connected_kernel(const KernelContext& ctx, std::span<const TensorView> in, std::span<const TensorView> out) {
+  dense(ctx, ctx.attrs.as<FullyConnectedAttrs>(), std::nullopt, in, out[0]);
+}
+
+void fc_act_kernel(const KernelContext& ctx, std::span<const TensorView> in, std::span<const TensorView> out) {
+  const auto& a = ctx.attrs.as<FcActAttrs>();
+  dense(ctx, a, a.act_type, in, out[0]);
 }
 
 // ---- Flatten
@@ -105,6 +122,7 @@ void add_n_kernel(const KernelContext& ctx, std::span<const TensorView> in, std:
 
 void register_nn_dense_kernels() {
   register_kernel(OpId::kFullyConnected, DeviceKind::kCPU, fully_connected_kernel);
+  register_kernel(OpId::kFcAct, DeviceKind::kCPU, fc_act_kernel);
   register_kernel(OpId::kFlatten, DeviceKind::kCPU, flatten_kernel);
   register_kernel(OpId::kAddN, DeviceKind::kCPU, add_n_kernel);
 }

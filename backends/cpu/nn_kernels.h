@@ -5,6 +5,7 @@
 #pragma once
 
 #include "ir/error.h"
+#include "ir/ops/nn.h"
 #include "runtime/kernel.h"
 
 namespace kiln::cpu {
@@ -21,6 +22,9 @@ decltype(auto) dispatch_float(DType t, Fn&& fn) {
   }
   throw InternalError(fmt::format("internal error: nn kernel reached with dtype {} (inference admits floats only)", t));
 }
+
+// y = act(y) in place, float32 or float64 (nn_activation.cc).
+void activation_inplace(int threads, ActType act, const TensorView& y);
 
 void register_nn_dense_kernels();       // nn_dense.cc: FullyConnected, Flatten, add_n
 void register_nn_activation_kernels();  // nn_activation.cc: Activation, LeakyReLU and their backward ops

@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cstring>
 #include <mutex>
 
 #include "ir/error.h"
@@ -53,6 +54,40 @@ dnnl::primitive_attr scratchpad_attr() {
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   return attr;
+}
+
+dnnl::primitive_attr post_ops_attr(bool sum, std::optional<ActType> act) {
+  dnnl::primitive_attr attr = scratchpad_attr();
+  if (!sum && !act) return attr;
+  dnnl::post_ops ops;
+  if (sum) ops.append_sum(1.0f);
+  if (act) {
+    dnnl::algorithm alg = dnnl::algorithm::eltwise_relu;
+    switch (*act) {
+      case ActType::kRelu:
+        break;
+      case ActType::kSigmoid:
+        alg = dnnl::algorithm::eltwise_logistic;
+        break;
+      case ActType::kTanh:
+        alg = dnnl::algorithm::eltwise_tanh;
+        break;
+      case ActType::kSoftrelu:
+        alg = dnnl::algorithm::eltwise_soft_relu;
+        break;
+      case ActType::kSoftsign:
+        KILN_ASSERT(!"softsign has no oneDNN post-op (inference rejects it)");
+    }
+    ops.append_eltwise(1.0f, alg, 0.0f, 0.0f);
+  }
+  attr.set_post_ops(ops);
+  return attr;
+}
+
+std::string post_ops_key(bool sum, std::optional<ActType> act) {
+  std::string key = sum ? "sum|" : "";
+  if (act) key += print_attr(*act) + "|";
+  return key;
 }
 
 namespace detail {
@@ -121,6 +156,17 @@ memory Call::out(const Conversion& c, void* data) {
   memory user = wrap(c.to, data);
   if (!c.reorder) return user;
   memory produced = temp(c.from);
+  pending_.push_back({&*c.reorder, {produced, user}});
+  return produced;
+}
+
+memory Call::accumulate(const Conversion& c, const Conversion& init_conv, const void* init, void* data) {
+  memory user = wrap(c.to, data);
+  if (!c.reorder) {
+    if (init != data) std::memcpy(data, init, c.to.get_size());
+    return user;
+  }
+  memory produced = in(init_conv, init);
   pending_.push_back({&*c.reorder, {produced, user}});
   return produced;
 }

@@ -31,6 +31,7 @@
 #include <utility>
 #include <vector>
 
+#include "ir/ops/nn.h"
 #include "ir/shape.h"
 #include "runtime/engine.h"
 #include "runtime/storage.h"
@@ -51,6 +52,13 @@ void append_key(std::string& key, const memory::dims& dims);
 
 // Primitive attributes with a user-managed scratchpad (what Call::run expects).
 dnnl::primitive_attr scratchpad_attr();
+// scratchpad_attr() with post-ops applied to the primitive's result, in this
+// order: a `sum` (dst += the destination's previous contents; see
+// Call::accumulate) when `sum`, then the activation `act` when given (relu,
+// sigmoid, tanh or softrelu: ir/ops/fused.h).
+dnnl::primitive_attr post_ops_attr(bool sum, std::optional<ActType> act);
+// "sum|", "relu|", "sum|relu|" or "" for plan keys.
+std::string post_ops_key(bool sum, std::optional<ActType> act);
 template <typename PrimitiveDesc>
 size_t scratchpad_bytes(const PrimitiveDesc& pd) {
   return pd.scratchpad_desc().get_size();
@@ -102,6 +110,11 @@ class Call {
   memory in(const Conversion& c, const void* data);
   // An output: memory in layout c.from that finish() leaves in `data` (layout c.to).
   memory out(const Conversion& c, void* data);
+  // An output the primitive accumulates into (the sum post-op): memory in
+  // layout c.from that starts as `init` (the user's layout, read through the
+  // input conversion `init_conv` = c reversed) and that finish() leaves in
+  // `data`. `init` may be `data`.
+  memory accumulate(const Conversion& c, const Conversion& init_conv, const void* init, void* data);
   // A temporary in layout `desc`, valid until the Call ends.
   memory temp(const memory::desc& desc);
   void run(const dnnl::primitive& p, size_t scratchpad, std::unordered_map<int, memory> args);

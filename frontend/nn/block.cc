@@ -136,7 +136,7 @@ std::string Block::display_name() const {
 NDArray Block::operator()(const NDArray& x) {
   return call_with_hooks(std::span<const NDArray>(&x, 1), [&] {
     if (CachedOp* op = active_cached_op()) {
-      std::vector<NDArray> out = op->call(*this, std::span<const NDArray>(&x, 1), display_name());
+      std::vector<NDArray> out = op->call(*this, std::span<const NDArray>(&x, 1));
       KILN_CHECK(out.size() == 1, ValueError, "called with one input, forward returned {} outputs", out.size());
       return out[0];
     }
@@ -146,7 +146,7 @@ NDArray Block::operator()(const NDArray& x) {
 
 std::vector<NDArray> Block::operator()(std::span<const NDArray> xs) {
   return call_with_hooks(xs, [&] {
-    if (CachedOp* op = active_cached_op()) return op->call(*this, xs, display_name());
+    if (CachedOp* op = active_cached_op()) return op->call(*this, xs);
     return forward(xs);
   });
 }

@@ -75,7 +75,7 @@ TEST(Hybridize, GraphHasParamsUnderStructuralNames) {
   EXPECT_EQ(g->params.size(), 4u);
   EXPECT_TRUE(g->graph.find("hidden.weight").has_value()) << g->graph.to_text();
   EXPECT_TRUE(g->graph.find("output.bias").has_value()) << g->graph.to_text();
-  EXPECT_EQ(g->graph.num_ops(), 3);  // FullyConnected, relu, FullyConnected
+  EXPECT_EQ(g->graph.num_ops(), 2);  // _kiln_fc_act (FullyConnected + relu, fused), FullyConnected
   ir::verify(g->graph);
 }
 
@@ -277,7 +277,7 @@ TEST(Hybridize, NestedHybridChildrenAreInlinedIntoTheParentGraph) {
   net(nd::ones({1, 4})).wait_to_read();
   ASSERT_NE(a.cached_op(), nullptr);
   EXPECT_EQ(a.cached_op()->num_traces(), 0);  // traced as part of the parent
-  EXPECT_EQ(net.cached_op()->last_graph()->graph.num_ops(), 4);
+  EXPECT_EQ(net.cached_op()->last_graph()->graph.num_ops(), 3);  // FullyConnected + relu fused
 }
 
 struct WithConstant : nn::HybridBlock {
