@@ -4,7 +4,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "ir/ops/fused.h"
+#include "ir/ops/fused_layers.h"
 #include "passes/graph_copy.h"
 
 namespace kiln::passes {

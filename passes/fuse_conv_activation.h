@@ -1,5 +1,5 @@
 // fuse-conv-activation: a Convolution or FullyConnected whose output only
-// feeds an activation becomes one fused node (ir/ops/fused.h), whose CPU
+// feeds an activation becomes one fused node (ir/ops/fused_layers.h), whose CPU
 // kernel applies the activation (and a residual sum) as oneDNN post-ops while
 // the output is still in cache:
 //

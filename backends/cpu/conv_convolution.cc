@@ -12,7 +12,7 @@
 // cached per (shapes, window, groups, bias, post-ops, thread count). The bias
 // gradient is not computed here: the GradFn sums out_grad with the `sum` op.
 //
-// _kiln_conv_act (ir/ops/fused.h) is the forward kernel with oneDNN post-ops:
+// _kiln_conv_act (ir/ops/fused_layers.h) is the forward kernel with oneDNN post-ops:
 // a `sum` that adds the residual already in the destination (reordered into
 // the primitive's layout with the other inputs), then the activation, both
 // applied while each output block is in cache.
@@ -24,7 +24,7 @@
 #include "backends/cpu/onednn_util.h"
 #include "backends/cpu/parallel.h"
 #include "ir/ops/conv.h"
-#include "ir/ops/fused.h"
+#include "ir/ops/fused_layers.h"
 #include "runtime/kernel.h"
 
 namespace kiln {

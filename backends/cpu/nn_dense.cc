@@ -11,7 +11,7 @@
 #include "backends/cpu/linalg_kernels.h"
 #include "backends/cpu/nn_kernels.h"
 #include "backends/cpu/parallel.h"
-#include "ir/ops/fused.h"
+#include "ir/ops/fused_layers.h"
 #include "ir/ops/linalg.h"
 #include "ir/ops/nn.h"
 

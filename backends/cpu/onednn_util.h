@@ -55,7 +55,7 @@ dnnl::primitive_attr scratchpad_attr();
 // scratchpad_attr() with post-ops applied to the primitive's result, in this
 // order: a `sum` (dst += the destination's previous contents; see
 // Call::accumulate) when `sum`, then the activation `act` when given (relu,
-// sigmoid, tanh or softrelu: ir/ops/fused.h).
+// sigmoid, tanh or softrelu: ir/ops/fused_layers.h).
 dnnl::primitive_attr post_ops_attr(bool sum, std::optional<ActType> act);
 // "sum|", "relu|", "sum|relu|" or "" for plan keys.
 std::string post_ops_key(bool sum, std::optional<ActType> act);

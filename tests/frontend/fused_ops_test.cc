@@ -1,4 +1,4 @@
-// _kiln_conv_act and _kiln_fc_act (ir/ops/fused.h) against the unfused ops
+// _kiln_conv_act and _kiln_fc_act (ir/ops/fused_layers.h) against the unfused ops
 // on random data: every activation, with and without bias and residual, on
 // shapes that reach each kernel path (oneDNN with blocked layouts and several
 // threads, the GEMV loops, the small loops, float64); their gradients; their
@@ -8,7 +8,7 @@
 #include "frontend/autograd.h"
 #include "frontend/invoke.h"
 #include "frontend/nd.h"
-#include "ir/ops/fused.h"
+#include "ir/ops/fused_layers.h"
 #include "tests/test_util.h"
 
 namespace kiln {

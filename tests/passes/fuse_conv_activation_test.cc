@@ -5,7 +5,7 @@
 
 #include <random>
 
-#include "ir/ops/fused.h"
+#include "ir/ops/fused_layers.h"
 #include "passes/fuse_conv_activation.h"
 #include "tests/passes/eval_graph.h"
 

@@ -1,4 +1,4 @@
-// Attributes of the fused family: Kiln-internal inference ops that passes
+// Attributes of the fused-layer family: Kiln-internal inference ops that passes
 // make from chains of ordinary ops (passes/fuse_conv_activation.h), so one
 // kernel call does the work of several. They are never exported (CachedOp
 // exports the raw traced graph) and never written by users.
@@ -10,7 +10,7 @@
 //   NDArray y = invoke1(OpId::kConvAct, {x, w, b, shortcut}, OpAttrs::make(c));
 //   // y == relu(Convolution(x, w, b) + shortcut)
 //
-// Semantics (inference in ir/ops/fused.cc, CPU kernels on oneDNN post-ops in
+// Semantics (inference in ir/ops/fused_layers.cc, CPU kernels on oneDNN post-ops in
 // backends/cpu/conv_convolution.cc and backends/cpu/nn_dense.cc):
 //   - _kiln_conv_act(data, weight[, bias][, sum]) = act(Convolution(data,
 //     weight[, bias]) + sum). bias is absent when no_bias; sum (the shape of

@@ -1,5 +1,5 @@
-// OpDefs of the fused family (attributes and semantics: ir/ops/fused.h).
-#include "ir/ops/fused.h"
+// OpDefs of the fused family (attributes and semantics: ir/ops/fused_layers.h).
+#include "ir/ops/fused_layers.h"
 
 #include "ir/grad.h"
 #include "ir/op.h"
@@ -77,7 +77,7 @@ void grad_fc_act(GradBuilder& b, const GradArgs& g, std::span<GradValue> in_grad
 
 }  // namespace
 
-void register_fused_ops(OpRegistry& r) {
+void register_fused_layer_ops(OpRegistry& r) {
   OpDef& conv = r.define(OpId::kConvAct, "act(Convolution(data, weight[, bias]) + sum), sum optional (fused).");
   conv.num_inputs = -1;  // 2 to 4, per no_bias and with_sum
   conv.input_names = {"data", "weight", "bias", "sum"};
