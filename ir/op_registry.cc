@@ -17,6 +17,7 @@ void register_conv_ops(OpRegistry& r);
 void register_elemwise_grads(OpRegistry& r);
 void register_nn_ops(OpRegistry& r);
 void register_optimizer_ops(OpRegistry& r);
+void register_fused_ops(OpRegistry& r);
 
 namespace {
 
@@ -78,6 +79,7 @@ const Registry& built_registry() {
     register_conv_ops(builder);
     register_nn_ops(builder);
     register_optimizer_ops(builder);
+    register_fused_ops(builder);
     register_elemwise_grads(builder);
     // Ops listed but not yet defined keep their name and id; tests/ir/op_registry_test.cc
     // checks that every op has inference and a CPU kernel.
