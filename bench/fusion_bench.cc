@@ -1,0 +1,169 @@
+// fuse-elementwise benchmarks.
+//
+// fusion_chain: y = relu(sigmoid(x * 2 + z) * x) on 16M float32 values (five
+// ops, two inputs, one output) run by the graph executor unfused (five
+// kernels, 12 array passes) and fused (one loop: 3 array passes), and the
+// fused program in the interpreter (KILN_JIT=0's path) for comparison; GB/s
+// count the bytes the fused loop must move (x, z in; y out) and are set
+// against this machine's memcpy bandwidth (same threads, read + write).
+//
+// fusion_resnet18: what the pass does to ResNet-18's inference graph (batch
+// 256, after CachedOp's other passes): nodes absorbed, and the bytes of
+// intermediate values no longer written.
+//
+// Effect on whole models: run `kiln bench mlp resnet18_hybridized` with and
+// without KILN_FUSE=0 (BENCHMARKS.md).
+#include <omp.h>
+
+#include <cstring>
+
+#include "backends/cpu/fused.h"
+#include "bench/bench.h"
+#include "frontend/autograd.h"
+#include "frontend/cached_op.h"
+#include "frontend/graph_executor.h"
+#include "frontend/nd.h"
+#include "ir/ops/elemwise.h"
+#include "ir/ops/fused.h"
+#include "ir/ops/nn.h"
+#include "models/zoo.h"
+#include "passes/pass.h"
+#include "runtime/engine.h"
+
+namespace kiln::bench {
+
+namespace {
+
+constexpr int64_t kN = 16 << 20;
+
+std::shared_ptr<trace::TracedGraph> chain_graph() {
+  auto t = std::make_shared<trace::TracedGraph>();
+  ir::Graph& g = t->graph;
+  ir::Entry x = g.add_input("x", {Shape{kN}, DType::kFloat32});
+  ir::Entry z = g.add_input("z", {Shape{kN}, DType::kFloat32});
+  auto op = [&](OpId id, std::vector<ir::Entry> in, OpAttrs attrs = {}) { return g.add_op(id, attrs, in)[0]; };
+  ir::Entry a = op(OpId::kMulScalar, {x}, OpAttrs::make(ScalarAttrs{.scalar = 2}));
+  ir::Entry b = op(OpId::kElemwiseAdd, {a, z});
+  ir::Entry c = op(OpId::kSigmoid, {b});
+  ir::Entry d = op(OpId::kElemwiseMul, {c, x});
+  ir::Entry y = op(OpId::kRelu, {d});
+  g.set_outputs({y});
+  t->device = Device::cpu(0);
+  t->inputs = {x.node, z.node};
+  return t;
+}
+
+double run_seconds(GraphExecutor& exec, std::span<const NDArray> in) {
+  engine::wait_all();
+  auto start = Clock::now();
+  exec.run(in, false)[0].wait_to_read();
+  return seconds_since(start);
+}
+
+std::vector<Figure> bench_chain(const Options& options) {
+  const int threads = engine::get().cpu_threads(Device::cpu(0));
+  NDArray x = nd::random::uniform({kN}, -2, 2), z = nd::random::uniform({kN}, -2, 2);
+  x.wait_to_read();
+  z.wait_to_read();
+  const NDArray in[] = {x, z};
+
+  auto unfused = chain_graph();
+  GraphExecutor plain(unfused);
+  auto fused = std::make_shared<trace::TracedGraph>(*unfused);
+  passes::PassContext ctx(passes::PassOptions{});
+  fused->graph = passes::run_pass("fuse-elementwise", unfused->graph, ctx);
+  GraphExecutor one_loop(fused);  // compiles the loop (JIT) here
+  run_seconds(plain, in);
+  run_seconds(one_loop, in);
+  double t_unfused = best_of(options.repeat, [&] { return run_seconds(plain, in); });
+  double t_fused = best_of(options.repeat, [&] { return run_seconds(one_loop, in); });
+
+  // The interpreter on the same program and buffers.
+  const ir::Node* node = nullptr;
+  for (const ir::Node& n : fused->graph.nodes())
+    if (n.is_op() && n.op == OpId::kFusedElemwise) node = &n;
+  KILN_CHECK(node != nullptr, InternalError, "fusion_chain: the chain did not fuse");
+  std::vector<float> out(static_cast<size_t>(kN));
+  void* bufs[] = {x.data(), z.data(), out.data()};
+  const Shape shapes[] = {Shape{kN}, Shape{kN}};
+  const FusedProgramRef& ref = node->attrs.as<FusedElemwiseAttrs>().program;
+  auto interp = [&] {
+    auto start = Clock::now();
+    cpu::fused_run(ref, nullptr, bufs, shapes, Shape{kN}, threads);
+    return seconds_since(start);
+  };
+  interp();
+  double t_interp = best_of(options.repeat, interp);
+
+  // memcpy of one array, split over the same threads.
+  std::vector<float> dst(static_cast<size_t>(kN));
+  const auto* src = static_cast<const char*>(x.data());
+  auto copy = [&] {
+    auto start = Clock::now();
+    const int64_t bytes = kN * 4;
+#pragma omp parallel for num_threads(threads)
+    for (int t = 0; t < threads; ++t) {
+      int64_t b = bytes * t / threads, e = bytes * (t + 1) / threads;
+      std::memcpy(reinterpret_cast<char*>(dst.data()) + b, src + b, static_cast<size_t>(e - b));
+    }
+    return seconds_since(start);
+  };
+  copy();
+  double t_copy = best_of(options.repeat, copy);
+  const double copy_gbs = 2.0 * kN * 4 / t_copy / 1e9;
+  const double fused_gbs = 3.0 * kN * 4 / t_fused / 1e9;
+  return {{"fusion_chain_unfused_ms", t_unfused * 1e3, "ms"},
+          {"fusion_chain_fused_ms", t_fused * 1e3, "ms"},
+          {"fusion_chain_interp_ms", t_interp * 1e3, "ms"},
+          {"fusion_chain_speedup", t_unfused / t_fused, "x"},
+          {"fusion_chain_fused_gbs", fused_gbs, "GB/s"},
+          {"memcpy_gbs", copy_gbs, "GB/s"},
+          {"fusion_chain_fused_memcpy_pct", 100 * fused_gbs / copy_gbs, "%"},
+          {"fusion_chain_jit", cpu::fused_jit_enabled() ? 1.0 : 0.0, "bool"}};
+}
+
+int64_t op_output_bytes(const ir::Graph& g) {
+  int64_t bytes = 0;
+  for (const ir::Node& n : g.nodes())
+    if (n.is_op())
+      for (const TensorType& t : n.types) bytes += t.shape.size() * static_cast<int64_t>(dtype_size(t.dtype));
+  return bytes;
+}
+
+std::vector<Figure> bench_resnet18_pass(const Options&) {
+  nd::random::seed(0);
+  nn::HybridSequential net = models::make("resnet18", 10);
+  net.initialize();
+  {
+    autograd::PredictMode predict;
+    net(nd::random::uniform({1, 1, 28, 28})).wait_to_read();  // deferred shapes
+  }
+  const TensorType input{Shape{256, 1, 28, 28}, DType::kFloat32};
+  trace::TracedGraph t = trace_block(net, {&input, 1}, Device::cpu(0), "resnet18");
+  passes::PassContext ctx(passes::PassOptions{});
+  ir::Graph g =
+      passes::run_pipeline(t.graph, "eliminate-common-expr,simplify-algebra,fold-batch-norm,eliminate-dead-code", ctx);
+  ir::Graph f = passes::run_pipeline(g, "fuse-elementwise,eliminate-dead-code", ctx);
+  int64_t fused = 0;
+  for (const passes::PassStats& s : ctx.stats) fused += s.fused;
+  return {{"fusion_resnet18_infer_ops_before", static_cast<double>(g.num_ops()), "ops"},
+          {"fusion_resnet18_infer_ops_after", static_cast<double>(f.num_ops()), "ops"},
+          {"fusion_resnet18_infer_fused_nodes", static_cast<double>(fused), "nodes"},
+          {"fusion_resnet18_infer_mib_saved", static_cast<double>(op_output_bytes(g) - op_output_bytes(f)) / (1 << 20),
+           "MiB"}};
+}
+
+}  // namespace
+
+void register_fusion_benchmarks() {
+  add({"fusion_chain",
+       {"fusion_chain_unfused_ms", "fusion_chain_fused_ms", "fusion_chain_interp_ms", "fusion_chain_speedup",
+        "fusion_chain_fused_gbs", "memcpy_gbs", "fusion_chain_fused_memcpy_pct", "fusion_chain_jit"},
+       &bench_chain});
+  add({"fusion_resnet18",
+       {"fusion_resnet18_infer_ops_before", "fusion_resnet18_infer_ops_after", "fusion_resnet18_infer_fused_nodes",
+        "fusion_resnet18_infer_mib_saved"},
+       &bench_resnet18_pass});
+}
+
+}  // namespace kiln::bench
