@@ -7,9 +7,10 @@
 // count the bytes the fused loop must move (x, z in; y out) and are set
 // against this machine's memcpy bandwidth (same threads, read + write).
 //
-// fusion_resnet18: what the pass does to ResNet-18's inference graph (batch
-// 256, after CachedOp's other passes): nodes absorbed, and the bytes of
-// intermediate values no longer written.
+// fusion_resnet18: what the pass does to ResNet-18's graphs (batch 256): the
+// inference graph after CachedOp's other passes, and the training step's
+// forward and backward graphs as TrainProgram builds them: nodes absorbed,
+// and the bytes of intermediate values no longer written.
 //
 // Effect on whole models: run `kiln bench mlp resnet18_hybridized` with and
 // without KILN_FUSE=0 (BENCHMARKS.md).
@@ -27,7 +28,9 @@
 #include "ir/ops/fused.h"
 #include "ir/ops/nn.h"
 #include "models/zoo.h"
+#include "passes/gradient.h"
 #include "passes/pass.h"
+#include "passes/split_gradient.h"
 #include "runtime/engine.h"
 
 namespace kiln::bench {
@@ -130,6 +133,13 @@ int64_t op_output_bytes(const ir::Graph& g) {
   return bytes;
 }
 
+// The pass on one graph: fused nodes and intermediate MiB no longer written.
+std::pair<int64_t, double> fuse_effect(const ir::Graph& g) {
+  passes::PassContext ctx(passes::PassOptions{});
+  ir::Graph f = passes::run_pipeline(g, "fuse-elementwise,eliminate-dead-code", ctx);
+  return {ctx.stats[0].fused, static_cast<double>(op_output_bytes(g) - op_output_bytes(f)) / (1 << 20)};
+}
+
 std::vector<Figure> bench_resnet18_pass(const Options&) {
   nd::random::seed(0);
   nn::HybridSequential net = models::make("resnet18", 10);
@@ -139,18 +149,33 @@ std::vector<Figure> bench_resnet18_pass(const Options&) {
     net(nd::random::uniform({1, 1, 28, 28})).wait_to_read();  // deferred shapes
   }
   const TensorType input{Shape{256, 1, 28, 28}, DType::kFloat32};
+  // Inference: CachedOp's pipeline in predict mode, then the executor's passes.
   trace::TracedGraph t = trace_block(net, {&input, 1}, Device::cpu(0), "resnet18");
   passes::PassContext ctx(passes::PassOptions{});
   ir::Graph g =
       passes::run_pipeline(t.graph, "eliminate-common-expr,simplify-algebra,fold-batch-norm,eliminate-dead-code", ctx);
-  ir::Graph f = passes::run_pipeline(g, "fuse-elementwise,eliminate-dead-code", ctx);
-  int64_t fused = 0;
-  for (const passes::PassStats& s : ctx.stats) fused += s.fused;
-  return {{"fusion_resnet18_infer_ops_before", static_cast<double>(g.num_ops()), "ops"},
-          {"fusion_resnet18_infer_ops_after", static_cast<double>(f.num_ops()), "ops"},
-          {"fusion_resnet18_infer_fused_nodes", static_cast<double>(fused), "nodes"},
-          {"fusion_resnet18_infer_mib_saved", static_cast<double>(op_output_bytes(g) - op_output_bytes(f)) / (1 << 20),
-           "MiB"}};
+  auto [infer_fused, infer_mib] = fuse_effect(g);
+  // Training: the train-mode trace's gradient graph, split as TrainProgram does.
+  trace::TracedGraph tt = [&] {
+    autograd::TrainMode train;
+    return trace_block(net, {&input, 1}, Device::cpu(0), "resnet18");
+  }();
+  std::vector<std::string> wrt, heads;
+  for (const auto& [node, p] : tt.params)
+    if (!p.is_aux()) wrt.push_back(tt.graph.node(node).name);
+  ir::Graph grad = passes::build_gradient_graph(tt.graph, wrt);
+  for (size_t i = 0; i < tt.graph.outputs().size(); ++i) heads.push_back(passes::head_grad_name(tt.graph, i));
+  passes::SplitGraph split = passes::split_gradient_graph(grad, tt.graph.outputs().size(), heads);
+  passes::PassContext bctx(passes::PassOptions{});
+  ir::Graph backward = passes::run_pipeline(split.backward, "eliminate-common-expr,eliminate-dead-code", bctx);
+  auto [fwd_fused, fwd_mib] = fuse_effect(split.forward);
+  auto [bwd_fused, bwd_mib] = fuse_effect(backward);
+  return {{"fusion_resnet18_infer_ops", static_cast<double>(g.num_ops()), "ops"},
+          {"fusion_resnet18_infer_fused_nodes", static_cast<double>(infer_fused), "nodes"},
+          {"fusion_resnet18_infer_mib_saved", infer_mib, "MiB"},
+          {"fusion_resnet18_train_ops", static_cast<double>(split.forward.num_ops() + backward.num_ops()), "ops"},
+          {"fusion_resnet18_train_fused_nodes", static_cast<double>(fwd_fused + bwd_fused), "nodes"},
+          {"fusion_resnet18_train_mib_saved", fwd_mib + bwd_mib, "MiB"}};
 }
 
 }  // namespace
@@ -161,8 +186,8 @@ void register_fusion_benchmarks() {
         "fusion_chain_fused_gbs", "memcpy_gbs", "fusion_chain_fused_memcpy_pct", "fusion_chain_jit"},
        &bench_chain});
   add({"fusion_resnet18",
-       {"fusion_resnet18_infer_ops_before", "fusion_resnet18_infer_ops_after", "fusion_resnet18_infer_fused_nodes",
-        "fusion_resnet18_infer_mib_saved"},
+       {"fusion_resnet18_infer_ops", "fusion_resnet18_infer_fused_nodes", "fusion_resnet18_infer_mib_saved",
+        "fusion_resnet18_train_ops", "fusion_resnet18_train_fused_nodes", "fusion_resnet18_train_mib_saved"},
        &bench_resnet18_pass});
 }
 

@@ -164,6 +164,12 @@ std::optional<FusedOperand> lower(const ir::Node& n, std::span<const FusedOperan
       }
       return std::nullopt;
     }
+    case OpId::kAddN: {  // add_n_kernel sums left to right
+      if (in.size() < 2) return std::nullopt;
+      FusedOperand acc = in[0];
+      for (size_t k = 1; k < in.size(); ++k) acc = e.emit(Op::kAdd, acc, in[k]);
+      return acc;
+    }
     case OpId::kLeakyReLU: {
       const auto& a = n.attrs.as<LeakyReLUAttrs>();
       if (a.act_type != LeakyType::kLeaky || in.size() != 1) return std::nullopt;

@@ -7,8 +7,8 @@
 //
 // Fusible nodes: float32 in and out, and one of elemwise_add/sub/mul/div, the
 // broadcast_* ops, the *_scalar ops, exp, log, sqrt, square, tanh, sigmoid,
-// relu, abs, negative, clip, where, Activation, _backward_Activation (not
-// softrelu), and LeakyReLU with act_type leaky. A broadcast_* or where node is
+// relu, abs, negative, clip, where, add_n (two or more inputs), Activation,
+// _backward_Activation (not softrelu), and LeakyReLU with act_type leaky. A broadcast_* or where node is
 // fusible when one operand has the output's shape and each other operand has
 // it too, has one element, or has a single non-1 axis that the output has
 // (a bias (1,C,1,1) or (C)).

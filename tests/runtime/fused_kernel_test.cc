@@ -86,6 +86,7 @@ std::vector<Case> all_cases() {
       {"act_backward_sigmoid", OpId::kActivationBackward, act(ActType::kSigmoid), 2, 0, 1},
       {"act_backward_tanh", OpId::kActivationBackward, act(ActType::kTanh), 2, -1, 1},
       {"act_backward_softsign", OpId::kActivationBackward, act(ActType::kSoftsign), 2, -1, 1},
+      {"add_n", OpId::kAddN, OpAttrs::make(AddNAttrs{.num_args = 3}), 3},
       {"leaky", OpId::kLeakyReLU, OpAttrs::make(LeakyReLUAttrs{.act_type = LeakyType::kLeaky, .slope = 0.1}), 1},
   };
   return c;
