@@ -12,6 +12,9 @@
 // forward and backward graphs as TrainProgram builds them: nodes absorbed,
 // and the bytes of intermediate values no longer written.
 //
+// fusion_resnet18_infer_ab: ResNet-18 inference with and without the pass,
+// in one process, alternately.
+//
 // Effect on whole models: run `kiln bench mlp resnet18_hybridized` with and
 // without KILN_FUSE=0 (BENCHMARKS.md).
 #include <omp.h>
@@ -178,6 +181,48 @@ std::vector<Figure> bench_resnet18_pass(const Options&) {
           {"fusion_resnet18_train_mib_saved", fwd_mib + bwd_mib, "MiB"}};
 }
 
+// `t` with graph `g` (made from t.graph by passes that keep leaf names).
+std::shared_ptr<trace::TracedGraph> rebind(const trace::TracedGraph& t, ir::Graph g) {
+  auto r = std::make_shared<trace::TracedGraph>();
+  auto id = [&](ir::NodeId old) { return *g.find(t.graph.node(old).name); };
+  r->device = t.device;
+  for (ir::NodeId n : t.inputs) r->inputs.push_back(id(n));
+  for (const auto& [n, p] : t.params) r->params.emplace_back(id(n), p);
+  for (const auto& [n, a] : t.consts) r->consts.emplace_back(id(n), a);
+  r->graph = std::move(g);
+  return r;
+}
+
+// ResNet-18 inference (batch 32) through two executors in one process, the
+// graph with and without fuse-elementwise, timed alternately so that the
+// machine's load affects both alike.
+std::vector<Figure> bench_resnet18_infer_ab(const Options& options) {
+  nd::random::seed(0);
+  nn::HybridSequential net = models::make("resnet18", 10);
+  net.initialize();
+  autograd::PredictMode predict;
+  net(nd::random::uniform({1, 1, 28, 28})).wait_to_read();
+  const TensorType input{Shape{32, 1, 28, 28}, DType::kFloat32};
+  trace::TracedGraph t = trace_block(net, {&input, 1}, Device::cpu(0), "resnet18");
+  passes::PassContext ctx(passes::PassOptions{});
+  ir::Graph g =
+      passes::run_pipeline(t.graph, "eliminate-common-expr,simplify-algebra,fold-batch-norm,eliminate-dead-code", ctx);
+  ir::Graph f = passes::run_pipeline(g, "fuse-elementwise,eliminate-dead-code", ctx);
+  GraphExecutor plain(rebind(t, g)), fused(rebind(t, std::move(f)));
+  const NDArray x[] = {nd::random::uniform({32, 1, 28, 28})};
+  x[0].wait_to_read();
+  run_seconds(plain, x);
+  run_seconds(fused, x);
+  double best[2] = {1e30, 1e30};
+  for (int r = 0; r < std::max(options.repeat, 3); ++r) {
+    best[0] = std::min(best[0], run_seconds(plain, x));
+    best[1] = std::min(best[1], run_seconds(fused, x));
+  }
+  return {{"fusion_resnet18_infer_unfused_ms", best[0] * 1e3, "ms"},
+          {"fusion_resnet18_infer_fused_ms", best[1] * 1e3, "ms"},
+          {"fusion_resnet18_infer_speedup", best[0] / best[1], "x"}};
+}
+
 }  // namespace
 
 void register_fusion_benchmarks() {
@@ -189,6 +234,9 @@ void register_fusion_benchmarks() {
        {"fusion_resnet18_infer_ops", "fusion_resnet18_infer_fused_nodes", "fusion_resnet18_infer_mib_saved",
         "fusion_resnet18_train_ops", "fusion_resnet18_train_fused_nodes", "fusion_resnet18_train_mib_saved"},
        &bench_resnet18_pass});
+  add({"fusion_resnet18_infer_ab",
+       {"fusion_resnet18_infer_unfused_ms", "fusion_resnet18_infer_fused_ms", "fusion_resnet18_infer_speedup"},
+       &bench_resnet18_infer_ab});
 }
 
 }  // namespace kiln::bench
