@@ -214,6 +214,23 @@ TEST(FuseElementwise, FusedNodesAreNotExported) {
   }
 }
 
+TEST(FuseElementwise, GradientRefusesFusedNodes) {
+  ir::Graph g = ir::parse_graph(R"IR(graph {
+  %x = param f32[4]
+  %fused = _kiln_fused_elemwise(%x) {program="in=f;%1=exp(%0);%2=relu(%1);out=%2"} : f32[4]
+  %loss = sum(%fused) : f32[]
+  return %loss
+}
+)IR");
+  PassContext ctx(PassOptions{});
+  try {
+    run_pass("gradient", g, ctx);
+    FAIL() << "gradient accepted a fused node";
+  } catch (const InternalError& e) {
+    EXPECT_NE(std::string(e.what()).find("fused group"), std::string::npos) << e.what();
+  }
+}
+
 // Random graphs (float64 in random_graph.h) recast to float32 so they fuse.
 ir::Graph random_f32_graph(uint32_t seed) {
   std::string text = testing::random_graph(seed, 30).to_text();
