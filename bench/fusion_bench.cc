@@ -7,6 +7,9 @@
 // count the bytes the fused loop must move (x, z in; y out) and are set
 // against this machine's memcpy bandwidth (same threads, read + write).
 //
+// fusion_transcendental: the same for tanh(log(exp(x) + 1) * z), whose exp,
+// log and tanh are inline polynomials in the compiled loop.
+//
 // fusion_resnet18: what the pass does to ResNet-18's graphs (batch 256): the
 // inference graph after CachedOp's other passes, and the training step's
 // forward and backward graphs as TrainProgram builds them: nodes absorbed,
@@ -20,6 +23,7 @@
 #include <omp.h>
 
 #include <cstring>
+#include <string>
 
 #include "backends/cpu/fused.h"
 #include "bench/bench.h"
@@ -42,17 +46,29 @@ namespace {
 
 constexpr int64_t kN = 16 << 20;
 
-std::shared_ptr<trace::TracedGraph> chain_graph() {
+// The chain on inputs x, z: relu(sigmoid(2x + z) * x), or with
+// `transcendental` tanh(log(exp(x) + 1) * z).
+std::shared_ptr<trace::TracedGraph> chain_graph(bool transcendental) {
   auto t = std::make_shared<trace::TracedGraph>();
   ir::Graph& g = t->graph;
   ir::Entry x = g.add_input("x", {Shape{kN}, DType::kFloat32});
   ir::Entry z = g.add_input("z", {Shape{kN}, DType::kFloat32});
   auto op = [&](OpId id, std::vector<ir::Entry> in, OpAttrs attrs = {}) { return g.add_op(id, attrs, in)[0]; };
-  ir::Entry a = op(OpId::kMulScalar, {x}, OpAttrs::make(ScalarAttrs{.scalar = 2}));
-  ir::Entry b = op(OpId::kElemwiseAdd, {a, z});
-  ir::Entry c = op(OpId::kSigmoid, {b});
-  ir::Entry d = op(OpId::kElemwiseMul, {c, x});
-  ir::Entry y = op(OpId::kRelu, {d});
+  auto scalar = [](double v) { return OpAttrs::make(ScalarAttrs{.scalar = v}); };
+  ir::Entry y;
+  if (transcendental) {
+    ir::Entry a = op(OpId::kExp, {x});
+    ir::Entry b = op(OpId::kPlusScalar, {a}, scalar(1));
+    ir::Entry c = op(OpId::kLog, {b});
+    ir::Entry d = op(OpId::kElemwiseMul, {c, z});
+    y = op(OpId::kTanh, {d});
+  } else {
+    ir::Entry a = op(OpId::kMulScalar, {x}, scalar(2));
+    ir::Entry b = op(OpId::kElemwiseAdd, {a, z});
+    ir::Entry c = op(OpId::kSigmoid, {b});
+    ir::Entry d = op(OpId::kElemwiseMul, {c, x});
+    y = op(OpId::kRelu, {d});
+  }
   g.set_outputs({y});
   t->device = Device::cpu(0);
   t->inputs = {x.node, z.node};
@@ -66,14 +82,14 @@ double run_seconds(GraphExecutor& exec, std::span<const NDArray> in) {
   return seconds_since(start);
 }
 
-std::vector<Figure> bench_chain(const Options& options) {
+std::vector<Figure> chain_figures(const Options& options, bool transcendental, const std::string& prefix) {
   const int threads = engine::get().cpu_threads(Device::cpu(0));
   NDArray x = nd::random::uniform({kN}, -2, 2), z = nd::random::uniform({kN}, -2, 2);
   x.wait_to_read();
   z.wait_to_read();
   const NDArray in[] = {x, z};
 
-  auto unfused = chain_graph();
+  auto unfused = chain_graph(transcendental);
   GraphExecutor plain(unfused);
   auto fused = std::make_shared<trace::TracedGraph>(*unfused);
   passes::PassContext ctx(passes::PassOptions{});
@@ -118,14 +134,20 @@ std::vector<Figure> bench_chain(const Options& options) {
   double t_copy = best_of(options.repeat, copy);
   const double copy_gbs = 2.0 * kN * 4 / t_copy / 1e9;
   const double fused_gbs = 3.0 * kN * 4 / t_fused / 1e9;
-  return {{"fusion_chain_unfused_ms", t_unfused * 1e3, "ms"},
-          {"fusion_chain_fused_ms", t_fused * 1e3, "ms"},
-          {"fusion_chain_interp_ms", t_interp * 1e3, "ms"},
-          {"fusion_chain_speedup", t_unfused / t_fused, "x"},
-          {"fusion_chain_fused_gbs", fused_gbs, "GB/s"},
+  return {{prefix + "_unfused_ms", t_unfused * 1e3, "ms"},
+          {prefix + "_fused_ms", t_fused * 1e3, "ms"},
+          {prefix + "_interp_ms", t_interp * 1e3, "ms"},
+          {prefix + "_speedup", t_unfused / t_fused, "x"},
+          {prefix + "_fused_gbs", fused_gbs, "GB/s"},
           {"memcpy_gbs", copy_gbs, "GB/s"},
-          {"fusion_chain_fused_memcpy_pct", 100 * fused_gbs / copy_gbs, "%"},
-          {"fusion_chain_jit", cpu::fused_jit_enabled() ? 1.0 : 0.0, "bool"}};
+          {prefix + "_fused_memcpy_pct", 100 * fused_gbs / copy_gbs, "%"},
+          {prefix + "_jit", cpu::fused_jit_enabled() ? 1.0 : 0.0, "bool"}};
+}
+
+std::vector<Figure> bench_chain(const Options& options) { return chain_figures(options, false, "fusion_chain"); }
+
+std::vector<Figure> bench_transcendental(const Options& options) {
+  return chain_figures(options, true, "fusion_transcendental");
 }
 
 int64_t op_output_bytes(const ir::Graph& g) {
@@ -230,6 +252,11 @@ void register_fusion_benchmarks() {
        {"fusion_chain_unfused_ms", "fusion_chain_fused_ms", "fusion_chain_interp_ms", "fusion_chain_speedup",
         "fusion_chain_fused_gbs", "memcpy_gbs", "fusion_chain_fused_memcpy_pct", "fusion_chain_jit"},
        &bench_chain});
+  add({"fusion_transcendental",
+       {"fusion_transcendental_unfused_ms", "fusion_transcendental_fused_ms", "fusion_transcendental_interp_ms",
+        "fusion_transcendental_speedup", "fusion_transcendental_fused_gbs", "memcpy_gbs",
+        "fusion_transcendental_fused_memcpy_pct", "fusion_transcendental_jit"},
+       &bench_transcendental});
   add({"fusion_resnet18",
        {"fusion_resnet18_infer_ops", "fusion_resnet18_infer_fused_nodes", "fusion_resnet18_infer_mib_saved",
         "fusion_resnet18_train_ops", "fusion_resnet18_train_fused_nodes", "fusion_resnet18_train_mib_saved"},

@@ -252,7 +252,22 @@ void build_module(const FusedProgram& p, llvm::Module& module, const std::string
                   b.CreateInBoundsGEP(f32, body->getArg(static_cast<unsigned>(k + o)), i));
   llvm::Value* next = b.CreateAdd(i, b.getInt64(1), "next", true, true);
   i->addIncoming(next, loop);
-  b.CreateCondBr(b.CreateICmpSLT(next, end), loop, exit);
+  llvm::BranchInst* latch = b.CreateCondBr(b.CreateICmpSLT(next, end), loop, exit);
+  // One vector iteration per trip: the bodies are long (exp, log and tanh are
+  // inline polynomials), and interleaving or unrolling them only adds
+  // register pressure and code size.
+  {
+    auto flag = [&](const char* name, llvm::Metadata* value) {
+      std::vector<llvm::Metadata*> ops{llvm::MDString::get(ctx, name)};
+      if (value) ops.push_back(value);
+      return llvm::MDNode::get(ctx, ops);
+    };
+    llvm::Metadata* one = llvm::ConstantAsMetadata::get(b.getInt32(1));
+    llvm::MDNode* id = llvm::MDNode::getDistinct(
+        ctx, {nullptr, flag("llvm.loop.interleave.count", one), flag("llvm.loop.unroll.disable", nullptr)});
+    id->replaceOperandWith(0, id);
+    latch->setMetadata(llvm::LLVMContext::MD_loop, id);
+  }
   b.SetInsertPoint(exit);
   b.CreateRetVoid();
 
@@ -359,6 +374,11 @@ FusedLoopFn compile_fused(const FusedProgram& program, const std::string& key, s
     return nullptr;
   }
   optimize(*module, *j.tm);
+  // KILN_JIT_DUMP=1: print each optimized module (to check that loops vectorize).
+  if (const char* dump = std::getenv("KILN_JIT_DUMP"); dump != nullptr && *dump != '\0' && *dump != '0') {
+    llvm::errs() << "; fused program " << key << "\n";
+    module->print(llvm::errs(), nullptr);
+  }
   if (llvm::Error e = j.lljit->addIRModule(llvm::orc::ThreadSafeModule(std::move(module), std::move(ctx)))) {
     *error = to_string(std::move(e));
     return nullptr;
