@@ -21,6 +21,7 @@ const std::vector<Benchmark>& registry() {
     register_memory_benchmarks();
     register_train_benchmarks();
     register_hybridize_benchmarks();
+    register_fusion_benchmarks();
     return true;
   }();
   (void)registered;

@@ -58,6 +58,7 @@ void register_ops_benchmarks();     // bench/ops_bench.cc
 void register_memory_benchmarks();  // bench/memory_bench.cc
 void register_train_benchmarks();   // bench/train_bench.cc
 void register_hybridize_benchmarks();  // bench/hybridize_bench.cc
+void register_fusion_benchmarks();     // bench/fusion_bench.cc
 
 // ---- helpers
 

@@ -72,7 +72,7 @@ else()
   message(STATUS "Kiln: CUDA backend OFF")
 endif()
 
-# ---- MPI and LLVM: found for `kiln info` only; later issues link them.
+# ---- MPI and LLVM: found for `kiln info`; LLVM 14 also builds the fused-elementwise JIT.
 if(NOT KILN_TSAN)
   set(MPI_DETERMINE_LIBRARY_VERSION ON)
   find_package(MPI COMPONENTS CXX QUIET)
@@ -85,6 +85,7 @@ if(NOT KILN_TSAN)
     list(APPEND KILN_DEFINES KILN_MPI_VERSION="${KILN_MPI_VERSION}")
   endif()
 
+  set(KILN_HAVE_LLVM OFF)
   # llvm-config rather than find_package(LLVM): LLVMConfig.cmake needs the C
   # language enabled and imports hundreds of targets nothing links yet.
   find_program(KILN_LLVM_CONFIG NAMES llvm-config-14 llvm-config HINTS /usr/lib/llvm-14/bin)
@@ -93,6 +94,19 @@ if(NOT KILN_TSAN)
                     OUTPUT_STRIP_TRAILING_WHITESPACE RESULT_VARIABLE llvm_rc)
     if(llvm_rc EQUAL 0 AND llvm_version MATCHES "^14\\.")
       list(APPEND KILN_DEFINES KILN_LLVM_VERSION="${llvm_version}")
+      # The fused-elementwise JIT (backends/cpu/jit/) links the shared libLLVM.
+      execute_process(COMMAND ${KILN_LLVM_CONFIG} --includedir OUTPUT_VARIABLE llvm_include OUTPUT_STRIP_TRAILING_WHITESPACE)
+      execute_process(COMMAND ${KILN_LLVM_CONFIG} --libdir OUTPUT_VARIABLE llvm_libdir OUTPUT_STRIP_TRAILING_WHITESPACE)
+      find_library(KILN_LLVM_LIBRARY NAMES LLVM-14 LLVM HINTS ${llvm_libdir} NO_DEFAULT_PATH)
+      if(KILN_LLVM AND KILN_LLVM_LIBRARY)
+        set(KILN_HAVE_LLVM ON)
+        set(KILN_LLVM_INCLUDE_DIR ${llvm_include})
+      endif()
     endif()
+  endif()
+  if(KILN_HAVE_LLVM)
+    message(STATUS "Kiln: LLVM ${llvm_version} JIT for fused elementwise ops (${KILN_LLVM_LIBRARY})")
+  else()
+    message(STATUS "Kiln: LLVM JIT OFF (fused elementwise ops use the interpreter)")
   endif()
 endif()

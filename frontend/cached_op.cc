@@ -8,6 +8,7 @@
 #include "frontend/autograd.h"
 #include "frontend/graph_eval.h"
 #include "frontend/nn/block.h"
+#include "passes/fuse_elementwise.h"
 #include "passes/pass.h"
 
 namespace kiln {
@@ -70,19 +71,29 @@ std::string_view pipeline() {
   return p;
 }
 
-void CachedOp::optimize(trace::TracedGraph& traced, bool train_mode, const std::string& what) {
+// Then, for the graph the inference executor runs only: fusions, whose nodes
+// have no gradient (autograd differentiates the graph above, and
+// TrainProgram fuses its forward and backward graphs after the split).
+// Fusions of layers with their activations (fuse-conv-activation) go before
+// fuse-elementwise. KILN_FUSE=0 leaves this out (for measuring).
+std::string_view executor_pipeline() {
+  return passes::fuse_elementwise_enabled() ? "fuse-elementwise,eliminate-dead-code" : "";
+}
+
+std::string CachedOp::optimize(trace::TracedGraph& traced, bool train_mode, const std::string& what,
+                               std::string_view pipeline_text) {
   passes::PassContext ctx;
   ctx.options.train_mode = train_mode;
   if (!ctx.options.dump_dir.empty()) ctx.options.dump_dir = dump_subdir(ctx.options.dump_dir, what, train_mode);
   ir::Graph before = traced.graph;
   try {
-    traced.graph = passes::run_pipeline(before, pipeline(), ctx);
+    traced.graph = passes::run_pipeline(before, pipeline_text, ctx);
   } catch (Error& e) {
     e.add_context(fmt::format("{}: optimizing the traced graph", what));
     throw;
   }
   remap(traced, before);
-  pass_report_ = ctx.report();
+  return ctx.report();
 }
 
 std::optional<TrainProgram::Memory> CachedOp::train_memory() const {
@@ -178,7 +189,7 @@ std::shared_ptr<const CachedOp::Entry> CachedOp::lookup(nn::Block& block, std::s
   // Miss: trace forward on symbolic inputs.
   auto traced = std::make_shared<trace::TracedGraph>(trace_block(block, key.inputs, key.device, what));
   auto raw = std::make_shared<const trace::TracedGraph>(*traced);
-  optimize(*traced, key.train, what);
+  pass_report_ = optimize(*traced, key.train, what, pipeline());
   if (num_traces_ > 0 && !entries_.empty()) {
     std::string line = fmt::format("re-traced {}: {}", what, explain(entries_.front()->key, key));
     if (log_retraces()) std::fprintf(stderr, "kiln: %s\n", line.c_str());
@@ -199,7 +210,13 @@ std::vector<NDArray> CachedOp::call(nn::Block& block, std::span<const NDArray> i
   std::shared_ptr<const Entry> entry = lookup(block, inputs);
   const trace::TracedGraph& t = *entry->traced;
   if (!autograd::is_recording() && entry->compilable) {
-    std::call_once(entry->compile_once, [&] { entry->executor = std::make_unique<GraphExecutor>(entry->traced); });
+    std::call_once(entry->compile_once, [&] {
+      auto graph = std::make_shared<trace::TracedGraph>(t);
+      std::string report = optimize(*graph, entry->key.train, what, executor_pipeline());
+      entry->executor = std::make_unique<GraphExecutor>(std::move(graph));
+      std::lock_guard lock(mutex_);
+      pass_report_ += report;
+    });
     return entry->executor->run(inputs, entry->key.train);
   }
   if (autograd::is_recording() && compiled_training_enabled()) {

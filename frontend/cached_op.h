@@ -77,7 +77,8 @@ class CachedOp {
   // (null before the first call).
   std::shared_ptr<const trace::TracedGraph> graph_for_export() const;
   // What the optimization pipeline did to the last traced graph, one line
-  // per pass (passes::PassContext::report).
+  // per pass (passes::PassContext::report), followed, once an inference
+  // executor was built, by the executor's passes (fuse-elementwise).
   std::string pass_report() const;
   // How the most recently used compiled training step spends memory
   // (TrainProgram::Memory); nullopt before one ran.
@@ -109,7 +110,10 @@ class CachedOp {
 
   std::shared_ptr<const Entry> lookup(nn::Block& block, std::span<const NDArray> inputs);
   static std::string explain(const Key& before, const Key& after);
-  void optimize(trace::TracedGraph& traced, bool train_mode, const std::string& what);
+  // Runs `pipeline_text` (pass names, comma-separated) on traced.graph;
+  // returns the pass report.
+  std::string optimize(trace::TracedGraph& traced, bool train_mode, const std::string& what,
+                       std::string_view pipeline_text);
 
   int max_entries_;
   mutable std::mutex mutex_;

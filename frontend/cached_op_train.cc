@@ -6,6 +6,7 @@
 #include "frontend/autograd.h"
 #include "frontend/autograd_tape.h"
 #include "ir/error.h"
+#include "passes/fuse_elementwise.h"
 #include "passes/gradient.h"
 #include "passes/pass.h"
 #include "passes/split_gradient.h"
@@ -70,7 +71,14 @@ std::shared_ptr<const TrainProgram> TrainProgram::compile(const trace::TracedGra
     static std::atomic<int> next{0};
     ctx.options.dump_dir += fmt::format("/training-backward-{}", next.fetch_add(1));
   }
-  ir::Graph backward = passes::run_pipeline(split.backward, "eliminate-common-expr,eliminate-dead-code", ctx);
+  // Fusion after the split: the values saved for backward are forward
+  // outputs, so they stay materialized.
+  const bool fuse = passes::fuse_elementwise_enabled();
+  ir::Graph backward = passes::run_pipeline(split.backward,
+                                            fuse ? "eliminate-common-expr,eliminate-dead-code,fuse-elementwise"
+                                                 : "eliminate-common-expr,eliminate-dead-code",
+                                            ctx);
+  ir::Graph forward = fuse ? passes::run_pipeline(split.forward, "fuse-elementwise", ctx) : std::move(split.forward);
 
   int64_t saved_bytes = 0;
   for (size_t i = program->num_outputs_; i < split.forward.outputs().size(); ++i) {
@@ -80,7 +88,7 @@ std::shared_ptr<const TrainProgram> TrainProgram::compile(const trace::TracedGra
 
   std::vector<std::string> forward_inputs;
   for (ir::NodeId id : traced.inputs) forward_inputs.push_back(fwd.node(id).name);
-  program->forward_ = std::make_unique<GraphExecutor>(bind_leaves(std::move(split.forward), traced, forward_inputs));
+  program->forward_ = std::make_unique<GraphExecutor>(bind_leaves(std::move(forward), traced, forward_inputs));
 
   std::vector<std::string> backward_order;
   for (size_t k = 0; k < split.saved.size(); ++k) {

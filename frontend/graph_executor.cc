@@ -94,6 +94,7 @@ GraphExecutor::GraphExecutor(std::shared_ptr<const trace::TracedGraph> traced)
     const OpDef& def = op_def(n.op);
     Program::Step step;
     step.fn = find_kernel(def, p.device);
+    prepare_kernel(n.op, p.device, n.attrs);  // e.g. compile a fused loop now, not in the first call
     step.op = n.op;
     step.attrs = n.attrs;
     if (draws_per_call(n.op)) step.fresh = p.num_fresh++;

@@ -18,6 +18,7 @@ void register_elemwise_grads(OpRegistry& r);
 void register_nn_ops(OpRegistry& r);
 void register_optimizer_ops(OpRegistry& r);
 void register_fused_layer_ops(OpRegistry& r);
+void register_fused_ops(OpRegistry& r);
 
 namespace {
 
@@ -80,6 +81,7 @@ const Registry& built_registry() {
     register_nn_ops(builder);
     register_optimizer_ops(builder);
     register_fused_layer_ops(builder);
+    register_fused_ops(builder);
     register_elemwise_grads(builder);
     // Ops listed but not yet defined keep their name and id; tests/ir/op_registry_test.cc
     // checks that every op has inference and a CPU kernel.

@@ -134,6 +134,10 @@ std::string to_json(const Graph& g) {
       out.arg_nodes.push_back(static_cast<int32_t>(i));
     } else {
       const OpDef& def = op_def(n.op);
+      KILN_CHECK(n.op != OpId::kFusedElemwise, NotSupported,
+                 "to_json: node '{}' is a {} (made by the fuse-elementwise pass); MXNet has no such op: export the "
+                 "graph before optimization passes",
+                 n.name, def.name);
       node.op = def.name;
       for (auto& [k, v] : n.attrs.to_strings())
         if (!is_kiln_only_attr(n.op, k)) node.attrs[k] = v;

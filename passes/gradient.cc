@@ -98,6 +98,13 @@ ir::Graph build_gradient_graph(const ir::Graph& forward, std::span<const std::st
   }
   for (size_t i = 0; i < n; ++i) {
     const ir::Node& node = forward.node(static_cast<ir::NodeId>(i));
+    // Fused groups have no gradient: a wrong pass order, not "no dependence".
+    if (node.is_op() && node.op == OpId::kFusedElemwise)
+      for (const ir::Entry& e : node.inputs)
+        KILN_CHECK(!needs[static_cast<size_t>(e.node)], InternalError,
+                   "internal error: gradient: node '{}' is a fused group, which has no gradient (fuse-elementwise "
+                   "runs after the gradient graph is built)",
+                   node.name);
     if (!node.is_op() || !op_def(node.op).differentiable) continue;
     for (const ir::Entry& e : node.inputs) needs[i] = needs[i] || needs[static_cast<size_t>(e.node)];
   }

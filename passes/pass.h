@@ -39,7 +39,7 @@ struct PassStats {
   int64_t ops_before = 0, ops_after = 0;      // op nodes, filled by run_pass
   int64_t removed = 0;                        // nodes dropped (eliminate-dead-code)
   int64_t merged = 0;                         // nodes replaced by an equal earlier node (eliminate-common-expr)
-  int64_t fused = 0;                          // nodes absorbed into fused nodes (a fusion pass; none yet)
+  int64_t fused = 0;                          // nodes absorbed into fused nodes (fuse-elementwise)
   int64_t rewritten = 0;  // nodes replaced or retyped (simplify-algebra, fold-constants, infer-shape)
   int64_t added = 0;      // nodes added (gradient)
   int64_t arena_bytes = -1, naive_bytes = -1, inplace_reuses = -1;  // plan-memory

@@ -13,6 +13,7 @@
 #include "passes/fold_batch_norm.h"
 #include "passes/fold_constants.h"
 #include "passes/fuse_conv_activation.h"
+#include "passes/fuse_elementwise.h"
 #include "passes/gradient.h"
 #include "passes/infer_shape.h"
 #include "passes/memory_plan.h"

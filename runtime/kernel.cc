@@ -11,9 +11,15 @@ void register_cuda_kernels();  // backends/cuda, or a no-op without CUDA
 namespace {
 
 using Table = std::array<std::array<KernelFn, kNumDeviceKinds>, kNumOps>;
+using PrepareTable = std::array<std::array<KernelPrepareFn, kNumDeviceKinds>, kNumOps>;
 
 Table& table_storage() {
   static Table t{};
+  return t;
+}
+
+PrepareTable& prepare_storage() {
+  static PrepareTable t{};
   return t;
 }
 
@@ -41,6 +47,16 @@ KernelFn find_kernel(const OpDef& op, Device device) {
 
 bool has_kernel(OpId op, DeviceKind kind) {
   return table()[static_cast<size_t>(op)][static_cast<size_t>(kind)] != nullptr;
+}
+
+void register_kernel_prepare(OpId op, DeviceKind kind, KernelPrepareFn fn) {
+  prepare_storage()[static_cast<size_t>(op)][static_cast<size_t>(kind)] = fn;
+}
+
+void prepare_kernel(OpId op, Device device, const OpAttrs& attrs) {
+  (void)table();  // fills both tables
+  KernelPrepareFn fn = prepare_storage()[static_cast<size_t>(op)][static_cast<size_t>(device.kind)];
+  if (fn != nullptr) fn(attrs);
 }
 
 }  // namespace kiln

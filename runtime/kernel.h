@@ -45,4 +45,12 @@ void register_kernel(OpId op, DeviceKind kind, KernelFn fn);
 KernelFn find_kernel(const OpDef& op, Device device);  // throws NotSupported naming op and device
 bool has_kernel(OpId op, DeviceKind kind);
 
+// Optional work a kernel does once per node before its first call (the fused
+// elementwise kernel compiles its loop): executors call prepare_kernel when
+// they are built, so that compilation does not land in a timed call. A
+// kernel without a prepare function must not need one.
+using KernelPrepareFn = void (*)(const OpAttrs& attrs);
+void register_kernel_prepare(OpId op, DeviceKind kind, KernelPrepareFn fn);
+void prepare_kernel(OpId op, Device device, const OpAttrs& attrs);  // no-op when none is registered
+
 }  // namespace kiln

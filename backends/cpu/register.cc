@@ -9,6 +9,7 @@ void register_cpu_matrix_kernels();
 void register_cpu_conv_kernels();
 void register_cpu_nn_kernels();
 void register_cpu_optimizer_kernels();
+void register_cpu_fused_kernels();
 
 void register_cpu_kernels() {
   register_cpu_init_kernels();
@@ -19,6 +20,7 @@ void register_cpu_kernels() {
   register_cpu_conv_kernels();
   register_cpu_nn_kernels();
   register_cpu_optimizer_kernels();
+  register_cpu_fused_kernels();
 }
 
 }  // namespace kiln

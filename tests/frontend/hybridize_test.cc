@@ -280,6 +280,36 @@ TEST(Hybridize, NestedHybridChildrenAreInlinedIntoTheParentGraph) {
   EXPECT_EQ(net.cached_op()->last_graph()->graph.num_ops(), 3);  // FullyConnected + relu fused
 }
 
+// A chain of elementwise ops: the inference executor and the compiled
+// training step run it as fused nodes (fuse-elementwise), with the results
+// of the op-by-op path.
+struct ElementwiseChain : nn::HybridBlock {
+  NDArray forward(const NDArray& x) override { return nd::relu(x * 2 + 1) * nd::sigmoid(x) - nd::tanh(x); }
+};
+
+TEST(Hybridize, ElementwiseChainsRunFused) {
+  ElementwiseChain net;
+  NDArray x = nd::random::normal({3, 1000});
+  x.attach_grad();
+  NDArray imperative = net(x);
+  NDArray dx_imperative;
+  {
+    autograd::Record record;
+    NDArray loss = nd::sum(nd::square(net(x)));
+    autograd::backward({loss});
+  }
+  dx_imperative = x.grad().copy();
+  net.hybridize();
+  expect_close(net(x), imperative, 1e-6, "fused inference");
+  EXPECT_CONTAINS(net.cached_op()->pass_report(), "fused");
+  {
+    autograd::Record record;
+    NDArray loss = nd::sum(nd::square(net(x)));
+    autograd::backward({loss});
+  }
+  expect_close(x.grad(), dx_imperative, 1e-5, "fused training step, gradient");
+}
+
 struct WithConstant : nn::HybridBlock {
   NDArray offset = nd::full({3}, 5.0);
   NDArray forward(const NDArray& x) override {

@@ -1,0 +1,154 @@
+// The CPU kernel of _kiln_fused_elemwise: runs and threads over a loop from
+// fused_loop (backends/cpu/fused.h).
+#include "backends/cpu/fused.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/jit/fused_jit.h"
+#include "backends/cpu/parallel.h"
+#include "runtime/kernel.h"
+
+namespace kiln::cpu {
+namespace {
+
+// The value of FusedProgramRef::compiled() meaning "use the interpreter".
+char kInterpret;
+
+// Where each broadcast input's element comes from at a position.
+struct Broadcast {
+  size_t input;
+  bool row;
+  int64_t inner;  // positions per element (channel), or the row length (row)
+  int64_t size;   // elements along the axis
+};
+
+}  // namespace
+
+bool fused_jit_enabled() {
+  static const bool enabled = [] {
+    const char* env = std::getenv("KILN_JIT");
+    return jit::available() && !(env != nullptr && std::strcmp(env, "0") == 0);
+  }();
+  return enabled;
+}
+
+FusedLoopFn fused_loop(const FusedProgramRef& ref) {
+  std::atomic<void*>& slot = ref.compiled();
+  void* cached = slot.load(std::memory_order_acquire);
+  if (cached == nullptr) {
+    FusedLoopFn fn = nullptr;
+    if (fused_jit_enabled()) {
+      std::string error;
+      fn = jit::compile_fused(ref.program(), ref.text(), &error);
+      if (fn == nullptr) {
+        static std::once_flag warned;
+        std::call_once(warned, [&] {
+          std::fprintf(stderr, "kiln: warning: fused-elementwise JIT failed, using the interpreter: %s\n",
+                       error.c_str());
+        });
+      }
+    }
+    cached = fn != nullptr ? reinterpret_cast<void*>(fn) : static_cast<void*>(&kInterpret);
+    slot.store(cached, std::memory_order_release);  // racing callers store the same function
+  }
+  return cached == &kInterpret ? nullptr : reinterpret_cast<FusedLoopFn>(cached);
+}
+
+void fused_run(const FusedProgramRef& ref, FusedLoopFn loop, void* const* bufs, const Shape* in_shapes,
+               const Shape& out, int num_threads) {
+  const FusedProgram& p = ref.program();
+  const int64_t n = out.size();
+  if (n == 0) return;
+  const size_t k = p.inputs.size(), num_bufs = k + p.outputs.size();
+  std::vector<Broadcast> bcast;
+  for (size_t j = 0; j < k; ++j) {
+    bool row = p.inputs[j] == FusedInputKind::kRow;
+    if (!row && p.inputs[j] != FusedInputKind::kChannel) continue;
+    int axis = fused_broadcast_axis(in_shapes[j], out);
+    bcast.push_back({j, row, row ? out[axis] : fused_inner_size(out, axis), out[axis]});
+  }
+  auto call = [&](void** b, int64_t begin, int64_t end) {
+    if (loop != nullptr)
+      loop(b, begin, end);
+    else
+      fused_interpret(p, b, begin, end);
+  };
+  // Cheap programs split at the default grain; each instruction adds work.
+  const int64_t grain = std::max<int64_t>(kDefaultGrain / (1 + static_cast<int64_t>(p.instrs.size()) / 4), 4096);
+  parallel_for(
+      num_threads, n,
+      [&](int64_t begin, int64_t end) {
+        std::vector<void*> b(bufs, bufs + num_bufs);
+        if (bcast.empty()) return call(b.data(), begin, end);
+        // Runs: every channel input constant, every row input contiguous.
+        for (int64_t pos = begin; pos < end;) {
+          int64_t len = end - pos;
+          for (const Broadcast& c : bcast) {
+            const float* base = static_cast<const float*>(bufs[c.input]);
+            if (c.row) {
+              int64_t at = pos % c.inner;
+              len = std::min(len, c.inner - at);
+              b[c.input] = const_cast<float*>(base + at);
+            } else {
+              len = std::min(len, c.inner - pos % c.inner);
+              b[c.input] = const_cast<float*>(base + (pos / c.inner) % c.size);
+            }
+          }
+          for (size_t j = 0; j < num_bufs; ++j) {
+            bool offset = j >= k || p.inputs[j] == FusedInputKind::kFull;
+            if (offset) b[j] = static_cast<float*>(bufs[j]) + pos;
+          }
+          call(b.data(), 0, len);
+          pos += len;
+        }
+      },
+      grain);
+}
+
+namespace {
+
+void fused_kernel(const KernelContext& ctx, std::span<const TensorView> in, std::span<const TensorView> out) {
+  const FusedProgramRef& ref = ctx.attrs.as<FusedElemwiseAttrs>().program;
+  FusedLoopFn loop = fused_loop(ref);
+  constexpr size_t kMax = 64;
+  void* bufs[kMax];
+  Shape shapes[kMax];
+  std::vector<void*> big_bufs;
+  std::vector<Shape> big_shapes;
+  void** b = bufs;
+  Shape* s = shapes;
+  if (in.size() + out.size() > kMax) {
+    big_bufs.resize(in.size() + out.size());
+    big_shapes.resize(in.size());
+    b = big_bufs.data();
+    s = big_shapes.data();
+  }
+  for (size_t i = 0; i < in.size(); ++i) {
+    b[i] = in[i].data;
+    s[i] = in[i].shape;
+  }
+  for (size_t i = 0; i < out.size(); ++i) b[in.size() + i] = out[i].data;
+  fused_run(ref, loop, b, s, out[0].shape, ctx.run.num_threads);
+}
+
+void fused_prepare(const OpAttrs& attrs) { fused_loop(attrs.as<FusedElemwiseAttrs>().program); }
+
+}  // namespace
+
+}  // namespace kiln::cpu
+
+namespace kiln {
+
+void register_cpu_fused_kernels() {
+  register_kernel(OpId::kFusedElemwise, DeviceKind::kCPU, cpu::fused_kernel);
+  register_kernel_prepare(OpId::kFusedElemwise, DeviceKind::kCPU, cpu::fused_prepare);
+}
+
+}  // namespace kiln
