@@ -154,6 +154,7 @@ class ThreadedEngine final : public Engine {
     op->lane = options.lane;
     op->name = options.name;
     op->bytes = options.bytes;
+    op->rendezvous = options.rendezvous;
     op->worker = worker;
     op->set_uses(reads, writes);
     submit(op);
@@ -280,6 +281,7 @@ class ThreadedEngine final : public Engine {
       DeviceLoad& load = device_load_[device_index(op->device)];
       load.pending.fetch_add(1, std::memory_order_relaxed);
       if (op->bytes != 0) load.bytes.fetch_add(op->bytes, std::memory_order_relaxed);
+      if (op->rendezvous) open_rendezvous_.fetch_add(1, std::memory_order_seq_cst);
     }
     int32_t granted = 0;
     for (VarUse& u : uses) granted += append(u);
@@ -314,6 +316,7 @@ class ThreadedEngine final : public Engine {
   // ready, and lets waiters know.
   void complete(Op* op) {
     bool counted = op->signal == nullptr;
+    bool rendezvous = op->rendezvous;
     int64_t bytes = op->bytes;
     DeviceLoad& load = device_load_[device_index(op->device)];
     ReadyList ready;
@@ -330,6 +333,7 @@ class ThreadedEngine final : public Engine {
       load.bytes.fetch_sub(bytes, std::memory_order_seq_cst);
       counters_.bytes.fetch_sub(bytes, std::memory_order_seq_cst);
     }
+    if (rendezvous) open_rendezvous_.fetch_sub(1, std::memory_order_seq_cst);
     load.pending.fetch_sub(1, std::memory_order_seq_cst);
     counters_.pending.fetch_sub(1, std::memory_order_seq_cst);
     if (progress_waiters_.load(std::memory_order_seq_cst) > 0) {
@@ -424,12 +428,14 @@ class ThreadedEngine final : public Engine {
 
   // Back-pressure: blocks while too many output bytes are pending on the
   // device the op goes to (so one device's backlog does not hold back work
-  // for another, idle one).
+  // for another, idle one). Suspended while a rendezvous op is pending: the
+  // ops that release it may be the ones this thread is about to push.
   void throttle(Device device) {
     const DeviceLoad& load = device_load_[device_index(device)];
     auto over = [&] {
       return load.bytes.load(std::memory_order_seq_cst) > max_pending_bytes_ &&
-             load.pending.load(std::memory_order_seq_cst) > 0;
+             load.pending.load(std::memory_order_seq_cst) > 0 &&
+             open_rendezvous_.load(std::memory_order_seq_cst) == 0;
     };
     if (!over()) return;
     std::unique_lock<std::mutex> lock(progress_mutex_);
@@ -467,6 +473,7 @@ class ThreadedEngine final : public Engine {
   };
   std::array<DeviceLoad, kNumDeviceSlots> device_load_;
   alignas(64) std::atomic<int> progress_waiters_{0};
+  std::atomic<int64_t> open_rendezvous_{0};  // pending ops pushed with PushOptions::rendezvous
   std::mutex progress_mutex_;
   std::condition_variable progress_cv_;
 
