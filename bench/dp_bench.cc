@@ -3,6 +3,7 @@
 // in numbers, with cpu(i) standing in for GPUs).
 #include <algorithm>
 #include <cstring>
+#include <string>
 
 #include "bench/bench.h"
 #include "frontend/autograd.h"
@@ -146,22 +147,28 @@ std::vector<Figure> bench_allreduce(const Options& options) {
           {"allreduce_resnet18_vs_memcpy", algbw / memcpy_gbps, "x"}};
 }
 
-// LeNet training images/s with global batch 256 over `devices`, one intra-op
-// thread per device; synthetic data already on cpu(0) (the data loader is not
-// measured). Best of `repeat` runs of kSteps steps after warm-up steps.
-double lenet_images_per_s(const Options& options, const std::vector<Device>& devices) {
-  constexpr int64_t kBatch = 256;
-  constexpr int kSteps = 10;
+// Training images/s of `model` (zoo LeNet or ResNet-18, hybridized) with
+// global batch `batch` over `devices`, one intra-op thread per device;
+// synthetic data already on cpu(0) (the data loader is not measured). Best
+// of `repeat` runs of `steps` steps after `warmup` steps.
+struct DpRun {
+  std::string model = "lenet";
+  int64_t batch = 256;
+  int warmup = 3;
+  int steps = 10;
+};
+
+double images_per_s(const Options& options, const DpRun& run, const std::vector<Device>& devices) {
   CpuThreadsGuard guard({kCpu0, kCpu1}, 1);
   nd::random::seed(0);
-  auto net = models::lenet();
+  auto net = run.model == "resnet18" ? models::resnet18(10) : models::lenet();
   net.initialize(init::Xavier(), devices);
   net.hybridize();
   Trainer trainer(net.collect_params(), optim::SGD({.lr = 0.05}));
   loss::SoftmaxCrossEntropy loss_fn;
-  NDArray X = nd::random::normal({kBatch, 1, 28, 28});
-  std::vector<float> labels(kBatch);
-  for (int64_t i = 0; i < kBatch; ++i) labels[static_cast<size_t>(i)] = static_cast<float>(i % 10);
+  NDArray X = nd::random::normal({run.batch, 1, 28, 28});
+  std::vector<float> labels(static_cast<size_t>(run.batch));
+  for (int64_t i = 0; i < run.batch; ++i) labels[static_cast<size_t>(i)] = static_cast<float>(i % 10);
   NDArray y = nd::array(labels);
   auto step = [&] {
     auto [xs, ys] = split_batch(X, y, devices);
@@ -171,17 +178,17 @@ double lenet_images_per_s(const Options& options, const std::vector<Device>& dev
       for (size_t i = 0; i < xs.size(); ++i) losses.push_back(loss_fn(net(xs[i]), ys[i]));
     }
     autograd::backward(losses);
-    trainer.step(kBatch);
+    trainer.step(run.batch);
   };
-  for (int i = 0; i < 3; ++i) step();  // warm-up: shapes, traces, pools
+  for (int i = 0; i < run.warmup; ++i) step();  // shapes, traces, pools
   double s = best_of(options.repeat, [&] {
     engine::wait_all();
     auto start = Clock::now();
-    for (int i = 0; i < kSteps; ++i) step();
+    for (int i = 0; i < run.steps; ++i) step();
     engine::wait_all();
     return seconds_since(start);
   });
-  return static_cast<double>(kBatch * kSteps) / s;
+  return static_cast<double>(run.batch * run.steps) / s;
 }
 
 // Gradient aggregation hidden behind computation, read from a profiler
@@ -278,11 +285,24 @@ std::vector<Figure> bench_dp_overlap(const Options&) {
 }
 
 std::vector<Figure> bench_dp_lenet(const Options& options) {
-  double one = lenet_images_per_s(options, {kCpu0});
-  double two = lenet_images_per_s(options, {kCpu0, kCpu1});
+  double one = images_per_s(options, {}, {kCpu0});
+  double two = images_per_s(options, {}, {kCpu0, kCpu1});
   return {{"dp1_lenet_images_per_s", one, "img/s"},
           {"dp2_lenet_images_per_s", two, "img/s"},
           {"dp2_speedup_lenet", two / one, "x"}};
+}
+
+// ResNet-18 is about 50 img/s on two cores: batch 64, one warm-up and two
+// timed steps, a single run (--repeat does not apply), so each side takes
+// a few seconds.
+std::vector<Figure> bench_dp_resnet18(const Options&) {
+  DpRun run{.model = "resnet18", .batch = 64, .warmup = 1, .steps = 2};
+  Options once{.repeat = 1};
+  double one = images_per_s(once, run, {kCpu0});
+  double two = images_per_s(once, run, {kCpu0, kCpu1});
+  return {{"dp1_resnet18_images_per_s", one, "img/s"},
+          {"dp2_resnet18_images_per_s", two, "img/s"},
+          {"dp2_speedup_resnet18", two / one, "x"}};
 }
 
 std::vector<Figure> bench_update_strategies(const Options& options) {
@@ -299,6 +319,8 @@ void register_dp_benchmarks() {
         "allreduce_resnet18_algbw_gbps", "memcpy_gbps", "allreduce_resnet18_vs_memcpy"},
        &bench_allreduce});
   add({"dp_lenet", {"dp1_lenet_images_per_s", "dp2_lenet_images_per_s", "dp2_speedup_lenet"}, &bench_dp_lenet});
+  add({"dp_resnet18", {"dp1_resnet18_images_per_s", "dp2_resnet18_images_per_s", "dp2_speedup_resnet18"},
+       &bench_dp_resnet18});
   add({"dp_overlap",
        {"dp2_lenet_overlap_fraction", "dp2_lenet_aggregation_ms", "dp2_lenet_imperative_overlap_fraction",
         "dp2_lenet_imperative_aggregation_ms"},
