@@ -13,7 +13,7 @@ namespace kiln::examples {
 
 void run_multi_device(const Options& options) {
   const Device cpu0 = Device::cpu(0), cpu1 = Device::cpu(1);
-  const int64_t n = options.quick ? 200 : 1000;
+  const int64_t n = options.quick ? 200 : 800;
   const int products = 10;
   bench::CpuThreadsGuard threads({cpu0, cpu1}, 1);
   NDArray x0 = nd::random::normal({n, n}, 0, 1, {.device = cpu0});

@@ -185,6 +185,31 @@ TEST(SyncBatchNorm, SeveralStepsKeepMatching) {
   expect_sync_matches(7, 4, 3);
 }
 
+// Shard 0's forward queues more than the 4 MiB back-pressure bound on cpu(0)
+// behind its blocked SyncSum before shard 1 is issued: push must not hold the
+// frontend there (runtime/engine.h, "Rendezvous"), or the step would only end
+// at the timeout.
+TEST(SyncBatchNorm, ShardsLargerThanTheBackPressureBoundDoNotWait) {
+  SKIP_UNDER_NAIVE_ENGINE();
+  nn::HybridSequential net;
+  net.add(nn::Conv2D(8, 3), nn::SyncBatchNorm(2, 0.9, 1e-5, true, true, false, 0, /*timeout_s=*/20),
+          nn::Activation("relu"), nn::Conv2D(8, 3), nn::Activation("relu"));
+  net.initialize(init::Xavier(), {kCpu0, kCpu1});
+  ASSERT_LE(engine::get().max_pending_bytes(), int64_t{8} << 20);
+  auto xs = split_and_load(nd::random::normal({96, 3, 48, 48}), {kCpu0, kCpu1});
+  std::vector<NDArray> heads;
+  {
+    autograd::Record record;
+    for (const NDArray& x : xs) heads.push_back(nd::sum(net(x)));  // 48 x 8 x 46 x 46 floats: 3.2 MB per output
+  }
+  autograd::backward(heads);
+  for (const auto& [name, p] : net.collect_params()) {
+    if (p.grad_req() == GradReq::kNull) continue;
+    for (const NDArray& g : p.list_grad()) g.wait_to_read();
+  }
+  engine::get().wait_all();
+}
+
 TEST(SyncBatchNorm, PrintsAsGluon) {
   nn::SyncBatchNorm bn(2, 0.9, 1e-5, true, true, false, 16);
   EXPECT_EQ(bn.to_string(),
