@@ -34,7 +34,11 @@
 // memory. The default bound (4 MiB) keeps a frontend about one large op ahead
 // of each device, which is all a device needs to stay busy: ops whose outputs
 // are that large take far longer than a push. Small ops are not held back.
-// Pushes from engine worker threads never block.
+// Pushes from engine worker threads never block. Nor does a push while
+// another device that the frontend fed within its last 1024 pushes has
+// nothing pending: a loop feeding several devices from one thread (shard
+// after shard) must not hold the next device's work behind this device's
+// backlog while that device idles.
 //
 // Rendezvous: an operation that blocks until operations of *other* devices,
 // possibly pushed after it, have run (a cross-device rendezvous such as
