@@ -1,7 +1,9 @@
 // Data-parallel benchmarks: gradient allreduce through the KVStore, and
 // LeNet training on two CPU devices against one (the d2l multi-GPU chapter
 // in numbers, with cpu(i) standing in for GPUs).
+#include <algorithm>
 #include <cstring>
+#include <string>
 
 #include "bench/bench.h"
 #include "frontend/autograd.h"
@@ -12,6 +14,7 @@
 #include "frontend/train/trainer.h"
 #include "models/zoo.h"
 #include "runtime/engine.h"
+#include "runtime/profiler.h"
 #include "runtime/storage.h"
 
 namespace kiln::bench {
@@ -144,17 +147,103 @@ std::vector<Figure> bench_allreduce(const Options& options) {
           {"allreduce_resnet18_vs_memcpy", algbw / memcpy_gbps, "x"}};
 }
 
-// LeNet training images/s with global batch 256 over `devices`, one intra-op
-// thread per device; synthetic data already on cpu(0) (the data loader is not
-// measured). Best of `repeat` runs of kSteps steps after warm-up steps.
-double lenet_images_per_s(const Options& options, const std::vector<Device>& devices) {
+// Training images/s of `model` (zoo LeNet or ResNet-18, hybridized) with
+// global batch `batch` over `devices`, one intra-op thread per device;
+// synthetic data already on cpu(0) (the data loader is not measured). Best
+// of `repeat` runs of `steps` steps after `warmup` steps.
+struct DpRun {
+  std::string model = "lenet";
+  int64_t batch = 256;
+  int warmup = 3;
+  int steps = 10;
+};
+
+double images_per_s(const Options& options, const DpRun& run, const std::vector<Device>& devices) {
+  CpuThreadsGuard guard({kCpu0, kCpu1}, 1);
+  nd::random::seed(0);
+  auto net = run.model == "resnet18" ? models::resnet18(10) : models::lenet();
+  net.initialize(init::Xavier(), devices);
+  net.hybridize();
+  Trainer trainer(net.collect_params(), optim::SGD({.lr = 0.05}));
+  loss::SoftmaxCrossEntropy loss_fn;
+  NDArray X = nd::random::normal({run.batch, 1, 28, 28});
+  std::vector<float> labels(static_cast<size_t>(run.batch));
+  for (int64_t i = 0; i < run.batch; ++i) labels[static_cast<size_t>(i)] = static_cast<float>(i % 10);
+  NDArray y = nd::array(labels);
+  auto step = [&] {
+    auto [xs, ys] = split_batch(X, y, devices);
+    std::vector<NDArray> losses;
+    {
+      autograd::Record record;
+      for (size_t i = 0; i < xs.size(); ++i) losses.push_back(loss_fn(net(xs[i]), ys[i]));
+    }
+    autograd::backward(losses);
+    trainer.step(run.batch);
+  };
+  for (int i = 0; i < run.warmup; ++i) step();  // shapes, traces, pools
+  double s = best_of(options.repeat, [&] {
+    engine::wait_all();
+    auto start = Clock::now();
+    for (int i = 0; i < run.steps; ++i) step();
+    engine::wait_all();
+    return seconds_since(start);
+  });
+  return static_cast<double>(run.batch * run.steps) / s;
+}
+
+// Gradient aggregation hidden behind computation, read from a profiler
+// trace of training steps: the aggregation ops (the KVStore's "kv_sum" and
+// "kv_copy") are intersected with the union of the compute ops' intervals
+// (every other op but the optimizer's updates and the Trainer's
+// "trainer_copy" of new weights). Two ops of one lane never run at once, so
+// what intersects runs on another lane. 1: every aggregation op ran while
+// some backward op was running elsewhere; 0: aggregation waited for the
+// whole backward.
+struct OverlapFigures {
+  double fraction = 0;
+  double aggregation_ms = 0;  // summed durations of the aggregation ops, per step
+};
+
+bool is_aggregation(const profiler::Event& e) { return e.name == "kv_sum" || e.name == "kv_copy"; }
+
+bool is_update(const profiler::Event& e) {
+  return e.name == "trainer_copy" || e.name.ends_with("_update");  // sgd_update, sgd_mom_update, adam_update, ...
+}
+
+OverlapFigures aggregation_overlap(const std::vector<profiler::Event>& events, int steps) {
+  std::vector<std::pair<int64_t, int64_t>> compute;
+  for (const auto& e : events)
+    if (!is_aggregation(e) && !is_update(e)) compute.emplace_back(e.start_ns, e.end_ns);
+  std::sort(compute.begin(), compute.end());
+  std::vector<std::pair<int64_t, int64_t>> merged;
+  for (const auto& c : compute) {
+    if (!merged.empty() && c.first <= merged.back().second) {
+      merged.back().second = std::max(merged.back().second, c.second);
+    } else {
+      merged.push_back(c);
+    }
+  }
+  int64_t total = 0, hidden = 0;
+  for (const auto& e : events) {
+    if (!is_aggregation(e)) continue;
+    total += e.end_ns - e.start_ns;
+    for (const auto& [a, b] : merged) hidden += std::max<int64_t>(0, std::min(e.end_ns, b) - std::max(e.start_ns, a));
+  }
+  return {total > 0 ? static_cast<double>(hidden) / static_cast<double>(total) : 0.0,
+          static_cast<double>(total) / 1e6 / steps};
+}
+
+// LeNet on [cpu(0), cpu(1)], global batch 256, one intra-op thread per
+// device: a few profiled steps after warm-up.
+OverlapFigures lenet_overlap(bool hybridize) {
   constexpr int64_t kBatch = 256;
-  constexpr int kSteps = 10;
+  constexpr int kSteps = 3;
+  const std::vector<Device> devices{kCpu0, kCpu1};
   CpuThreadsGuard guard({kCpu0, kCpu1}, 1);
   nd::random::seed(0);
   auto net = models::lenet();
   net.initialize(init::Xavier(), devices);
-  net.hybridize();
+  if (hybridize) net.hybridize();
   Trainer trainer(net.collect_params(), optim::SGD({.lr = 0.05}));
   loss::SoftmaxCrossEntropy loss_fn;
   NDArray X = nd::random::normal({kBatch, 1, 28, 28});
@@ -170,24 +259,50 @@ double lenet_images_per_s(const Options& options, const std::vector<Device>& dev
     }
     autograd::backward(losses);
     trainer.step(kBatch);
+    engine::wait_all();
   };
-  for (int i = 0; i < 3; ++i) step();  // warm-up: shapes, traces, pools
-  double s = best_of(options.repeat, [&] {
-    engine::wait_all();
-    auto start = Clock::now();
-    for (int i = 0; i < kSteps; ++i) step();
-    engine::wait_all();
-    return seconds_since(start);
-  });
-  return static_cast<double>(kBatch * kSteps) / s;
+  for (int i = 0; i < 3; ++i) step();
+  bool was_on = profiler::enabled();  // KILN_PROFILE: keep the user's trace
+  size_t before = was_on ? profiler::events().size() : 0;
+  if (!was_on) {
+    profiler::clear();
+    profiler::start();
+  }
+  for (int i = 0; i < kSteps; ++i) step();
+  std::vector<profiler::Event> events = profiler::events();
+  events.erase(events.begin(), events.begin() + static_cast<std::ptrdiff_t>(before));
+  if (!was_on) profiler::stop();
+  return aggregation_overlap(events, kSteps);
+}
+
+std::vector<Figure> bench_dp_overlap(const Options&) {
+  OverlapFigures hybrid = lenet_overlap(true);
+  OverlapFigures eager = lenet_overlap(false);
+  return {{"dp2_lenet_overlap_fraction", hybrid.fraction, "x"},
+          {"dp2_lenet_aggregation_ms", hybrid.aggregation_ms, "ms"},
+          {"dp2_lenet_imperative_overlap_fraction", eager.fraction, "x"},
+          {"dp2_lenet_imperative_aggregation_ms", eager.aggregation_ms, "ms"}};
 }
 
 std::vector<Figure> bench_dp_lenet(const Options& options) {
-  double one = lenet_images_per_s(options, {kCpu0});
-  double two = lenet_images_per_s(options, {kCpu0, kCpu1});
+  double one = images_per_s(options, {}, {kCpu0});
+  double two = images_per_s(options, {}, {kCpu0, kCpu1});
   return {{"dp1_lenet_images_per_s", one, "img/s"},
           {"dp2_lenet_images_per_s", two, "img/s"},
           {"dp2_speedup_lenet", two / one, "x"}};
+}
+
+// ResNet-18 is about 50 img/s on two cores: batch 64, one warm-up and two
+// timed steps, a single run (--repeat does not apply), so each side takes
+// a few seconds.
+std::vector<Figure> bench_dp_resnet18(const Options&) {
+  DpRun run{.model = "resnet18", .batch = 64, .warmup = 1, .steps = 2};
+  Options once{.repeat = 1};
+  double one = images_per_s(once, run, {kCpu0});
+  double two = images_per_s(once, run, {kCpu0, kCpu1});
+  return {{"dp1_resnet18_images_per_s", one, "img/s"},
+          {"dp2_resnet18_images_per_s", two, "img/s"},
+          {"dp2_speedup_resnet18", two / one, "x"}};
 }
 
 std::vector<Figure> bench_update_strategies(const Options& options) {
@@ -204,6 +319,12 @@ void register_dp_benchmarks() {
         "allreduce_resnet18_algbw_gbps", "memcpy_gbps", "allreduce_resnet18_vs_memcpy"},
        &bench_allreduce});
   add({"dp_lenet", {"dp1_lenet_images_per_s", "dp2_lenet_images_per_s", "dp2_speedup_lenet"}, &bench_dp_lenet});
+  add({"dp_resnet18", {"dp1_resnet18_images_per_s", "dp2_resnet18_images_per_s", "dp2_speedup_resnet18"},
+       &bench_dp_resnet18});
+  add({"dp_overlap",
+       {"dp2_lenet_overlap_fraction", "dp2_lenet_aggregation_ms", "dp2_lenet_imperative_overlap_fraction",
+        "dp2_lenet_imperative_aggregation_ms"},
+       &bench_dp_overlap});
 }
 
 }  // namespace kiln::bench

@@ -10,6 +10,7 @@
 #include "frontend/ndarray.h"
 #include "frontend/nn/nn.h"
 #include "frontend/split.h"
+#include "frontend/sync_sum.h"
 #include "frontend/train/loss.h"
 #include "frontend/train/optimizer.h"
 #include "frontend/train/trainer.h"

@@ -10,12 +10,12 @@ namespace kiln::kv {
 
 namespace detail {
 
-void copy_async(const NDArray& src, const NDArray& dst, int priority) {
+void copy_async(const NDArray& src, const NDArray& dst, int priority, std::string_view name) {
   KILN_ASSERT(src.nbytes() == dst.nbytes());
   if (src.var() == dst.var() && src.byte_offset() == dst.byte_offset()) return;  // the same storage
   engine::get().push([src, dst](engine::RunContext) { std::memcpy(dst.data(), src.data(), src.nbytes()); }, {src.var()},
                      {dst.var()},
-                     {.device = dst.device(), .lane = engine::Lane::kCopy, .priority = priority, .name = "kv_copy"});
+                     {.device = dst.device(), .lane = engine::Lane::kCopy, .priority = priority, .name = name});
 }
 
 namespace {

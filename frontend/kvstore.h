@@ -122,8 +122,11 @@ class KVStore {
 
 namespace detail {
 // Queued building blocks (CPU devices): dst = src, on dst's copy lane; and
-// out = sum(inputs), all on out's device, on its compute lane.
-void copy_async(const NDArray& src, const NDArray& dst, int priority);
+// out = sum(inputs), all on out's device, on its compute lane. The copy's
+// `name` (a literal: it must outlive the op) is what the profiler shows; the
+// Trainer's broadcast of updated weights passes "trainer_copy", so a trace
+// tells it apart from gradient aggregation ("kv_copy", "kv_sum").
+void copy_async(const NDArray& src, const NDArray& dst, int priority, std::string_view name = "kv_copy");
 void sum_async(const std::vector<NDArray>& inputs, const NDArray& out, int priority);
 // The device type's reduction: fixes the home of `stored` at the first call
 // (the least loaded device of the values, by bytes in `load`), then sums

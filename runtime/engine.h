@@ -34,7 +34,22 @@
 // memory. The default bound (4 MiB) keeps a frontend about one large op ahead
 // of each device, which is all a device needs to stay busy: ops whose outputs
 // are that large take far longer than a push. Small ops are not held back.
-// Pushes from engine worker threads never block.
+// Pushes from engine worker threads never block. Nor does a push while
+// another device that the frontend fed within its last 1024 pushes has
+// nothing pending: a loop feeding several devices from one thread (shard
+// after shard) must not hold the next device's work behind this device's
+// backlog while that device idles.
+//
+// Rendezvous: an operation that blocks until operations of *other* devices,
+// possibly pushed after it, have run (a cross-device rendezvous such as
+// SyncBatchNorm's sum, frontend/sync_sum.h) must set
+// `PushOptions::rendezvous`. Every device has its own compute worker, so such
+// an op blocks only its own device's lane and the ops that release it run on
+// the other devices' lanes. While any rendezvous op is pending, `push` applies
+// no back-pressure: the ops that would release it may still have to be
+// pushed by the very thread that back-pressure would hold. The naive engine
+// runs each op in the pushing thread, so it cannot run a rendezvous that
+// waits for a later push; callers reject it there.
 //
 // Thread safety: every method may be called from any thread, including from
 // inside a running operation (except `wait_*`, which throw from a worker).
@@ -76,6 +91,7 @@ struct PushOptions {
   // Must stay valid until the op completes (use a literal or an OpDef name).
   std::string_view name = "op";
   int64_t bytes = 0;  // output bytes held while pending (back-pressure)
+  bool rendezvous = false;  // waits for other devices' later ops (see above)
 };
 
 enum class Kind { kThreaded, kNaive };

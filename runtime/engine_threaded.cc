@@ -146,7 +146,10 @@ class ThreadedEngine final : public Engine {
   void push(Fn fn, std::span<Var* const> reads, std::span<Var* const> writes,
             const PushOptions& options) override {
     Worker* worker = worker_for(options.device, options.lane);
-    if (tl_worker_engine == nullptr) throttle(options.device);
+    if (tl_worker_engine == nullptr) {
+      note_fed(options.device);
+      throttle(options.device);
+    }
     Op* op = RecordPool<Op>::alloc();
     op->fn = std::move(fn);
     op->priority = options.priority;
@@ -154,6 +157,7 @@ class ThreadedEngine final : public Engine {
     op->lane = options.lane;
     op->name = options.name;
     op->bytes = options.bytes;
+    op->rendezvous = options.rendezvous;
     op->worker = worker;
     op->set_uses(reads, writes);
     submit(op);
@@ -280,6 +284,7 @@ class ThreadedEngine final : public Engine {
       DeviceLoad& load = device_load_[device_index(op->device)];
       load.pending.fetch_add(1, std::memory_order_relaxed);
       if (op->bytes != 0) load.bytes.fetch_add(op->bytes, std::memory_order_relaxed);
+      if (op->rendezvous) open_rendezvous_.fetch_add(1, std::memory_order_seq_cst);
     }
     int32_t granted = 0;
     for (VarUse& u : uses) granted += append(u);
@@ -314,6 +319,7 @@ class ThreadedEngine final : public Engine {
   // ready, and lets waiters know.
   void complete(Op* op) {
     bool counted = op->signal == nullptr;
+    bool rendezvous = op->rendezvous;
     int64_t bytes = op->bytes;
     DeviceLoad& load = device_load_[device_index(op->device)];
     ReadyList ready;
@@ -330,6 +336,7 @@ class ThreadedEngine final : public Engine {
       load.bytes.fetch_sub(bytes, std::memory_order_seq_cst);
       counters_.bytes.fetch_sub(bytes, std::memory_order_seq_cst);
     }
+    if (rendezvous) open_rendezvous_.fetch_sub(1, std::memory_order_seq_cst);
     load.pending.fetch_sub(1, std::memory_order_seq_cst);
     counters_.pending.fetch_sub(1, std::memory_order_seq_cst);
     if (progress_waiters_.load(std::memory_order_seq_cst) > 0) {
@@ -424,18 +431,53 @@ class ThreadedEngine final : public Engine {
 
   // Back-pressure: blocks while too many output bytes are pending on the
   // device the op goes to (so one device's backlog does not hold back work
-  // for another, idle one).
+  // for another, idle one). Suspended while a rendezvous op is pending: the
+  // ops that release it may be the ones this thread is about to push. Also
+  // not applied while another device that the frontend fed recently has
+  // nothing pending: one thread feeding several devices (a data-parallel
+  // loop issuing shard after shard) would otherwise hold the next device's
+  // work behind this device's backlog and leave it idle.
   void throttle(Device device) {
-    const DeviceLoad& load = device_load_[device_index(device)];
+    const int self = device_index(device);
+    const DeviceLoad& load = device_load_[self];
     auto over = [&] {
-      return load.bytes.load(std::memory_order_seq_cst) > max_pending_bytes_ &&
-             load.pending.load(std::memory_order_seq_cst) > 0;
+      if (load.bytes.load(std::memory_order_seq_cst) <= max_pending_bytes_ ||
+          load.pending.load(std::memory_order_seq_cst) == 0 ||
+          open_rendezvous_.load(std::memory_order_seq_cst) != 0)
+        return false;
+      return !another_device_starves(self);
     };
     if (!over()) return;
     std::unique_lock<std::mutex> lock(progress_mutex_);
     progress_waiters_.fetch_add(1, std::memory_order_seq_cst);
     progress_cv_.wait(lock, [&] { return !over(); });
     progress_waiters_.fetch_sub(1, std::memory_order_relaxed);
+  }
+
+  // Records that a frontend push went to `device` (for another_device_starves).
+  void note_fed(Device device) {
+    int index = device_index(device);
+    int64_t now = push_clock_.fetch_add(1, std::memory_order_relaxed) + 1;
+    device_load_[index].last_fed.store(now, std::memory_order_relaxed);
+    int seen = fed_slots_.load(std::memory_order_relaxed);
+    while (index >= seen && !fed_slots_.compare_exchange_weak(seen, index + 1, std::memory_order_relaxed)) {
+    }
+  }
+
+  // True when a device other than `self` was fed by the frontend within the
+  // last kRecentPushes pushes and has nothing pending. "Recently" keeps a
+  // program that once used cpu(1) and now runs on cpu(0) alone bounded.
+  bool another_device_starves(int self) const {
+    static constexpr int64_t kRecentPushes = 1024;
+    int64_t now = push_clock_.load(std::memory_order_relaxed);
+    int slots = fed_slots_.load(std::memory_order_relaxed);
+    for (int i = 0; i < slots; ++i) {
+      if (i == self) continue;
+      const DeviceLoad& other = device_load_[i];
+      int64_t fed = other.last_fed.load(std::memory_order_relaxed);
+      if (fed > 0 && now - fed <= kRecentPushes && other.pending.load(std::memory_order_seq_cst) == 0) return true;
+    }
+    return false;
   }
 
   void wait_idle() {
@@ -464,9 +506,13 @@ class ThreadedEngine final : public Engine {
   struct alignas(64) DeviceLoad {
     std::atomic<int64_t> pending{0};
     std::atomic<int64_t> bytes{0};
+    std::atomic<int64_t> last_fed{0};  // push_clock_ at the last frontend push to the device
   };
   std::array<DeviceLoad, kNumDeviceSlots> device_load_;
   alignas(64) std::atomic<int> progress_waiters_{0};
+  std::atomic<int64_t> open_rendezvous_{0};  // pending ops pushed with PushOptions::rendezvous
+  std::atomic<int64_t> push_clock_{0};       // frontend pushes so far
+  std::atomic<int> fed_slots_{0};            // 1 + the highest device index the frontend fed
   std::mutex progress_mutex_;
   std::condition_variable progress_cv_;
 

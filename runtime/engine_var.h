@@ -85,6 +85,7 @@ struct Op {
   Lane lane = Lane::kCompute;
   std::string_view name;
   int64_t bytes = 0;
+  bool rendezvous = false;
   Worker* worker = nullptr;      // the lane that runs it
   WaitSignal* signal = nullptr;  // set for wait_for_var markers
   Op* next = nullptr;            // lane queue, ready list

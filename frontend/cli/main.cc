@@ -6,6 +6,7 @@
 //   kiln train [--model ...]      train a model on Fashion-MNIST (the main job)
 //   kiln inspect SYMBOL.json      ops, shapes and parameters of an MXNet symbol file
 //   kiln run SYMBOL PARAMS ...    a forward pass of an MXNet export on .npy inputs
+//   kiln example [NAME...]        the chapter's experiments (models/examples/)
 //
 // A subcommand file defines add_<name>_command(CLI::App&), which adds the
 // subcommand and its callback; main lists them below. Errors from Kiln are
@@ -25,6 +26,7 @@ void add_bench_command(CLI::App& app);  // bench.cc
 void add_train_command(CLI::App& app);  // train.cc
 void add_inspect_command(CLI::App& app);  // inspect.cc
 void add_run_command(CLI::App& app);      // run.cc
+void add_example_command(CLI::App& app);  // example.cc
 }  // namespace kiln::cli
 
 int main(int argc, char** argv) {
@@ -37,6 +39,7 @@ int main(int argc, char** argv) {
   kiln::cli::add_train_command(app);
   kiln::cli::add_inspect_command(app);
   kiln::cli::add_run_command(app);
+  kiln::cli::add_example_command(app);
   try {
     app.parse(argc, argv);  // runs the chosen subcommand's callback
     // Finish queued work before exit() destroys static objects that kernels use.

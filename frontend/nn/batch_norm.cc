@@ -20,12 +20,15 @@ BatchNorm::BatchNorm(int axis, double momentum, double epsilon, bool center, boo
   running_var_ = register_parameter("running_var", c, {.init = running_variance_initializer, .is_aux = true});
 }
 
+void BatchNorm::infer_channels(const NDArray& x) {
+  if (gamma_.shape_known()) return;
+  int axis = normalize_axis(axis_, x.ndim(), "BatchNorm");
+  Shape c{x.shape()[axis]};
+  for (Parameter* p : {&gamma_, &beta_, &running_mean_, &running_var_}) p->complete_shape(c);
+}
+
 NDArray BatchNorm::forward(const NDArray& x) {
-  if (!gamma_.shape_known()) {
-    int axis = normalize_axis(axis_, x.ndim(), "BatchNorm");
-    Shape c{x.shape()[axis]};
-    for (Parameter* p : {&gamma_, &beta_, &running_mean_, &running_var_}) p->complete_shape(c);
-  }
+  infer_channels(x);
   Device d = x.device();
   BatchNormAttrs attrs{.eps = epsilon_,
                        .momentum = static_cast<float>(momentum_),

@@ -42,7 +42,10 @@ class BatchNorm : public HybridBlock {
   Parameter running_mean() const { return running_mean_; }
   Parameter running_var() const { return running_var_; }
 
- private:
+ protected:
+  // Completes the parameters' shapes from `x` at the first call.
+  void infer_channels(const NDArray& x);
+
   int axis_;
   double momentum_, epsilon_;
   bool scale_, use_global_stats_;

@@ -25,3 +25,4 @@
 #include "frontend/nn/pooling.h"
 #include "frontend/nn/sequential.h"
 #include "frontend/nn/symbol_block.h"
+#include "frontend/nn/sync_batch_norm.h"

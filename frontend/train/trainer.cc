@@ -124,7 +124,7 @@ void Trainer::update(int64_t batch_size, bool ignore_stale_grad) {
       // copy: bench dp_update).
       optimizer_->update(key(primary), data[primary], grads[primary], rescale);
       for (size_t d = 0; d < data.size(); ++d) {
-        if (d != primary) kv::detail::copy_async(data[primary], data[d], static_cast<int>(index));
+        if (d != primary) kv::detail::copy_async(data[primary], data[d], static_cast<int>(index), "trainer_copy");
       }
       continue;
     }

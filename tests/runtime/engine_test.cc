@@ -512,6 +512,51 @@ TEST_F(ThreadedEngineTest, BackPressureNeverBlocksAnEmptyEngineOrAWorker) {
   EXPECT_EQ(inner.load(), 5);
 }
 
+TEST_F(ThreadedEngineTest, APendingRendezvousSuspendsBackPressure) {
+  // SyncBatchNorm's pattern from one thread: cpu(0)'s rendezvous op waits for
+  // an op of cpu(1) that is pushed only after many more cpu(0) ops, which
+  // are over the bound. Were those pushes held back, cpu(1)'s op would never
+  // be pushed: this test would hang.
+  engine_->set_max_pending_bytes(100);
+  Gate partner;
+  Var* v = engine_->new_var();
+  engine_->push([&](RunContext) { ASSERT_TRUE(partner.wait()); }, {}, {v},
+                {.device = Device::cpu(0), .name = "rendezvous", .rendezvous = true});
+  for (int i = 0; i < 20; ++i) engine_->push([](RunContext) {}, {v}, {}, {.device = Device::cpu(0), .bytes = 1000});
+  engine_->push([&](RunContext) { partner.open(); }, {}, {},
+                {.device = Device::cpu(1), .name = "partner", .rendezvous = true});
+  engine_->wait_all();
+  // With no rendezvous pending (and cpu(1) busy), the bound applies again.
+  engine_->push([](RunContext) { std::this_thread::sleep_for(20ms); }, {}, {}, {.device = Device::cpu(1)});
+  engine_->push([](RunContext) { std::this_thread::sleep_for(1ms); }, {}, {}, {.bytes = 1000});
+  engine_->push([](RunContext) {}, {}, {}, {.bytes = 1000});
+  EXPECT_LE(engine_->pending_bytes(), 1000);
+  engine_->wait_all();
+  engine_->delete_var(v);
+}
+
+TEST_F(ThreadedEngineTest, BackPressureDoesNotHoldOneDeviceWhileARecentlyFedOneIdles) {
+  // A data-parallel loop issues shard 0's ops for cpu(0), then shard 1's for
+  // cpu(1), from one thread. cpu(0) is over the bound and stuck here; were
+  // its pushes held, cpu(1) (fed last step, idle now) would wait for nothing.
+  engine_->set_max_pending_bytes(100);
+  engine_->push([](RunContext) {}, {}, {}, {.device = Device::cpu(1)});
+  engine_->wait_all();
+  Gate release;
+  std::thread opener([&] {  // frees cpu(0) after 2 s, in case the pushes below are held
+    for (int i = 0; i < 200 && !release.is_open(); ++i) std::this_thread::sleep_for(10ms);
+    release.open();
+  });
+  auto start = std::chrono::steady_clock::now();
+  engine_->push([&](RunContext) { release.wait(); }, {}, {}, {.device = Device::cpu(0), .bytes = 1000});
+  for (int i = 0; i < 5; ++i) engine_->push([](RunContext) {}, {}, {}, {.device = Device::cpu(0), .bytes = 1000});
+  auto held = std::chrono::steady_clock::now() - start;
+  release.open();
+  opener.join();
+  engine_->wait_all();
+  EXPECT_LT(held, 1s);
+}
+
 TEST_F(ThreadedEngineTest, DestroyingAnEngineWaitsForItsWork) {
   std::atomic<int> runs{0};
   {

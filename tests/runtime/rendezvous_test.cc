@@ -1,0 +1,58 @@
+// Rendezvous: parties on different threads leave with the same slot-ordered
+// sum, rounds repeat, and a missing party gives every waiter one clear error.
+#include <gtest/gtest.h>
+
+#include "tests/test_util.h"
+
+#include <thread>
+#include <vector>
+
+#include "ir/error.h"
+#include "runtime/rendezvous.h"
+
+namespace kiln {
+namespace {
+
+TEST(Rendezvous, EveryPartyGetsTheSumInEveryRound) {
+  constexpr int kParties = 3, kRounds = 50;
+  Rendezvous r(kParties, "test", 10);
+  std::vector<std::vector<float>> got(kParties);
+  std::vector<std::thread> threads;
+  for (int p = 0; p < kParties; ++p) {
+    threads.emplace_back([&, p] {
+      for (int round = 0; round < kRounds; ++round) {
+        std::vector<float> part{static_cast<float>(p + 1), static_cast<float>(round)}, total(2);
+        r.all_sum(p, Device::cpu(p), part, total);
+        got[static_cast<size_t>(p)].insert(got[static_cast<size_t>(p)].end(), total.begin(), total.end());
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int p = 0; p < kParties; ++p) {
+    ASSERT_EQ(got[static_cast<size_t>(p)].size(), 2u * kRounds);
+    for (int round = 0; round < kRounds; ++round) {
+      EXPECT_EQ(got[static_cast<size_t>(p)][2 * round], 6.0f);
+      EXPECT_EQ(got[static_cast<size_t>(p)][2 * round + 1], 3.0f * round);
+    }
+  }
+}
+
+TEST(Rendezvous, AMissingPartyBreaksItWithOneError) {
+  Rendezvous r(2, "SyncBatchNorm 'bn' step 0 mean (forward)", 0.1);
+  std::vector<float> part{1}, total(1);
+  std::string msg = test::error_of<Error>([&] { r.all_sum(0, Device::cpu(0), part, total); });
+  EXPECT_CONTAINS(msg, "SyncBatchNorm 'bn' step 0 mean (forward): cpu(0) waited 0.1 s");
+  EXPECT_CONTAINS(msg, "1 of 2 arrived (cpu(0))");
+  // The late party gets the same error at once instead of waiting again.
+  EXPECT_EQ(test::error_of<Error>([&] { r.all_sum(1, Device::cpu(1), part, total); }), msg);
+}
+
+TEST(Rendezvous, MisuseIsReported) {
+  EXPECT_THROW(Rendezvous(0, "m", 1), ValueError);
+  Rendezvous r(2, "m", 10);
+  std::vector<float> one{1}, out1(1);
+  EXPECT_CONTAINS(test::error_of<ValueError>([&] { r.all_sum(2, Device::cpu(0), one, out1); }), "slot 2");
+}
+
+}  // namespace
+}  // namespace kiln
