@@ -212,7 +212,7 @@ std::vector<NDArray> CachedOp::call(nn::Block& block, std::span<const NDArray> i
   if (!autograd::is_recording() && entry->compilable) {
     std::call_once(entry->compile_once, [&] {
       auto graph = std::make_shared<trace::TracedGraph>(t);
-      std::string report = optimize(*graph, entry->key.train, what, executor_pipeline());
+      std::string report = optimize(*graph, entry->key.train, block.display_name(), executor_pipeline());
       entry->executor = std::make_unique<GraphExecutor>(std::move(graph));
       std::lock_guard lock(mutex_);
       pass_report_ += report;
