@@ -1,5 +1,7 @@
 #include "bench/bench.h"
 
+#include <algorithm>
+
 #include "runtime/engine.h"
 
 namespace kiln::bench {
@@ -29,6 +31,7 @@ const std::vector<Benchmark>& registry() {
 }
 
 bool selected(const Benchmark& benchmark, std::span<const std::string> prefixes) {
+  if (benchmark.internal) return std::find(prefixes.begin(), prefixes.end(), benchmark.name) != prefixes.end();
   if (prefixes.empty()) return true;
   for (const std::string& p : prefixes) {
     if (benchmark.name.starts_with(p)) return true;

@@ -43,6 +43,9 @@ struct Benchmark {
   std::string name;
   std::vector<std::string> figures;  // what it reports, for selection and --list
   BenchFn run = nullptr;
+  // A part another benchmark runs (in a child process): selected only by its
+  // exact name, never by a prefix or by `kiln bench` with no prefix.
+  bool internal = false;
 };
 
 void add(Benchmark benchmark);

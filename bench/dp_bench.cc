@@ -2,8 +2,12 @@
 // LeNet training on two CPU devices against one (the d2l multi-GPU chapter
 // in numbers, with cpu(i) standing in for GPUs).
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <string>
+
+#include <unistd.h>
 
 #include "bench/bench.h"
 #include "frontend/autograd.h"
@@ -12,6 +16,7 @@
 #include "frontend/split.h"
 #include "frontend/train/loss.h"
 #include "frontend/train/trainer.h"
+#include "ir/error.h"
 #include "models/zoo.h"
 #include "runtime/engine.h"
 #include "runtime/profiler.h"
@@ -158,7 +163,13 @@ struct DpRun {
   int steps = 10;
 };
 
-double images_per_s(const Options& options, const DpRun& run, const std::vector<Device>& devices) {
+//
+// Under mpirun (`group.size` > 1) each process trains on its share of the
+// global batch (split as `kiln train` splits it) and the Trainer sums the
+// gradients over the processes (dist_sync); the figure is then the whole
+// job's images/s as this process sees it.
+double images_per_s(const Options& options, const DpRun& run, const std::vector<Device>& devices,
+                    kv::ProcessGroup group = {}) {
   CpuThreadsGuard guard({kCpu0, kCpu1}, 1);
   nd::random::seed(0);
   auto net = run.model == "resnet18" ? models::resnet18(10) : models::lenet();
@@ -170,6 +181,14 @@ double images_per_s(const Options& options, const DpRun& run, const std::vector<
   std::vector<float> labels(static_cast<size_t>(run.batch));
   for (int64_t i = 0; i < run.batch; ++i) labels[static_cast<size_t>(i)] = static_cast<float>(i % 10);
   NDArray y = nd::array(labels);
+  if (group.size > 1) {  // this process's rows of the global batch
+    std::vector<int64_t> sizes = split_sizes(run.batch, group.size);
+    int64_t begin = 0;
+    for (int r = 0; r < group.rank; ++r) begin += sizes[static_cast<size_t>(r)];
+    int64_t end = begin + sizes[static_cast<size_t>(group.rank)];
+    X = nd::slice_axis(X, 0, begin, end);
+    y = nd::slice_axis(y, 0, begin, end);
+  }
   auto step = [&] {
     auto [xs, ys] = split_batch(X, y, devices);
     std::vector<NDArray> losses;
@@ -305,6 +324,57 @@ std::vector<Figure> bench_dp_resnet18(const Options&) {
           {"dp2_speedup_resnet18", two / one, "x"}};
 }
 
+// ---- mpi2_speedup_resnet18: processes instead of devices.
+//
+// The benchmark starts this same program under `mpirun -np 1` and
+// `mpirun -np 2` (one core per process: OpenMPI binds each rank to a core
+// for so few ranks, and each process computes on cpu(0) with one intra-op
+// thread), each running the worker below; rank 0 writes its images/s to the
+// file KILN_BENCH_MPI_OUT names. The global batch (64, as dp_resnet18) is
+// the same for both, so the ratio is the speedup of the same training.
+constexpr const char* kMpiWorkerEnv = "KILN_BENCH_MPI_OUT";
+const DpRun kMpiRun{.model = "resnet18", .batch = 64, .warmup = 1, .steps = 3};
+
+double run_mpi_worker_job(int processes) {
+  if (std::system("command -v mpirun > /dev/null 2>&1") != 0) throw NotSupported("mpi2_speedup_resnet18: no mpirun on PATH");
+  std::string out = fmt::format("/tmp/kiln_bench_mpi_{}_{}.txt", static_cast<long>(::getpid()), processes);
+  std::remove(out.c_str());
+  // --allow-run-as-root: CI and these machines run as root.
+  std::string cmd = fmt::format(
+      "{}=\"{}\" mpirun --allow-run-as-root -np {} -x {} /proc/{}/exe bench mpi_resnet18_worker > /dev/null", kMpiWorkerEnv,
+      out, processes, kMpiWorkerEnv, static_cast<long>(::getpid()));
+  int rc = std::system(cmd.c_str());
+  std::ifstream in(out);
+  double ips = 0;
+  if (rc != 0 || !(in >> ips) || ips <= 0) {
+    throw Error(fmt::format("mpi2_speedup_resnet18: `{}` failed (exit status {}, no figure in {})", cmd, rc, out));
+  }
+  std::remove(out.c_str());
+  return ips;
+}
+
+std::vector<Figure> bench_mpi_resnet18(const Options&) {
+  double one = run_mpi_worker_job(1);
+  double two = run_mpi_worker_job(2);
+  return {{"mpi1_resnet18_images_per_s", one, "img/s"},
+          {"mpi2_resnet18_images_per_s", two, "img/s"},
+          {"mpi2_speedup_resnet18", two / one, "x"}};
+}
+
+// One process's part of the job above (selected only by name: it is run by
+// bench_mpi_resnet18 under mpirun).
+std::vector<Figure> bench_mpi_resnet18_worker(const Options&) {
+  const char* out = std::getenv(kMpiWorkerEnv);
+  KILN_CHECK(out != nullptr, ValueError, "mpi_resnet18_worker is run by `kiln bench dp_mpi_resnet18` (it needs {})",
+             kMpiWorkerEnv);
+  kv::ProcessGroup group = kv::launched_process_group();
+  double ips = images_per_s({.repeat = 1}, kMpiRun, {kCpu0}, group);
+  if (group.rank == 0) {
+    std::ofstream(out) << ips << "\n";
+  }
+  return {{"mpi_worker_images_per_s", ips, "img/s"}};
+}
+
 std::vector<Figure> bench_update_strategies(const Options& options) {
   auto [every, once] = update_strategies_ms(options);
   return {{"dp_update_every_copy_ms", every, "ms"}, {"dp_update_once_broadcast_ms", once, "ms"}};
@@ -321,6 +391,9 @@ void register_dp_benchmarks() {
   add({"dp_lenet", {"dp1_lenet_images_per_s", "dp2_lenet_images_per_s", "dp2_speedup_lenet"}, &bench_dp_lenet});
   add({"dp_resnet18", {"dp1_resnet18_images_per_s", "dp2_resnet18_images_per_s", "dp2_speedup_resnet18"},
        &bench_dp_resnet18});
+  add({"dp_mpi_resnet18", {"mpi1_resnet18_images_per_s", "mpi2_resnet18_images_per_s", "mpi2_speedup_resnet18"},
+       &bench_mpi_resnet18});
+  add({"mpi_resnet18_worker", {"mpi_worker_images_per_s"}, &bench_mpi_resnet18_worker, /*internal=*/true});
   add({"dp_overlap",
        {"dp2_lenet_overlap_fraction", "dp2_lenet_aggregation_ms", "dp2_lenet_imperative_overlap_fraction",
         "dp2_lenet_imperative_aggregation_ms"},
