@@ -11,6 +11,7 @@
 #include "ir/ops/elemwise.h"
 #include "runtime/engine.h"
 #include "tests/frontend/elemwise_test_util.h"
+#include "tests/test_util.h"
 
 namespace kiln {
 namespace {
@@ -367,19 +368,7 @@ TEST(ElemwiseInPlace, OverlappingBroadcastOperandIsReadBeforeWrite) {
 
 // ---- errors: raised at the call, nothing queued, inputs stay usable
 
-template <typename E, typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "wrong exception type: " << e.what();
-    return "";
-  }
-  ADD_FAILURE() << "no exception";
-  return "";
-}
+using test::error_of;
 
 void expect_contains(const std::string& message, std::initializer_list<const char*> parts) {
   for (const char* p : parts) EXPECT_NE(message.find(p), std::string::npos) << "'" << p << "' not in: " << message;

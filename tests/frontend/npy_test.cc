@@ -3,23 +3,12 @@
 
 #include "frontend/nd.h"
 #include "frontend/npy.h"
+#include "tests/test_util.h"
 
 namespace kiln {
 namespace {
 
-#define EXPECT_CONTAINS(haystack, needle)                          \
-  EXPECT_NE(std::string(haystack).find(needle), std::string::npos) \
-      << "missing \"" << (needle) << "\" in: " << (haystack)
-
-template <typename E, typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  }
-  return "no error";
-}
+using test::error_of;
 
 TEST(Npy, RoundTripsEveryShapeAndDtype) {
   for (DType t : {DType::kFloat32, DType::kFloat64, DType::kInt32, DType::kInt64, DType::kUint8}) {

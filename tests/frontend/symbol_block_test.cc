@@ -16,6 +16,7 @@
 #include "ir/ops/conv.h"
 #include "ir/ops/nn.h"
 #include "tests/frontend/grad_check.h"
+#include "tests/test_util.h"
 
 #ifndef KILN_TEST_DATA_DIR
 #error "tests/CMakeLists.txt passes KILN_TEST_DATA_DIR"
@@ -29,19 +30,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-#define EXPECT_CONTAINS(haystack, needle)                          \
-  EXPECT_NE(std::string(haystack).find(needle), std::string::npos) \
-      << "missing \"" << (needle) << "\" in: " << (haystack)
-
-template <typename E, typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  }
-  return "no error";
-}
+using test::error_of;
 
 // A model folder: in the repository (tests/data/mxnet-models), else in the
 // extra directory (exports whose licence keeps them out of the repository).

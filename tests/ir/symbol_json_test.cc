@@ -12,6 +12,7 @@
 #include "ir/ops/matrix.h"
 #include "ir/ops/nn.h"
 #include "ir/symbol_json.h"
+#include "tests/test_util.h"
 
 #ifndef KILN_TEST_DATA_DIR
 #error "tests/CMakeLists.txt passes KILN_TEST_DATA_DIR"
@@ -23,19 +24,7 @@
 namespace kiln::ir {
 namespace {
 
-#define EXPECT_CONTAINS(haystack, needle)                          \
-  EXPECT_NE(std::string(haystack).find(needle), std::string::npos) \
-      << "missing \"" << (needle) << "\" in: " << (haystack)
-
-template <typename E, typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  }
-  return "no error";
-}
+using test::error_of;
 
 TensorType f32(Shape s) { return {s, DType::kFloat32}; }
 
