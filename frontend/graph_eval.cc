@@ -5,6 +5,7 @@
 #include "frontend/nd_init.h"
 #include "frontend/nd_nn.h"
 #include "ir/error.h"
+#include "ir/ops/init.h"
 #include "ir/ops/nn.h"
 
 namespace kiln {
@@ -22,6 +23,16 @@ std::vector<NDArray> run_node(const ir::Node& n, std::span<const NDArray> inputs
 
 bool draws_per_call(OpId op) {
   return op == OpId::kDropout || op == OpId::kRandomUniform || op == OpId::kRandomNormal;
+}
+
+OpAttrs attrs_for_trace(OpId op, const OpAttrs& attrs) {
+  KILN_ASSERT(draws_per_call(op));
+  auto cleared = [](auto a) {
+    a.seed = 0;
+    a.offset = 0;
+    return OpAttrs::make(a);
+  };
+  return op == OpId::kDropout ? cleared(attrs.as<DropoutAttrs>()) : cleared(attrs.as<RandomAttrs>());
 }
 
 OpAttrs attrs_for_call(OpId op, const OpAttrs& attrs, const Shape& in0, Device device, bool is_train) {

@@ -42,5 +42,8 @@ std::vector<NDArray> bind_values(const trace::TracedGraph& t, std::span<const ND
 // Dropout's data).
 bool draws_per_call(OpId op);
 OpAttrs attrs_for_call(OpId op, const OpAttrs& attrs, const Shape& in0, Device device, bool is_train);
+// What a traced graph records for such an op: its attributes with the stream
+// position (seed, offset) cleared, since executors set a new one per call.
+OpAttrs attrs_for_trace(OpId op, const OpAttrs& attrs);
 
 }  // namespace kiln

@@ -2,9 +2,8 @@
 
 #include <atomic>
 
+#include "frontend/graph_eval.h"
 #include "ir/error.h"
-#include "ir/ops/init.h"
-#include "ir/ops/nn.h"
 
 namespace kiln::trace {
 namespace {
@@ -94,18 +93,8 @@ std::vector<NDArray> Tracer::record(OpId op, std::span<const NDArray> inputs, co
   std::vector<ir::Entry> entries;
   entries.reserve(inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) entries.push_back(entry_of(inputs[i], def.name, i));
-  OpAttrs recorded = attrs;
-  if (op == OpId::kDropout) {  // executors draw a fresh mask per call
-    DropoutAttrs a = attrs.as<DropoutAttrs>();
-    a.seed = 0;
-    a.offset = 0;
-    recorded = OpAttrs::make(a);
-  } else if (op == OpId::kRandomUniform || op == OpId::kRandomNormal) {  // and fresh values
-    RandomAttrs a = attrs.as<RandomAttrs>();
-    a.seed = 0;
-    a.offset = 0;
-    recorded = OpAttrs::make(a);
-  }
+  // Dropout masks and random values are drawn anew per call, not as traced.
+  OpAttrs recorded = draws_per_call(op) ? attrs_for_trace(op, attrs) : attrs;
   std::vector<ir::Entry> outs = traced_.graph.add_op(op, std::move(recorded), entries);
   std::vector<NDArray> results;
   results.reserve(outs.size());
