@@ -24,6 +24,7 @@ const std::vector<Benchmark>& registry() {
     register_train_benchmarks();
     register_hybridize_benchmarks();
     register_fusion_benchmarks();
+    register_conv_benchmarks();
     return true;
   }();
   (void)registered;

@@ -21,6 +21,7 @@
 #include <cstring>
 #include <vector>
 
+#include "backends/cpu/conv_winograd.h"
 #include "backends/cpu/onednn_util.h"
 #include "backends/cpu/parallel.h"
 #include "ir/ops/conv.h"
@@ -176,7 +177,39 @@ float activate(ActType act, float v) {
   return v;
 }
 
+// Winograd (backends/cpu/conv_winograd.h) for `p` when it applies -- 2-D,
+// 3x3, stride 1, no dilation, one group, no activation or ReLU -- and pays,
+// as a forward convolution (the data gradient: of the output gradient with the
+// weights transposed and rotated); nullopt: the direct convolution runs.
+struct WinogradChoice {
+  cpu::WinogradConv conv;
+  int tile = 0;
+};
+
+std::optional<WinogradChoice> choose_winograd(const ConvProblem& p, bool backward_data) {
+  if (p.src.size() != 4 || p.weights.size() != 4 || p.weights[2] != 3 || p.weights[3] != 3) return std::nullopt;
+  if (p.strides != memory::dims{1, 1} || p.dilates != memory::dims{0, 0}) return std::nullopt;
+  if (p.act && *p.act != ActType::kRelu) return std::nullopt;
+  cpu::WinogradConv s{.batch = p.src[0], .in_channels = p.src[1], .height = p.src[2], .width = p.src[3],
+                      .out_channels = p.dst[1], .out_height = p.dst[2], .out_width = p.dst[3],
+                      .pad_top = p.pad_l[0], .pad_left = p.pad_l[1]};
+  if (backward_data) {
+    if (p.pad_l[0] > 2 || p.pad_l[1] > 2) return std::nullopt;
+    s = {.batch = p.dst[0], .in_channels = p.dst[1], .height = p.dst[2], .width = p.dst[3],
+         .out_channels = p.src[1], .out_height = p.src[2], .out_width = p.src[3],
+         .pad_top = 2 - p.pad_l[0], .pad_left = 2 - p.pad_l[1], .transposed_weight = true};
+  }
+  int tile = cpu::winograd_tile(s);
+  if (tile == 0) return std::nullopt;
+  return WinogradChoice{s, tile};
+}
+
 void run_forward(const KernelContext& ctx, const ConvProblem& p, std::span<const TensorView> in, const TensorView& out) {
+  if (auto wino = choose_winograd(p, false)) {
+    return cpu::winograd_conv(ctx.run, wino->conv, wino->tile, in[0].ptr<float>(), in[1].ptr<float>(),
+                              p.has_bias ? in[2].ptr<float>() : nullptr,
+                              p.with_sum ? in[p.has_bias ? 3 : 2].ptr<float>() : nullptr, p.act, out.ptr<float>());
+  }
   dn::Call call(ctx.run, p.macs);
   auto plan = dn::cached<ForwardPlan>(fmt::format("conv_fwd|{}{}", p.key, call.threads()), [&] { return make_forward_plan(p); });
   const void* sum = p.with_sum ? in[p.has_bias ? 3 : 2].data : nullptr;
@@ -214,6 +247,10 @@ void convolution_backward_data(const KernelContext& ctx, std::span<const TensorV
   if (any_empty(in, out)) return zero_outputs(out);
   const auto& a = ctx.attrs.as<ConvolutionBackwardDataAttrs>();
   ConvProblem p = make_problem(a, a.data_shape);
+  if (auto wino = choose_winograd(p, true)) {
+    return cpu::winograd_conv(ctx.run, wino->conv, wino->tile, in[0].ptr<float>(), in[1].ptr<float>(), nullptr,
+                              nullptr, std::nullopt, out[0].ptr<float>());
+  }
   dn::Call call(ctx.run, p.macs);
   auto plan = dn::cached<BackwardDataPlan>(fmt::format("conv_bwd_data|{}{}", p.key, call.threads()), [&] { return make_backward_data_plan(p); });
   call.run(plan->prim, plan->scratchpad,

@@ -1,0 +1,459 @@
+// Winograd F(m x m, 3 x 3) convolution: see conv_winograd.h.
+//
+// Layouts (floats; A = m + 2 and A2 = A * A, P = tiles in the current chunk
+// of images, tile p = (image in chunk, tile row, tile column)):
+//   U [A2][C][K]  transformed weights G g Gᵀ
+//   V [A2][P][C]  transformed input tiles Bᵀ d B
+//   Z [A2][P][K]  = V . U per transform position (one batched oneDNN matmul)
+// and the output tile is Aᵀ Z A. Transforms work on 8 channels at once (the
+// lanes of one AVX2 register): NCHW rows are transposed 8 x 8 into a
+// per-thread [A][columns][8] buffer on the way in, and back on the way out,
+// where bias, residual and ReLU are applied to whole output rows.
+#include "backends/cpu/conv_winograd.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/onednn_util.h"
+#include "backends/cpu/parallel.h"
+#include "ir/error.h"
+#include "runtime/storage.h"
+
+namespace kiln::cpu {
+namespace {
+
+namespace dn = onednn;
+using dnnl::memory;
+
+constexpr int kLanes = 8;  // channels per vector: one AVX2 register of floats
+
+// Below this many input or output channels the transforms cost more than the
+// products save (conv_winograd_speedup in bench/conv_bench.cc).
+constexpr int64_t kMinChannels = 16;
+// Winograd must cut the multiply-adds by at least this factor (after padding
+// the output to whole tiles) to pay for its transforms.
+constexpr double kMinSaving = 1.5;
+// Bytes of V and Z per chunk of images: large enough for efficient matmuls,
+// small enough to stay near the last-level cache.
+constexpr int64_t kChunkBytes = int64_t{12} << 20;
+
+// ---- 1-D transforms, each on kLanes independent columns: the i-th input
+// vector is in[i * is + lane], the i-th output vector out[i * os + lane].
+
+template <int M>
+struct Transforms;
+
+template <>
+struct Transforms<2> {
+  // Bᵀ = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1]
+  static void input(const float* d, ptrdiff_t is, float* v, ptrdiff_t os) {
+    for (int l = 0; l < kLanes; ++l) {
+      float d0 = d[l], d1 = d[is + l], d2 = d[2 * is + l], d3 = d[3 * is + l];
+      v[l] = d0 - d2;
+      v[os + l] = d1 + d2;
+      v[2 * os + l] = d2 - d1;
+      v[3 * os + l] = d1 - d3;
+    }
+  }
+  // Aᵀ = [1 1 1 0; 0 1 -1 -1]
+  static void output(const float* z, ptrdiff_t is, float* y, ptrdiff_t os) {
+    for (int l = 0; l < kLanes; ++l) {
+      float z0 = z[l], z1 = z[is + l], z2 = z[2 * is + l], z3 = z[3 * is + l];
+      y[l] = z0 + z1 + z2;
+      y[os + l] = z1 - z2 - z3;
+    }
+  }
+  // G = [1 0 0; 1/2 1/2 1/2; 1/2 -1/2 1/2; 0 0 1]
+  static void weight(const float* g, ptrdiff_t is, float* u, ptrdiff_t os) {
+    for (int l = 0; l < kLanes; ++l) {
+      float g0 = g[l], g1 = g[is + l], g2 = g[2 * is + l];
+      u[l] = g0;
+      u[os + l] = 0.5f * (g0 + g1 + g2);
+      u[2 * os + l] = 0.5f * (g0 - g1 + g2);
+      u[3 * os + l] = g2;
+    }
+  }
+};
+
+template <>
+struct Transforms<4> {
+  // Bᵀ = [4 0 -5 0 1 0; 0 -4 -4 1 1 0; 0 4 -4 -1 1 0; 0 -2 -1 2 1 0; 0 2 -1 -2 1 0; 0 4 0 -5 0 1]
+  static void input(const float* d, ptrdiff_t is, float* v, ptrdiff_t os) {
+    for (int l = 0; l < kLanes; ++l) {
+      float d0 = d[l], d1 = d[is + l], d2 = d[2 * is + l], d3 = d[3 * is + l], d4 = d[4 * is + l],
+            d5 = d[5 * is + l];
+      v[l] = 4.0f * d0 - 5.0f * d2 + d4;
+      v[os + l] = (d3 + d4) - 4.0f * (d1 + d2);
+      v[2 * os + l] = (d4 - d3) + 4.0f * (d1 - d2);
+      v[3 * os + l] = (d4 - d2) + 2.0f * (d3 - d1);
+      v[4 * os + l] = (d4 - d2) - 2.0f * (d3 - d1);
+      v[5 * os + l] = 4.0f * d1 - 5.0f * d3 + d5;
+    }
+  }
+  // Aᵀ = [1 1 1 1 1 0; 0 1 -1 2 -2 0; 0 1 1 4 4 0; 0 1 -1 8 -8 1]
+  static void output(const float* z, ptrdiff_t is, float* y, ptrdiff_t os) {
+    for (int l = 0; l < kLanes; ++l) {
+      float z0 = z[l], z1 = z[is + l], z2 = z[2 * is + l], z3 = z[3 * is + l], z4 = z[4 * is + l],
+            z5 = z[5 * is + l];
+      float a = z1 + z2, b = z1 - z2, c = z3 + z4, e = z3 - z4;
+      y[l] = z0 + a + c;
+      y[os + l] = b + 2.0f * e;
+      y[2 * os + l] = a + 4.0f * c;
+      y[3 * os + l] = b + 8.0f * e + z5;
+    }
+  }
+  // G = [1/4 0 0; -1/6 -1/6 -1/6; -1/6 1/6 -1/6; 1/24 1/12 1/6; 1/24 -1/12 1/6; 0 0 1]
+  static void weight(const float* g, ptrdiff_t is, float* u, ptrdiff_t os) {
+    for (int l = 0; l < kLanes; ++l) {
+      float g0 = g[l], g1 = g[is + l], g2 = g[2 * is + l];
+      u[l] = 0.25f * g0;
+      u[os + l] = -(g0 + g1 + g2) / 6.0f;
+      u[2 * os + l] = -(g0 - g1 + g2) / 6.0f;
+      u[3 * os + l] = g0 / 24.0f + g1 / 12.0f + g2 / 6.0f;
+      u[4 * os + l] = g0 / 24.0f - g1 / 12.0f + g2 / 6.0f;
+      u[5 * os + l] = g2;
+    }
+  }
+};
+
+// ---- 2-D transforms on tiles of kLanes-wide vectors
+
+// d: A x A vectors, rows `row_stride` floats apart, columns kLanes apart ->
+// v [A][A][kLanes] = Bᵀ d B.
+template <int M>
+void input_tile(const float* d, ptrdiff_t row_stride, float* v) {
+  constexpr int A = M + 2;
+  float t[A * A * kLanes];
+  for (int x = 0; x < A; ++x) Transforms<M>::input(d + x * kLanes, row_stride, t + x * kLanes, A * kLanes);
+  for (int i = 0; i < A; ++i) Transforms<M>::input(t + i * A * kLanes, kLanes, v + i * A * kLanes, kLanes);
+}
+
+// z [A][A][kLanes] -> y: M x M vectors Aᵀ z A, rows `row_stride` floats
+// apart, columns kLanes apart.
+template <int M>
+void output_tile(const float* z, float* y, ptrdiff_t row_stride) {
+  constexpr int A = M + 2;
+  float s[M * A * kLanes];
+  for (int j = 0; j < A; ++j) Transforms<M>::output(z + j * kLanes, A * kLanes, s + j * kLanes, A * kLanes);
+  for (int r = 0; r < M; ++r) Transforms<M>::output(s + r * A * kLanes, kLanes, y + r * row_stride, kLanes);
+}
+
+// g [3][3][kLanes] -> u [A][A][kLanes] = G g Gᵀ.
+template <int M>
+void weight_tile(const float* g, float* u) {
+  constexpr int A = M + 2;
+  float t[A * 3 * kLanes];
+  for (int s = 0; s < 3; ++s) Transforms<M>::weight(g + s * kLanes, 3 * kLanes, t + s * kLanes, 3 * kLanes);
+  for (int i = 0; i < A; ++i) Transforms<M>::weight(t + i * 3 * kLanes, kLanes, u + i * A * kLanes, kLanes);
+}
+
+// dst[j * ds + i] = src[i * ss + j] for i, j < 8.
+inline void transpose8(const float* src, ptrdiff_t ss, float* dst, ptrdiff_t ds) {
+#ifdef __AVX__
+  __m256 r0 = _mm256_loadu_ps(src), r1 = _mm256_loadu_ps(src + ss), r2 = _mm256_loadu_ps(src + 2 * ss),
+         r3 = _mm256_loadu_ps(src + 3 * ss), r4 = _mm256_loadu_ps(src + 4 * ss), r5 = _mm256_loadu_ps(src + 5 * ss),
+         r6 = _mm256_loadu_ps(src + 6 * ss), r7 = _mm256_loadu_ps(src + 7 * ss);
+  __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1), t2 = _mm256_unpacklo_ps(r2, r3),
+         t3 = _mm256_unpackhi_ps(r2, r3), t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5),
+         t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
+  __m256 s0 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(1, 0, 1, 0)), s1 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(3, 2, 3, 2)),
+         s2 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(1, 0, 1, 0)), s3 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(3, 2, 3, 2)),
+         s4 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(1, 0, 1, 0)), s5 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(3, 2, 3, 2)),
+         s6 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(1, 0, 1, 0)), s7 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(3, 2, 3, 2));
+  _mm256_storeu_ps(dst, _mm256_permute2f128_ps(s0, s4, 0x20));
+  _mm256_storeu_ps(dst + ds, _mm256_permute2f128_ps(s1, s5, 0x20));
+  _mm256_storeu_ps(dst + 2 * ds, _mm256_permute2f128_ps(s2, s6, 0x20));
+  _mm256_storeu_ps(dst + 3 * ds, _mm256_permute2f128_ps(s3, s7, 0x20));
+  _mm256_storeu_ps(dst + 4 * ds, _mm256_permute2f128_ps(s0, s4, 0x31));
+  _mm256_storeu_ps(dst + 5 * ds, _mm256_permute2f128_ps(s1, s5, 0x31));
+  _mm256_storeu_ps(dst + 6 * ds, _mm256_permute2f128_ps(s2, s6, 0x31));
+  _mm256_storeu_ps(dst + 7 * ds, _mm256_permute2f128_ps(s3, s7, 0x31));
+#else
+  for (int i = 0; i < 8; ++i)
+    for (int j = 0; j < 8; ++j) dst[j * ds + i] = src[i * ss + j];
+#endif
+}
+
+// dst[i] = act(v[i] + bias + res[i]) for i < n (res may be null or alias dst).
+inline void epilogue(const float* v, int64_t n, float bias, const float* res, bool relu, float* dst) {
+  if (res != nullptr) {
+    for (int64_t i = 0; i < n; ++i) {
+      float t = v[i] + bias + res[i];
+      dst[i] = relu ? std::max(t, 0.0f) : t;
+    }
+  } else {
+    for (int64_t i = 0; i < n; ++i) {
+      float t = v[i] + bias;
+      dst[i] = relu ? std::max(t, 0.0f) : t;
+    }
+  }
+}
+
+// Per-thread scratch that grows and is kept (OpenMP threads persist).
+float* thread_buffer(size_t floats) {
+  thread_local std::vector<float> buffer;
+  if (buffer.size() < floats) buffer.resize(floats);
+  return buffer.data();
+}
+
+// Pool blocks freed at scope end.
+class Scratch {
+ public:
+  explicit Scratch(Device device) : pool_(storage::pool(device)) {}
+  ~Scratch() {
+    for (const storage::Block& b : blocks_) pool_.free(b);
+  }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  float* floats(int64_t n) {
+    blocks_.push_back(pool_.alloc(static_cast<size_t>(n) * sizeof(float)));
+    return static_cast<float*>(blocks_.back().ptr);
+  }
+
+ private:
+  storage::Pool& pool_;
+  std::vector<storage::Block> blocks_;
+};
+
+// The batched product Z[b] = V[b] . U[b] for b < batch, all row-major.
+struct MatmulPlan {
+  dnnl::matmul prim;
+  size_t scratchpad = 0;
+  memory::desc src, weights, dst;
+};
+
+std::shared_ptr<const MatmulPlan> matmul_plan(int64_t batch, int64_t rows, int64_t inner, int64_t cols, int threads) {
+  std::string key = "winograd_matmul|";
+  dn::append_key(key, {batch, rows, inner, cols, threads});
+  return dn::cached<MatmulPlan>(key, [&] {
+    MatmulPlan plan;
+    plan.src = dn::plain_desc({batch, rows, inner});
+    plan.weights = dn::plain_desc({batch, inner, cols});
+    plan.dst = dn::plain_desc({batch, rows, cols});
+    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(plan.src, plan.weights, plan.dst), dn::scratchpad_attr(),
+                                    dn::engine());
+    plan.prim = dnnl::matmul(pd);
+    plan.scratchpad = dn::scratchpad_bytes(pd);
+    return plan;
+  });
+}
+
+// U [A2][C][K] from the weights.
+template <int M>
+void transform_weights(const WinogradConv& s, int threads, const float* w, float* u) {
+  constexpr int A2 = (M + 2) * (M + 2);
+  const int64_t C = s.in_channels, K = s.out_channels;
+  parallel_for(
+      threads, C,
+      [&](int64_t c0, int64_t c1) {
+        float g[9 * kLanes], v[A2 * kLanes];
+        for (int64_t c = c0; c < c1; ++c) {
+          for (int64_t k0 = 0; k0 < K; k0 += kLanes) {
+            const int64_t nk = std::min<int64_t>(kLanes, K - k0);
+            std::fill(g, g + 9 * kLanes, 0.0f);
+            for (int64_t l = 0; l < nk; ++l) {
+              const int64_t k = k0 + l;
+              for (int t = 0; t < 9; ++t) {
+                // Backward data: the forward weight [C][K][3][3] (this C and K
+                // swapped), rotated by 180 degrees.
+                g[t * kLanes + l] = s.transposed_weight ? w[(c * K + k) * 9 + (8 - t)] : w[(k * C + c) * 9 + t];
+              }
+            }
+            weight_tile<M>(g, v);
+            for (int xi = 0; xi < A2; ++xi) std::memcpy(u + (xi * C + c) * K + k0, v + xi * kLanes, nk * sizeof(float));
+          }
+        }
+      },
+      1);
+}
+
+// Tile geometry of one problem.
+template <int M>
+struct Geometry {
+  static constexpr int A = M + 2, A2 = A * A;
+  int64_t tiles_h, tiles_w, tiles;  // per image
+  explicit Geometry(const WinogradConv& s)
+      : tiles_h((s.out_height + M - 1) / M), tiles_w((s.out_width + M - 1) / M), tiles(tiles_h * tiles_w) {}
+};
+
+// V [A2][P][C] for images [n0, n0 + count).
+template <int M>
+void transform_input(const WinogradConv& s, const Geometry<M>& g, int threads, const float* x, int64_t n0,
+                     int64_t count, float* v) {
+  constexpr int A = M + 2, A2 = A * A;
+  const int64_t C = s.in_channels, H = s.height, W = s.width, plane = H * W;
+  const int64_t P = count * g.tiles, cols = g.tiles_w * M + 2;
+  // Input columns [0, x_end) land in buffer columns [pad_left, pad_left + x_end).
+  const int64_t x_end = std::max<int64_t>(0, std::min(W, cols - s.pad_left));
+  parallel_for(
+      threads, count * g.tiles_h,
+      [&](int64_t u0, int64_t u1) {
+        float* buf = thread_buffer(static_cast<size_t>(A * cols * kLanes));
+        float tile[A2 * kLanes];
+        for (int64_t unit = u0; unit < u1; ++unit) {
+          const int64_t n = n0 + unit / g.tiles_h, ty = unit % g.tiles_h;
+          for (int64_t c0 = 0; c0 < C; c0 += kLanes) {
+            const int64_t nc = std::min<int64_t>(kLanes, C - c0);
+            std::fill(buf, buf + A * cols * kLanes, 0.0f);
+            for (int r = 0; r < A; ++r) {
+              const int64_t y = ty * M - s.pad_top + r;
+              if (y < 0 || y >= H) continue;
+              const float* src = x + (n * C + c0) * plane + y * W;
+              float* row = buf + (r * cols + s.pad_left) * kLanes;
+              int64_t xi = 0;
+              if (nc == kLanes)
+                for (; xi + 8 <= x_end; xi += 8) transpose8(src + xi, plane, row + xi * kLanes, kLanes);
+              for (; xi < x_end; ++xi)
+                for (int64_t l = 0; l < nc; ++l) row[xi * kLanes + l] = src[l * plane + xi];
+            }
+            for (int64_t tx = 0; tx < g.tiles_w; ++tx) {
+              input_tile<M>(buf + tx * M * kLanes, cols * kLanes, tile);
+              const int64_t p = (n - n0) * g.tiles + ty * g.tiles_w + tx;
+              float* dst = v + p * C + c0;
+              if (nc == kLanes) {
+                for (int xi = 0; xi < A2; ++xi) std::memcpy(dst + xi * P * C, tile + xi * kLanes, kLanes * sizeof(float));
+              } else {
+                for (int xi = 0; xi < A2; ++xi) std::memcpy(dst + xi * P * C, tile + xi * kLanes, nc * sizeof(float));
+              }
+            }
+          }
+        }
+      },
+      1);
+}
+
+// y = act(Aᵀ Z A + bias + sum) for images [n0, n0 + count).
+template <int M>
+void transform_output(const WinogradConv& s, const Geometry<M>& g, int threads, const float* z, const float* bias,
+                      const float* sum, bool relu, int64_t n0, int64_t count, float* y) {
+  constexpr int A = M + 2, A2 = A * A;
+  const int64_t K = s.out_channels, OH = s.out_height, OW = s.out_width, plane = OH * OW;
+  const int64_t P = count * g.tiles, cols = g.tiles_w * M;
+  parallel_for(
+      threads, count * g.tiles_h,
+      [&](int64_t u0, int64_t u1) {
+        float* buf = thread_buffer(static_cast<size_t>(M * cols * kLanes));
+        float tile[A2 * kLanes] = {};
+        float block[8 * 8];
+        for (int64_t unit = u0; unit < u1; ++unit) {
+          const int64_t n = n0 + unit / g.tiles_h, ty = unit % g.tiles_h;
+          for (int64_t k0 = 0; k0 < K; k0 += kLanes) {
+            const int64_t nk = std::min<int64_t>(kLanes, K - k0);
+            for (int64_t tx = 0; tx < g.tiles_w; ++tx) {
+              const int64_t p = (n - n0) * g.tiles + ty * g.tiles_w + tx;
+              const float* src = z + p * K + k0;
+              for (int xi = 0; xi < A2; ++xi) std::memcpy(tile + xi * kLanes, src + xi * P * K, nk * sizeof(float));
+              output_tile<M>(tile, buf + tx * M * kLanes, cols * kLanes);
+            }
+            for (int r = 0; r < M; ++r) {
+              const int64_t oy = ty * M + r;
+              if (oy >= OH) break;
+              const float* row = buf + r * cols * kLanes;
+              const int64_t base = (n * K + k0) * plane + oy * OW;
+              int64_t ox = 0;
+              if (nk == kLanes) {
+                for (; ox + 8 <= OW; ox += 8) {
+                  transpose8(row + ox * kLanes, kLanes, block, 8);
+                  for (int l = 0; l < kLanes; ++l) {
+                    const int64_t at = base + l * plane + ox;
+                    epilogue(block + l * 8, 8, bias ? bias[k0 + l] : 0.0f, sum ? sum + at : nullptr, relu, y + at);
+                  }
+                }
+              }
+              for (; ox < OW; ++ox)
+                for (int64_t l = 0; l < nk; ++l) {
+                  const int64_t at = base + l * plane + ox;
+                  epilogue(row + ox * kLanes + l, 1, bias ? bias[k0 + l] : 0.0f, sum ? sum + at : nullptr, relu,
+                           y + at);
+                }
+            }
+          }
+        }
+      },
+      1);
+}
+
+template <int M>
+void winograd_conv_tiled(const engine::RunContext& run, const WinogradConv& s, const float* x, const float* w,
+                         const float* bias, const float* sum, bool relu, float* y) {
+  constexpr int A2 = (M + 2) * (M + 2);
+  const Geometry<M> g(s);
+  const int64_t N = s.batch, C = s.in_channels, K = s.out_channels;
+  // The work of the direct convolution decides the threads, as for oneDNN's.
+  dn::Call call(run, N * K * s.out_height * s.out_width * C * 9);
+  const int threads = call.threads();
+  const int64_t per_image = A2 * g.tiles * (C + K) * static_cast<int64_t>(sizeof(float));
+  int64_t chunk = std::clamp<int64_t>(kChunkBytes / std::max<int64_t>(per_image, 1), 1, N);
+  const int64_t chunks = (N + chunk - 1) / chunk;
+  chunk = (N + chunks - 1) / chunks;  // even chunks: one matmul plan for all but maybe the last
+
+  Scratch scratch(run.device);
+  float* u = scratch.floats(A2 * C * K);
+  float* v = scratch.floats(A2 * chunk * g.tiles * C);
+  float* z = scratch.floats(A2 * chunk * g.tiles * K);
+  transform_weights<M>(s, threads, w, u);
+  for (int64_t n0 = 0; n0 < N; n0 += chunk) {
+    const int64_t count = std::min(chunk, N - n0), P = count * g.tiles;
+    transform_input<M>(s, g, threads, x, n0, count, v);
+    auto plan = matmul_plan(A2, P, C, K, threads);
+    call.run(plan->prim, plan->scratchpad,
+             {{DNNL_ARG_SRC, call.wrap(plan->src, v)},
+              {DNNL_ARG_WEIGHTS, call.wrap(plan->weights, u)},
+              {DNNL_ARG_DST, call.wrap(plan->dst, z)}});
+    call.finish();
+    transform_output<M>(s, g, threads, z, bias, sum, relu, n0, count, y);
+  }
+}
+
+int initial_mode() {
+  const char* env = std::getenv("KILN_WINOGRAD");
+  if (env == nullptr || *env == '\0') return 4;
+  std::string value = env;
+  if (value == "0" || value == "off" || value == "false") return 0;
+  if (value == "2") return 2;
+  return 4;
+}
+
+std::atomic<int>& mode_flag() {
+  static std::atomic<int> mode{initial_mode()};
+  return mode;
+}
+
+}  // namespace
+
+int winograd_mode() { return mode_flag().load(std::memory_order_relaxed); }
+
+int winograd_set_mode(int mode) {
+  if (mode != 0 && mode != 2 && mode != 4)
+    throw ValueError(fmt::format("winograd_set_mode: expected 0 (off), 2 or 4, got {}", mode));
+  return mode_flag().exchange(mode);
+}
+
+int winograd_tile(const WinogradConv& s) {
+  const int mode = winograd_mode();
+  if (mode == 0 || s.in_channels < kMinChannels || s.out_channels < kMinChannels) return 0;
+  if (s.batch <= 0 || s.out_height <= 0 || s.out_width <= 0) return 0;
+  auto products = [&](int64_t m) {  // multiply-adds per (input, output) channel pair
+    return static_cast<double>((m + 2) * (m + 2) * ((s.out_height + m - 1) / m) * ((s.out_width + m - 1) / m));
+  };
+  const double direct = 9.0 * static_cast<double>(s.out_height * s.out_width);
+  const int tile = mode == 4 && products(4) <= products(2) ? 4 : 2;
+  return direct >= kMinSaving * products(tile) ? tile : 0;
+}
+
+void winograd_conv(const engine::RunContext& run, const WinogradConv& s, int tile, const float* x, const float* w,
+                   const float* bias, const float* sum, std::optional<ActType> act, float* y) {
+  KILN_ASSERT(!act || *act == ActType::kRelu);
+  const bool relu = act.has_value();
+  if (tile == 4) return winograd_conv_tiled<4>(run, s, x, w, bias, sum, relu, y);
+  KILN_ASSERT(tile == 2);
+  winograd_conv_tiled<2>(run, s, x, w, bias, sum, relu, y);
+}
+
+}  // namespace kiln::cpu

@@ -1,0 +1,103 @@
+// Convolution benchmarks: Winograd (backends/cpu/conv_winograd.h) against the
+// direct oneDNN convolution on the 3x3 stride-1 layers of d2l's ResNet-18
+// (12.6: 1x28x28 images, batch 256), forward and backward-data.
+//
+// The machine is shared, so the modes alternate inside one process (direct,
+// F(2x2), F(4x4), direct, ...) and each reports its best of `repeat` rounds.
+// Figures per stage (C channels, S x S images): the direct and Winograd
+// milliseconds, "effective" GFLOP/s (the direct convolution's 2 * 9 * C * C *
+// S * S * batch flops over the time, comparable with the CPU's FMA peak) and
+// the speedup of the default mode (F(4x4)) and of F(2x2) over direct.
+#include <fmt/format.h>
+
+#include <array>
+#include <cstdio>
+
+#include "backends/cpu/conv_winograd.h"
+#include "bench/bench.h"
+#include "frontend/invoke.h"
+#include "frontend/nd.h"
+#include "ir/ops/conv.h"
+#include "runtime/engine.h"
+
+namespace kiln::bench {
+
+namespace {
+
+struct Stage {
+  int64_t channels, size;
+};
+constexpr Stage kStages[] = {{64, 28}, {128, 14}, {256, 7}, {512, 4}};
+constexpr int64_t kBatch = 256;
+constexpr int kModes[] = {0, 2, 4};  // direct, F(2x2), F(4x4)
+
+std::string stage_name(const Stage& s) { return fmt::format("conv3x3_{}x{}", s.channels, s.size); }
+
+// Seconds of `fn` (which pushes work and returns the array to wait for).
+template <typename F>
+double time_once(F&& fn) {
+  engine::wait_all();
+  auto start = Clock::now();
+  fn().wait_to_read();
+  return seconds_since(start);
+}
+
+// Best seconds per mode, modes alternating round by round after a warm-up round.
+template <typename F>
+std::array<double, 3> alternate(const Options& options, F&& fn) {
+  std::array<double, 3> best{1e30, 1e30, 1e30};
+  const int saved = cpu::winograd_mode();
+  for (int round = 0; round <= options.repeat; ++round) {
+    for (int m = 0; m < 3; ++m) {
+      cpu::winograd_set_mode(kModes[m]);
+      double s = time_once(fn);
+      if (round > 0) best[m] = std::min(best[m], s);
+    }
+  }
+  cpu::winograd_set_mode(saved);
+  return best;
+}
+
+void report(std::vector<Figure>& figures, const std::string& name, double flops, const std::array<double, 3>& s) {
+  figures.push_back({name + "_direct_ms", s[0] * 1e3, "ms"});
+  figures.push_back({name + "_winograd_ms", s[2] * 1e3, "ms"});
+  figures.push_back({name + "_direct_gflops", flops / s[0] * 1e-9, "GFLOP/s"});
+  figures.push_back({name + "_winograd_gflops", flops / s[2] * 1e-9, "GFLOP/s"});
+  figures.push_back({name + "_winograd_speedup", s[0] / s[2], "x"});
+  figures.push_back({name + "_winograd2_speedup", s[0] / s[1], "x"});
+}
+
+std::vector<Figure> bench_conv_winograd(const Options& options) {
+  std::vector<Figure> figures;
+  for (const Stage& st : kStages) {
+    NDArray x = nd::random::uniform({kBatch, st.channels, st.size, st.size}, -1, 1);
+    NDArray w = nd::random::uniform({st.channels, st.channels, 3, 3}, -0.1, 0.1);
+    NDArray b = nd::random::uniform({st.channels}, -1, 1);
+    ConvolutionAttrs a{.kernel = {3, 3}, .pad = {1, 1}, .num_filter = static_cast<int>(st.channels)};
+    const double flops = 2.0 * 9 * st.channels * st.channels * st.size * st.size * kBatch;
+    report(figures, stage_name(st), flops, alternate(options, [&] { return nd::convolution(x, w, b, a); }));
+    ConvolutionBackwardDataAttrs bd;
+    static_cast<ConvolutionAttrs&>(bd) = a;
+    bd.data_shape = x.shape();
+    report(figures, stage_name(st) + "_bwd_data", flops, alternate(options, [&] {
+             return invoke1(OpId::kConvolutionBackwardData, {x, w}, OpAttrs::make(bd));
+           }));
+  }
+  return figures;
+}
+
+std::vector<std::string> figure_names() {
+  std::vector<std::string> names;
+  for (const Stage& st : kStages)
+    for (const std::string& kind : {std::string(), std::string("_bwd_data")})
+      for (const char* f : {"_direct_ms", "_winograd_ms", "_direct_gflops", "_winograd_gflops", "_winograd_speedup",
+                            "_winograd2_speedup"})
+        names.push_back(stage_name(st) + kind + f);
+  return names;
+}
+
+}  // namespace
+
+void register_conv_benchmarks() { add({"conv3x3_winograd", figure_names(), &bench_conv_winograd}); }
+
+}  // namespace kiln::bench

@@ -1,0 +1,240 @@
+// Winograd convolution (backends/cpu/conv_winograd.h) against a float64
+// reference: the kernel itself on every padding, odd and even sizes, tiny
+// images, channel counts that are not multiples of 8, both tile sizes, with
+// bias, residual and ReLU, and the data gradient's transposed weights; then
+// through the Convolution, _kiln_conv_act and backward-data ops, where the
+// selection must route 3x3 stride-1 layers to it and the results must match
+// the direct (oneDNN) convolution's.
+//
+// Tolerance: inputs and weights uniform in [-1, 1], so an output sums 9C
+// products of magnitude <= 1 (standard deviation sqrt(C)); errors are
+// measured relative to scale = sqrt(9C). F(2x2) stays within 2e-6 * scale,
+// F(4x4) within 2e-5 * scale (its transforms multiply by up to 8 and divide by
+// 24); the direct convolution's error is about 1e-6 * scale.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/conv_winograd.h"
+#include "frontend/invoke.h"
+#include "frontend/nd.h"
+#include "ir/ops/conv.h"
+#include "ir/ops/fused_layers.h"
+#include "runtime/engine.h"
+
+namespace kiln {
+namespace {
+
+using cpu::WinogradConv;
+
+double tolerance(int tile) { return tile == 4 ? 2e-5 : 2e-6; }
+
+// Sets the mode for a scope.
+class ModeGuard {
+ public:
+  explicit ModeGuard(int mode) : saved_(cpu::winograd_set_mode(mode)) {}
+  ~ModeGuard() { cpu::winograd_set_mode(saved_); }
+  ModeGuard(const ModeGuard&) = delete;
+  ModeGuard& operator=(const ModeGuard&) = delete;
+
+ private:
+  int saved_;
+};
+
+std::vector<float> uniform(int64_t n, uint64_t seed) {
+  std::vector<float> v(static_cast<size_t>(n));
+  uint64_t s = seed * 0x9e3779b97f4a7c15ull + 1;
+  for (float& f : v) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    f = static_cast<float>(static_cast<double>(s >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+  }
+  return v;
+}
+
+// y = act(conv(x, w) + bias + sum) in float64, weights as the kernel reads them.
+std::vector<double> reference(const WinogradConv& s, const std::vector<float>& x, const std::vector<float>& w,
+                              const float* bias, const float* sum, bool relu) {
+  const int64_t C = s.in_channels, K = s.out_channels, OH = s.out_height, OW = s.out_width;
+  std::vector<double> y(static_cast<size_t>(s.batch * K * OH * OW));
+  for (int64_t n = 0; n < s.batch; ++n)
+    for (int64_t k = 0; k < K; ++k)
+      for (int64_t oy = 0; oy < OH; ++oy)
+        for (int64_t ox = 0; ox < OW; ++ox) {
+          double acc = bias ? bias[k] : 0.0;
+          for (int64_t c = 0; c < C; ++c)
+            for (int64_t r = 0; r < 3; ++r)
+              for (int64_t q = 0; q < 3; ++q) {
+                int64_t iy = oy - s.pad_top + r, ix = ox - s.pad_left + q;
+                if (iy < 0 || iy >= s.height || ix < 0 || ix >= s.width) continue;
+                double g = s.transposed_weight ? w[static_cast<size_t>(((c * K + k) * 3 + 2 - r) * 3 + 2 - q)]
+                                               : w[static_cast<size_t>(((k * C + c) * 3 + r) * 3 + q)];
+                acc += g * x[static_cast<size_t>(((n * C + c) * s.height + iy) * s.width + ix)];
+              }
+          size_t at = static_cast<size_t>(((n * K + k) * OH + oy) * OW + ox);
+          if (sum) acc += sum[at];
+          y[at] = relu ? std::max(acc, 0.0) : acc;
+        }
+  return y;
+}
+
+// Largest |got - want| / sqrt(9C).
+double scaled_error(const std::vector<float>& got, const std::vector<double>& want, int64_t channels) {
+  double worst = 0;
+  for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::abs(got[i] - want[i]));
+  return worst / std::sqrt(9.0 * static_cast<double>(channels));
+}
+
+WinogradConv make(int64_t n, int64_t c, int64_t h, int64_t w, int64_t k, int64_t pad) {
+  return {.batch = n, .in_channels = c, .height = h, .width = w, .out_channels = k,
+          .out_height = h + 2 * pad - 2, .out_width = w + 2 * pad - 2, .pad_top = pad, .pad_left = pad};
+}
+
+std::string name(const WinogradConv& s, int tile) {
+  return fmt::format("F({0}x{0}) x[{1},{2},{3},{4}] k={5} out {6}x{7} pad ({8},{9}) transposed {10}", tile, s.batch,
+                     s.in_channels, s.height, s.width, s.out_channels, s.out_height, s.out_width, s.pad_top,
+                     s.pad_left, s.transposed_weight);
+}
+
+// Runs the kernel on `s` with tile size `tile` and checks it against the reference.
+void check_kernel(const WinogradConv& s, int tile, bool bias, bool sum, bool relu, int threads = 2) {
+  auto x = uniform(s.batch * s.in_channels * s.height * s.width, 1);
+  auto w = uniform(s.out_channels * s.in_channels * 9, 2);
+  auto b = uniform(s.out_channels, 3);
+  auto r = uniform(s.batch * s.out_channels * s.out_height * s.out_width, 4);
+  std::vector<float> y(r.size(), 12345.0f);
+  if (sum) y = r;  // the residual in the output buffer, as _kiln_conv_act passes it
+  engine::RunContext run{.device = Device::cpu(0), .num_threads = threads};
+  cpu::winograd_conv(run, s, tile, x.data(), w.data(), bias ? b.data() : nullptr, sum ? y.data() : nullptr,
+                     relu ? std::optional(ActType::kRelu) : std::nullopt, y.data());
+  auto want = reference(s, x, w, bias ? b.data() : nullptr, sum ? r.data() : nullptr, relu);
+  double err = scaled_error(y, want, s.in_channels);
+  EXPECT_LE(err, tolerance(tile)) << name(s, tile) << " bias " << bias << " sum " << sum << " relu " << relu;
+}
+
+TEST(ConvWinograd, KernelMatchesReferenceOnManyShapes) {
+  for (int tile : {2, 4}) {
+    for (int64_t pad : {0, 1, 2}) {
+      for (int64_t hw : {3, 4, 5, 6, 7, 8, 9, 14, 17}) {
+        if (hw + 2 * pad - 2 < 1) continue;
+        check_kernel(make(2, 8, hw, hw, 8, pad), tile, true, false, false);
+      }
+      check_kernel(make(1, 3, 11, 6, 5, pad), tile, false, false, false);   // channels below one vector
+      check_kernel(make(3, 13, 7, 10, 19, pad), tile, true, false, false);  // vector plus a remainder
+    }
+    // Tiny images: 1x1 .. 4x4 outputs.
+    for (int64_t hw : {1, 2, 3, 4}) check_kernel(make(2, 16, hw, hw, 16, 1), tile, true, false, false);
+    // Several threads over many tile rows and images, with every epilogue.
+    for (bool bias : {false, true})
+      for (bool sum : {false, true})
+        for (bool relu : {false, true}) check_kernel(make(4, 24, 12, 13, 40, 1), tile, bias, sum, relu);
+  }
+}
+
+TEST(ConvWinograd, LargePaddingAndAsymmetricOutput) {
+  for (int tile : {2, 4}) {
+    check_kernel(make(2, 9, 5, 5, 10, 3), tile, true, false, false);  // outputs fed by padding alone
+    WinogradConv s = make(2, 9, 8, 9, 10, 1);
+    s.out_height -= 1;  // pad_bottom 0
+    s.out_width += 1;   // pad_right 2
+    check_kernel(s, tile, true, true, true);
+  }
+}
+
+TEST(ConvWinograd, TransposedWeights) {
+  for (int tile : {2, 4}) {
+    for (int64_t pad : {0, 1, 2}) {
+      WinogradConv s = make(2, 11, 9, 8, 17, pad);
+      s.transposed_weight = true;
+      check_kernel(s, tile, false, false, false);
+    }
+  }
+}
+
+TEST(ConvWinograd, ResNetStageShapesStayAccurate) {
+  // A batch slice of each ResNet-18 stage: the error must not grow with C.
+  for (int tile : {2, 4}) {
+    check_kernel(make(2, 64, 28, 28, 64, 1), tile, true, true, true);
+    check_kernel(make(2, 256, 7, 7, 256, 1), tile, true, false, true);
+    check_kernel(make(2, 512, 4, 4, 64, 1), tile, true, false, false);
+  }
+}
+
+TEST(ConvWinograd, SelectionTakesLargeThreeByThreeStrideOneLayers) {
+  ModeGuard guard(4);
+  EXPECT_EQ(cpu::winograd_tile(make(256, 64, 28, 28, 64, 1)), 4);
+  EXPECT_EQ(cpu::winograd_tile(make(256, 512, 4, 4, 512, 1)), 4);
+  EXPECT_EQ(cpu::winograd_tile(make(256, 3, 28, 28, 64, 1)), 0);   // too few input channels
+  EXPECT_EQ(cpu::winograd_tile(make(256, 64, 28, 28, 8, 1)), 0);   // too few output channels
+  EXPECT_EQ(cpu::winograd_tile(make(256, 64, 1, 1, 64, 1)), 0);    // one output: 16 products for 9
+  cpu::winograd_set_mode(2);
+  EXPECT_EQ(cpu::winograd_tile(make(256, 64, 28, 28, 64, 1)), 2);
+  cpu::winograd_set_mode(0);
+  EXPECT_EQ(cpu::winograd_tile(make(256, 64, 28, 28, 64, 1)), 0);
+  EXPECT_THROW(cpu::winograd_set_mode(3), ValueError);
+}
+
+// ---- through the ops: Winograd on and off must agree
+
+NDArray array(const Shape& shape, uint64_t seed) {
+  auto v = uniform(shape.size(), seed);
+  return nd::array(v, shape);
+}
+
+double max_scaled_difference(const NDArray& a, const NDArray& b, int64_t channels) {
+  auto x = a.to_vector<float>(), y = b.to_vector<float>();
+  EXPECT_EQ(x.size(), y.size());
+  double worst = 0;
+  for (size_t i = 0; i < x.size(); ++i) worst = std::max(worst, static_cast<double>(std::abs(x[i] - y[i])));
+  return worst / std::sqrt(9.0 * static_cast<double>(channels));
+}
+
+TEST(ConvWinograd, ConvolutionOpsMatchTheDirectConvolution) {
+  struct Case {
+    Shape data;
+    int filters;
+    int64_t pad;
+  };
+  const Case cases[] = {{{3, 32, 14, 14}, 32, 1}, {{2, 24, 9, 7}, 40, 0}, {{2, 16, 5, 6}, 20, 2}, {{5, 64, 4, 4}, 48, 1}};
+  for (int mode : {2, 4}) {
+    for (const Case& c : cases) {
+      const std::string what = fmt::format("mode {} data {} filters {} pad {}", mode, c.data, c.filters, c.pad);
+      ConvActAttrs a;
+      a.kernel = Shape{3, 3};
+      a.pad = Shape{c.pad, c.pad};
+      a.num_filter = c.filters;
+      a.act_type = ActType::kRelu;
+      a.with_sum = true;
+      const auto& conv_attrs = static_cast<const ConvolutionAttrs&>(a);
+      NDArray x = array(c.data, 5), w = array({c.filters, c.data[1], 3, 3}, 6), b = array({c.filters}, 7);
+      NDArray y0, r, fused0, dx0;
+      ConvolutionBackwardDataAttrs bd;
+      static_cast<ConvolutionAttrs&>(bd) = conv_attrs;
+      bd.data_shape = x.shape();
+      {
+        ModeGuard off(0);
+        y0 = invoke1(OpId::kConvolution, {x, w, b}, OpAttrs::make(conv_attrs));
+        r = array(y0.shape(), 8);
+        fused0 = invoke1(OpId::kConvAct, {x, w, b, r}, OpAttrs::make(a));
+        dx0 = invoke1(OpId::kConvolutionBackwardData, {r, w}, OpAttrs::make(bd));
+        y0.wait_to_read(), fused0.wait_to_read(), dx0.wait_to_read();
+      }
+      ModeGuard on(mode);
+      NDArray y1 = invoke1(OpId::kConvolution, {x, w, b}, OpAttrs::make(conv_attrs));
+      NDArray fused1 = invoke1(OpId::kConvAct, {x, w, b, r}, OpAttrs::make(a));
+      NDArray dx1 = invoke1(OpId::kConvolutionBackwardData, {r, w}, OpAttrs::make(bd));
+      const double tol = 2 * tolerance(mode);
+      EXPECT_LE(max_scaled_difference(y0, y1, c.data[1]), tol) << "Convolution " << what;
+      EXPECT_LE(max_scaled_difference(fused0, fused1, c.data[1]), tol) << "_kiln_conv_act " << what;
+      EXPECT_LE(max_scaled_difference(dx0, dx1, c.filters), tol) << "backward data " << what;
+      // Winograd rounds differently: equal bits would mean it did not run.
+      EXPECT_GT(max_scaled_difference(y0, y1, c.data[1]), 0) << "Convolution did not take Winograd: " << what;
+      EXPECT_GT(max_scaled_difference(fused0, fused1, c.data[1]), 0) << "_kiln_conv_act did not take Winograd: " << what;
+      EXPECT_GT(max_scaled_difference(dx0, dx1, c.filters), 0) << "backward data did not take Winograd: " << what;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kiln
