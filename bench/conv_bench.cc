@@ -12,6 +12,8 @@
 
 #include <array>
 #include <cstdio>
+#include <cstdlib>
+#include <ctime>
 
 #include "backends/cpu/conv_winograd.h"
 #include "bench/bench.h"
@@ -33,13 +35,24 @@ constexpr int kModes[] = {0, 2, 4};  // direct, F(2x2), F(4x4)
 
 std::string stage_name(const Stage& s) { return fmt::format("conv3x3_{}x{}", s.channels, s.size); }
 
-// Seconds of `fn` (which pushes work and returns the array to wait for).
+double process_cpu_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
+
+// Seconds of `fn` (which pushes work and returns the array to wait for):
+// wall-clock, or with KILN_BENCH_CPU_TIME=1 the process's CPU time, which a
+// loaded machine disturbs far less (use it with KILN_CPU_THREADS=1: idle
+// OpenMP threads spin and would count).
 template <typename F>
 double time_once(F&& fn) {
+  static const bool cpu_time = std::getenv("KILN_BENCH_CPU_TIME") != nullptr;
   engine::wait_all();
   auto start = Clock::now();
+  double cpu_start = process_cpu_seconds();
   fn().wait_to_read();
-  return seconds_since(start);
+  return cpu_time ? process_cpu_seconds() - cpu_start : seconds_since(start);
 }
 
 // Best seconds per mode, modes alternating round by round after a warm-up round.

@@ -17,6 +17,8 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <cstdio>
+#include <ctime>
 #include <string>
 #include <vector>
 
@@ -112,11 +114,12 @@ struct Transforms<4> {
   static void weight(const float* g, ptrdiff_t is, float* u, ptrdiff_t os) {
     for (int l = 0; l < kLanes; ++l) {
       float g0 = g[l], g1 = g[is + l], g2 = g[2 * is + l];
+      constexpr float k6 = 1.0f / 6, k12 = 1.0f / 12, k24 = 1.0f / 24;
       u[l] = 0.25f * g0;
-      u[os + l] = -(g0 + g1 + g2) / 6.0f;
-      u[2 * os + l] = -(g0 - g1 + g2) / 6.0f;
-      u[3 * os + l] = g0 / 24.0f + g1 / 12.0f + g2 / 6.0f;
-      u[4 * os + l] = g0 / 24.0f - g1 / 12.0f + g2 / 6.0f;
+      u[os + l] = -k6 * (g0 + g1 + g2);
+      u[2 * os + l] = -k6 * (g0 - g1 + g2);
+      u[3 * os + l] = k24 * g0 + k12 * g1 + k6 * g2;
+      u[4 * os + l] = k24 * g0 - k12 * g1 + k6 * g2;
       u[5 * os + l] = g2;
     }
   }
@@ -125,22 +128,22 @@ struct Transforms<4> {
 // ---- 2-D transforms on tiles of kLanes-wide vectors
 
 // d: A x A vectors, rows `row_stride` floats apart, columns kLanes apart ->
-// v [A][A][kLanes] = Bᵀ d B.
+// Bᵀ d B, whose vector (i, j) goes to v + (i * A + j) * v_stride.
 template <int M>
-void input_tile(const float* d, ptrdiff_t row_stride, float* v) {
+void input_tile(const float* d, ptrdiff_t row_stride, float* v, ptrdiff_t v_stride) {
   constexpr int A = M + 2;
   float t[A * A * kLanes];
   for (int x = 0; x < A; ++x) Transforms<M>::input(d + x * kLanes, row_stride, t + x * kLanes, A * kLanes);
-  for (int i = 0; i < A; ++i) Transforms<M>::input(t + i * A * kLanes, kLanes, v + i * A * kLanes, kLanes);
+  for (int i = 0; i < A; ++i) Transforms<M>::input(t + i * A * kLanes, kLanes, v + i * A * v_stride, v_stride);
 }
 
-// z [A][A][kLanes] -> y: M x M vectors Aᵀ z A, rows `row_stride` floats
-// apart, columns kLanes apart.
+// z: A x A vectors, (i, j) at z + (i * A + j) * z_stride -> y: M x M vectors
+// Aᵀ z A, rows `row_stride` floats apart, columns kLanes apart.
 template <int M>
-void output_tile(const float* z, float* y, ptrdiff_t row_stride) {
+void output_tile(const float* z, ptrdiff_t z_stride, float* y, ptrdiff_t row_stride) {
   constexpr int A = M + 2;
   float s[M * A * kLanes];
-  for (int j = 0; j < A; ++j) Transforms<M>::output(z + j * kLanes, A * kLanes, s + j * kLanes, A * kLanes);
+  for (int j = 0; j < A; ++j) Transforms<M>::output(z + j * z_stride, A * z_stride, s + j * kLanes, A * kLanes);
   for (int r = 0; r < M; ++r) Transforms<M>::output(s + r * A * kLanes, kLanes, y + r * row_stride, kLanes);
 }
 
@@ -291,34 +294,41 @@ void transform_input(const WinogradConv& s, const Geometry<M>& g, int threads, c
   const int64_t P = count * g.tiles, cols = g.tiles_w * M + 2;
   // Input columns [0, x_end) land in buffer columns [pad_left, pad_left + x_end).
   const int64_t x_end = std::max<int64_t>(0, std::min(W, cols - s.pad_left));
+  const int64_t blocks = (C + kLanes - 1) / kLanes, block_floats = A * cols * kLanes;
+  // Per unit (image, tile row): all channels' rows in buf [block][A][cols][kLanes],
+  // then tile by tile all channels, so that each row of V is written whole.
   parallel_for(
       threads, count * g.tiles_h,
       [&](int64_t u0, int64_t u1) {
-        float* buf = thread_buffer(static_cast<size_t>(A * cols * kLanes));
+        float* buf = thread_buffer(static_cast<size_t>(blocks * block_floats));
         float tile[A2 * kLanes];
         for (int64_t unit = u0; unit < u1; ++unit) {
           const int64_t n = n0 + unit / g.tiles_h, ty = unit % g.tiles_h;
-          for (int64_t c0 = 0; c0 < C; c0 += kLanes) {
-            const int64_t nc = std::min<int64_t>(kLanes, C - c0);
-            std::fill(buf, buf + A * cols * kLanes, 0.0f);
+          std::fill(buf, buf + blocks * block_floats, 0.0f);
+          for (int64_t b = 0; b < blocks; ++b) {
+            const int64_t c0 = b * kLanes, nc = std::min<int64_t>(kLanes, C - c0);
             for (int r = 0; r < A; ++r) {
               const int64_t y = ty * M - s.pad_top + r;
               if (y < 0 || y >= H) continue;
               const float* src = x + (n * C + c0) * plane + y * W;
-              float* row = buf + (r * cols + s.pad_left) * kLanes;
+              float* row = buf + b * block_floats + (r * cols + s.pad_left) * kLanes;
               int64_t xi = 0;
               if (nc == kLanes)
                 for (; xi + 8 <= x_end; xi += 8) transpose8(src + xi, plane, row + xi * kLanes, kLanes);
               for (; xi < x_end; ++xi)
                 for (int64_t l = 0; l < nc; ++l) row[xi * kLanes + l] = src[l * plane + xi];
             }
-            for (int64_t tx = 0; tx < g.tiles_w; ++tx) {
-              input_tile<M>(buf + tx * M * kLanes, cols * kLanes, tile);
-              const int64_t p = (n - n0) * g.tiles + ty * g.tiles_w + tx;
+          }
+          for (int64_t tx = 0; tx < g.tiles_w; ++tx) {
+            const int64_t p = (n - n0) * g.tiles + ty * g.tiles_w + tx;
+            for (int64_t b = 0; b < blocks; ++b) {
+              const int64_t c0 = b * kLanes, nc = std::min<int64_t>(kLanes, C - c0);
+              const float* d = buf + b * block_floats + tx * M * kLanes;
               float* dst = v + p * C + c0;
               if (nc == kLanes) {
-                for (int xi = 0; xi < A2; ++xi) std::memcpy(dst + xi * P * C, tile + xi * kLanes, kLanes * sizeof(float));
+                input_tile<M>(d, cols * kLanes, dst, P * C);
               } else {
+                input_tile<M>(d, cols * kLanes, tile, kLanes);
                 for (int xi = 0; xi < A2; ++xi) std::memcpy(dst + xi * P * C, tile + xi * kLanes, nc * sizeof(float));
               }
             }
@@ -335,26 +345,37 @@ void transform_output(const WinogradConv& s, const Geometry<M>& g, int threads, 
   constexpr int A = M + 2, A2 = A * A;
   const int64_t K = s.out_channels, OH = s.out_height, OW = s.out_width, plane = OH * OW;
   const int64_t P = count * g.tiles, cols = g.tiles_w * M;
+  const int64_t blocks = (K + kLanes - 1) / kLanes, block_floats = M * cols * kLanes;
+  // Per unit (image, tile row): tile by tile all output channels into buf
+  // [block][M][cols][kLanes] (reading each row of Z whole), then the rows out.
   parallel_for(
       threads, count * g.tiles_h,
       [&](int64_t u0, int64_t u1) {
-        float* buf = thread_buffer(static_cast<size_t>(M * cols * kLanes));
+        float* buf = thread_buffer(static_cast<size_t>(blocks * block_floats));
         float tile[A2 * kLanes] = {};
         float block[8 * 8];
         for (int64_t unit = u0; unit < u1; ++unit) {
           const int64_t n = n0 + unit / g.tiles_h, ty = unit % g.tiles_h;
-          for (int64_t k0 = 0; k0 < K; k0 += kLanes) {
-            const int64_t nk = std::min<int64_t>(kLanes, K - k0);
-            for (int64_t tx = 0; tx < g.tiles_w; ++tx) {
-              const int64_t p = (n - n0) * g.tiles + ty * g.tiles_w + tx;
+          for (int64_t tx = 0; tx < g.tiles_w; ++tx) {
+            const int64_t p = (n - n0) * g.tiles + ty * g.tiles_w + tx;
+            for (int64_t b = 0; b < blocks; ++b) {
+              const int64_t k0 = b * kLanes, nk = std::min<int64_t>(kLanes, K - k0);
               const float* src = z + p * K + k0;
-              for (int xi = 0; xi < A2; ++xi) std::memcpy(tile + xi * kLanes, src + xi * P * K, nk * sizeof(float));
-              output_tile<M>(tile, buf + tx * M * kLanes, cols * kLanes);
+              float* out = buf + b * block_floats + tx * M * kLanes;
+              if (nk == kLanes) {
+                output_tile<M>(src, P * K, out, cols * kLanes);
+              } else {
+                for (int xi = 0; xi < A2; ++xi) std::memcpy(tile + xi * kLanes, src + xi * P * K, nk * sizeof(float));
+                output_tile<M>(tile, kLanes, out, cols * kLanes);
+              }
             }
+          }
+          for (int64_t b = 0; b < blocks; ++b) {
+            const int64_t k0 = b * kLanes, nk = std::min<int64_t>(kLanes, K - k0);
             for (int r = 0; r < M; ++r) {
               const int64_t oy = ty * M + r;
               if (oy >= OH) break;
-              const float* row = buf + r * cols * kLanes;
+              const float* row = buf + b * block_floats + r * cols * kLanes;
               const int64_t base = (n * K + k0) * plane + oy * OW;
               int64_t ox = 0;
               if (nk == kLanes) {
@@ -388,8 +409,11 @@ void winograd_conv_tiled(const engine::RunContext& run, const WinogradConv& s, c
   // The work of the direct convolution decides the threads, as for oneDNN's.
   dn::Call call(run, N * K * s.out_height * s.out_width * C * 9);
   const int threads = call.threads();
+  // Every chunk's matmul reads all of U: chunks at least as large as U keep
+  // those reads below the traffic of V and Z (512 channels: U is 36 MiB).
   const int64_t per_image = A2 * g.tiles * (C + K) * static_cast<int64_t>(sizeof(float));
-  int64_t chunk = std::clamp<int64_t>(kChunkBytes / std::max<int64_t>(per_image, 1), 1, N);
+  const int64_t budget = std::max<int64_t>(kChunkBytes, A2 * C * K * static_cast<int64_t>(sizeof(float)));
+  int64_t chunk = std::clamp<int64_t>(budget / std::max<int64_t>(per_image, 1), 1, N);
   const int64_t chunks = (N + chunk - 1) / chunk;
   chunk = (N + chunks - 1) / chunks;  // even chunks: one matmul plan for all but maybe the last
 
@@ -397,18 +421,27 @@ void winograd_conv_tiled(const engine::RunContext& run, const WinogradConv& s, c
   float* u = scratch.floats(A2 * C * K);
   float* v = scratch.floats(A2 * chunk * g.tiles * C);
   float* z = scratch.floats(A2 * chunk * g.tiles * K);
+  static const bool prof = std::getenv("KILN_WINOGRAD_PROFILE") != nullptr;
+  auto now = [] { timespec t{}; clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t); return t.tv_sec + 1e-9 * t.tv_nsec; };
+  double t0 = now(), tw = 0, ti = 0, tm = 0, to = 0;
   transform_weights<M>(s, threads, w, u);
+  tw = now() - t0;
   for (int64_t n0 = 0; n0 < N; n0 += chunk) {
     const int64_t count = std::min(chunk, N - n0), P = count * g.tiles;
+    t0 = now();
     transform_input<M>(s, g, threads, x, n0, count, v);
+    ti += now() - t0; t0 = now();
     auto plan = matmul_plan(A2, P, C, K, threads);
     call.run(plan->prim, plan->scratchpad,
              {{DNNL_ARG_SRC, call.wrap(plan->src, v)},
               {DNNL_ARG_WEIGHTS, call.wrap(plan->weights, u)},
               {DNNL_ARG_DST, call.wrap(plan->dst, z)}});
     call.finish();
+    tm += now() - t0; t0 = now();
     transform_output<M>(s, g, threads, z, bias, sum, relu, n0, count, y);
+    to += now() - t0;
   }
+  if (prof) fprintf(stderr, "winograd F%d C%ld K%ld %ldx%ld chunk %ld: weights %.1f input %.1f matmul %.1f output %.1f ms\n", M, C, K, s.out_height, s.out_width, chunk, tw*1e3, ti*1e3, tm*1e3, to*1e3);
 }
 
 int initial_mode() {
