@@ -7,7 +7,9 @@
 #include "ir/error.h"
 #include "passes/memory_plan.h"
 #include "passes/op_effects.h"
+#include "runtime/engine_impl.h"
 #include "runtime/kernel.h"
+#include "runtime/profiler.h"
 
 namespace kiln {
 
@@ -270,7 +272,10 @@ std::vector<NDArray> GraphExecutor::run(std::span<const NDArray> inputs, bool is
         // something to construct 32 of per step).
         std::vector<TensorView> buffer(program->max_views);
         TensorView* views = buffer.data();
+        // With the profiler on, one event per node inside the CachedOp's.
+        const bool profile = profiler::enabled();
         for (const Program::Step& step : program->steps) {
+          const int64_t start_ns = profile ? profiler::now_ns() : 0;
           size_t k = 0;
           for (const auto* refs : {&step.in, &step.out}) {
             for (const Program::Ref& r : *refs) {
@@ -283,6 +288,13 @@ std::vector<NDArray> GraphExecutor::run(std::span<const NDArray> inputs, bool is
           KernelContext ctx{rc, step.fresh >= 0 ? fresh_attrs[static_cast<size_t>(step.fresh)] : step.attrs,
                             is_train};
           step.fn(ctx, {views, step.in.size()}, {views + step.in.size(), step.out.size()});
+          if (profile) {
+            profiler::record({.name = fmt::format("CachedOp/{}", op_def(step.op).name),
+                              .device = program->device,
+                              .thread = engine::detail::current_thread_id(),
+                              .start_ns = start_ns,
+                              .end_ns = profiler::now_ns()});
+          }
         }
       },
       reads, writes, {.device = p.device, .lane = engine::Lane::kCompute, .name = "CachedOp", .bytes = new_bytes});

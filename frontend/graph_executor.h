@@ -15,6 +15,10 @@
 // Calls on one executor are ordered by the arena's engine variable: they may
 // come from several threads and overlap freely with other work.
 //
+// With the profiler on (runtime/profiler.h, KILN_PROFILE=trace.json), every
+// node's kernel is an event of its own, "CachedOp/<op>", inside the
+// CachedOp's event.
+//
 // The executor does not record autograd (TrainProgram puts it on the tape).
 // Dropout draws a new mask per call, and _random_uniform/_random_normal new
 // values, at the call, from the device's streams (as nd::dropout and
