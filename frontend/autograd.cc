@@ -1,5 +1,6 @@
 #include "frontend/autograd.h"
 
+#include <algorithm>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -148,9 +149,12 @@ std::vector<Node*> topological_order(std::span<const NDArray> heads) {
 
 // A custom node's backward (see Node::custom_backward), accumulating into
 // the input edges' slots.
+// `reaching`: how many edges (and heads) lead to each leaf output, when
+// gradients may be written straight into leaf gradient buffers; null otherwise.
 template <typename Slot>
 void run_custom_backward(Node& node, std::vector<NDArray>& out_grads, Device device, bool retain_graph,
-                         bool create_graph, Slot& slot) {
+                         bool create_graph, Slot& slot,
+                         const std::unordered_map<Node*, std::vector<int>>* reaching) {
   KILN_CHECK(!create_graph, NotSupported,
              "grad(create_graph=true) through a hybridized block is not supported yet; call hybridize(false) on it "
              "for higher-order gradients");
@@ -163,7 +167,16 @@ void run_custom_backward(Node& node, std::vector<NDArray>& out_grads, Device dev
                   ? nd::zeros(node.output_types[k].shape, {node.output_types[k].dtype, device})
                   : out_grads[k];
   }
-  std::vector<NDArray> in_grads = node.custom_backward(full);
+  std::vector<NDArray> into(node.inputs.size());
+  if (reaching != nullptr) {
+    for (size_t k = 0; k < node.inputs.size(); ++k) {
+      const Edge& e = node.inputs[k];
+      if (!e.node || !e.node->is_leaf() || e.node->req != GradReq::kWrite || e.node->grad.is_none()) continue;
+      auto it = reaching->find(e.node.get());
+      if (it != reaching->end() && it->second[static_cast<size_t>(e.index)] == 1) into[k] = e.node->grad;
+    }
+  }
+  std::vector<NDArray> in_grads = node.custom_backward(full, CustomBackwardArgs{into, retain_graph});
   KILN_ASSERT(in_grads.size() == node.inputs.size());
   for (size_t k = 0; k < node.inputs.size(); ++k) {
     const Edge& e = node.inputs[k];
@@ -182,7 +195,8 @@ std::unordered_map<Node*, std::vector<NDArray>> run_backward(std::span<const NDA
                                                              std::span<const NDArray> head_grads,
                                                              bool retain_graph, bool create_graph,
                                                              bool train_mode,
-                                                             const std::unordered_set<Node*>& keep = {}) {
+                                                             const std::unordered_set<Node*>& keep = {},
+                                                             bool into_leaf_grads = false) {
   KILN_CHECK(head_grads.empty() || head_grads.size() == heads.size(), ValueError,
              "backward: {} head gradients for {} heads", head_grads.size(), heads.size());
   std::unordered_map<Node*, std::vector<NDArray>> grads;
@@ -215,6 +229,22 @@ std::unordered_map<Node*, std::vector<NDArray>> run_backward(std::span<const NDA
   }
 
   std::vector<Node*> order = topological_order(heads);
+  // Edges and heads reaching each leaf output: a custom node may write the
+  // gradient of a write-mode leaf that only it reaches into its buffer.
+  std::unordered_map<Node*, std::vector<int>> reaching;
+  if (into_leaf_grads) {
+    auto count = [&](Node* leaf, int index) {
+      auto& c = reaching[leaf];
+      if (c.empty()) c.resize(std::max<size_t>(leaf->output_types.size(), 1));
+      if (static_cast<size_t>(index) >= c.size()) c.resize(static_cast<size_t>(index) + 1);
+      ++c[static_cast<size_t>(index)];
+    };
+    for (const NDArray& h : heads)
+      if (h.ag_node() && h.ag_node()->is_leaf()) count(h.ag_node().get(), h.ag_index());
+    for (Node* node : order)
+      for (const Edge& e : node->inputs)
+        if (e.node && e.node->is_leaf()) count(e.node.get(), e.index);
+  }
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
     Node* node = *it;
     if (node->is_leaf()) continue;
@@ -226,7 +256,8 @@ std::unordered_map<Node*, std::vector<NDArray>> run_backward(std::span<const NDA
                node->name());
     std::vector<NDArray>& out_grads = found->second;
     if (node->custom) {
-      run_custom_backward(*node, out_grads, heads[0].device(), retain_graph, create_graph, slot);
+      run_custom_backward(*node, out_grads, heads[0].device(), retain_graph, create_graph, slot,
+                          into_leaf_grads ? &reaching : nullptr);
       if (!keep.contains(node)) grads.erase(node);
       continue;
     }
@@ -283,11 +314,12 @@ std::unordered_map<Node*, std::vector<NDArray>> run_backward(std::span<const NDA
 }  // namespace detail
 
 void backward(std::span<const NDArray> heads, std::span<const NDArray> head_grads, const BackwardOptions& options) {
-  auto grads = detail::run_backward(heads, head_grads, options.retain_graph, false, options.train_mode);
+  auto grads = detail::run_backward(heads, head_grads, options.retain_graph, false, options.train_mode, {}, true);
   Pause pause;
   for (auto& [node, g] : grads) {
     if (!node->is_leaf() || node->req == GradReq::kNull || g[0].is_none()) continue;
     node->fresh_grad = true;
+    if (g[0].var() == node->grad.var()) continue;  // written there by a custom node
     if (node->req == GradReq::kAdd) {
       node->grad += g[0];
     } else {

@@ -17,6 +17,19 @@ struct Edge {
   int index = 0;               // which output of `node`
 };
 
+// What backward tells a custom node (Node::custom_backward) besides its
+// output gradients.
+struct CustomBackwardArgs {
+  // Per input edge, none or the leaf's gradient buffer: the node may write
+  // that input's gradient straight into it and return the buffer (the leaf
+  // has grad_req write and this edge is the only gradient reaching it, so
+  // backward would copy the gradient there anyway).
+  std::span<const NDArray> into;
+  // The node's backward may run again (retain_graph): what it saved must
+  // stay intact.
+  bool retain_graph = false;
+};
+
 // One recorded op, or a leaf (def == nullptr) holding a gradient buffer.
 struct Node : std::enable_shared_from_this<Node> {
   const OpDef* def = nullptr;
@@ -36,7 +49,8 @@ struct Node : std::enable_shared_from_this<Node> {
   // CachedOp): given one gradient per output (zeros where none arrived),
   // returns one gradient per input edge (none where not needed).
   bool custom = false;
-  std::function<std::vector<NDArray>(std::span<const NDArray> out_grads)> custom_backward;
+  std::function<std::vector<NDArray>(std::span<const NDArray> out_grads, const CustomBackwardArgs& args)>
+      custom_backward;
 
   // Leaves only.
   NDArray grad;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 
 #include "frontend/autograd.h"
 #include "frontend/autograd_tape.h"
@@ -71,53 +72,82 @@ std::shared_ptr<const TrainProgram> TrainProgram::compile(const trace::TracedGra
     static std::atomic<int> next{0};
     ctx.options.dump_dir += fmt::format("/training-backward-{}", next.fetch_add(1));
   }
-  // Fusion after the split, in the forward part only: the values saved for
-  // backward are forward outputs, so they stay materialized. Not in the
-  // backward part: a fused node cannot yet write over its inputs, and there
-  // the in-place gradient kernels keep the arena small (fused, ResNet-18's
-  // backward arena grew from 196 to 294 MiB).
-  ir::Graph backward = passes::run_pipeline(split.backward, "eliminate-common-expr,eliminate-dead-code", ctx);
-  ir::Graph forward = passes::fuse_elementwise_enabled() ? passes::run_pipeline(split.forward, "fuse-elementwise", ctx)
-                                                         : std::move(split.forward);
+  // Fusion after the split: the values saved for backward are forward
+  // outputs, so they stay materialized. A fused node may write an output over
+  // a full input it reads for the last time (passes::inplace_pairs), like the
+  // in-place gradient kernels it replaces.
+  const bool fuse = passes::fuse_elementwise_enabled();
+  const bool fuse_backward = fuse && std::getenv("KILN_FUSE_BACKWARD") == nullptr;  // TEMP measurement switch
+  ir::Graph backward = passes::run_pipeline(
+      split.backward,
+      fuse_backward ? "eliminate-common-expr,eliminate-dead-code,fuse-elementwise" : "eliminate-common-expr,eliminate-dead-code",
+      ctx);
+  ir::Graph forward = fuse ? passes::run_pipeline(split.forward, "fuse-elementwise", ctx) : std::move(split.forward);
 
+  // The block: every saved value an op of the forward part writes, that no
+  // other forward output names and that backward does not return as is.
   int64_t saved_bytes = 0;
-  for (size_t i = program->num_outputs_; i < forward.outputs().size(); ++i) {
-    const TensorType t = forward.type(forward.outputs()[i]);
+  GraphExecutor::BlockLayout forward_layout;
+  forward_layout.outputs.assign(forward.outputs().size(), -1);
+  std::vector<int64_t> saved_at(split.saved.size(), -1);
+  for (size_t k = 0; k < split.saved.size(); ++k) {
+    const ir::Entry e = forward.outputs()[program->num_outputs_ + k];
+    const TensorType t = forward.type(e);
     saved_bytes += t.shape.size() * static_cast<int64_t>(dtype_size(t.dtype));
+    auto backward_node = backward.find(split.saved[k]);
+    bool eligible = forward.node(e.node).is_op() && backward_node.has_value() &&
+                    std::count(forward.outputs().begin(), forward.outputs().end(), e) == 1 &&
+                    std::none_of(backward.outputs().begin(), backward.outputs().end(),
+                                 [&](const ir::Entry& o) { return o.node == *backward_node; });
+    if (!eligible) continue;
+    saved_at[k] = forward_layout.bytes;
+    forward_layout.outputs[program->num_outputs_ + k] = forward_layout.bytes;
+    forward_layout.bytes += passes::aligned_bytes(t);
   }
 
   std::vector<std::string> forward_inputs;
   for (ir::NodeId id : traced.inputs) forward_inputs.push_back(fwd.node(id).name);
-  program->forward_ = std::make_unique<GraphExecutor>(bind_leaves(std::move(forward), traced, forward_inputs));
+  program->forward_ =
+      std::make_unique<GraphExecutor>(bind_leaves(std::move(forward), traced, forward_inputs), forward_layout);
 
   std::vector<std::string> backward_order;
+  GraphExecutor::BlockLayout backward_layout;
+  backward_layout.bytes = forward_layout.bytes;
   for (size_t k = 0; k < split.saved.size(); ++k) {
     backward_order.push_back(split.saved[k]);
+    backward_layout.inputs.push_back(saved_at[k]);
     program->backward_inputs_.push_back({Source::kSaved, k});
   }
   for (size_t k = 0; k < heads.size(); ++k) {
     if (!backward.find(heads[k])) continue;  // a head gradient nothing reads
     backward_order.push_back(heads[k]);
+    backward_layout.inputs.push_back(-1);
     program->backward_inputs_.push_back({Source::kHeadGrad, k});
   }
   for (size_t k = 0; k < forward_inputs.size(); ++k) {
     auto id = backward.find(forward_inputs[k]);
     if (!id || backward.node(*id).kind != ir::NodeKind::kInput) continue;
     backward_order.push_back(forward_inputs[k]);
+    backward_layout.inputs.push_back(-1);
     program->backward_inputs_.push_back({Source::kInput, k});
   }
-  program->backward_ = std::make_unique<GraphExecutor>(bind_leaves(std::move(backward), traced, backward_order));
+  program->num_backward_outputs_ = backward.outputs().size();
+  program->backward_ =
+      std::make_unique<GraphExecutor>(bind_leaves(std::move(backward), traced, backward_order), backward_layout);
   GraphExecutor::share_arena(*program->forward_, *program->backward_);
   Memory& m = program->memory_;
   m.forward_arena = program->forward_->arena_bytes();
   m.backward_arena = program->backward_->arena_bytes();
   m.num_saved = static_cast<int64_t>(split.saved.size());
   m.saved = saved_bytes;
+  m.block = forward_layout.bytes;
   return program;
 }
 
 std::vector<NDArray> TrainProgram::call(std::span<const NDArray> inputs, bool is_train) const {
-  std::vector<NDArray> all = forward_->run(inputs, is_train);
+  NDArray block;
+  if (memory_.block > 0) block = NDArray::empty(Shape{memory_.block}, {DType::kUint8, device_});
+  std::vector<NDArray> all = forward_->run(inputs, is_train, {.block = block});
   std::vector<NDArray> outputs(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(num_outputs_));
   std::vector<NDArray> saved(all.begin() + static_cast<std::ptrdiff_t>(num_outputs_), all.end());
 
@@ -138,8 +168,9 @@ std::vector<NDArray> TrainProgram::call(std::span<const NDArray> inputs, bool is
   std::vector<NDArray> kept_inputs(inputs.begin(), inputs.end());
   // The closure holds the program: backward may run after the CachedOp dropped it.
   std::shared_ptr<const TrainProgram> self = shared_from_this();
-  node->custom_backward = [self, saved = std::move(saved), kept_inputs = std::move(kept_inputs),
-                           is_train](std::span<const NDArray> out_grads) {
+  node->custom_backward = [self, saved = std::move(saved), kept_inputs = std::move(kept_inputs), block,
+                           is_train](std::span<const NDArray> out_grads,
+                                     const autograd::detail::CustomBackwardArgs& args) {
     const TrainProgram& p = *self;
     std::vector<NDArray> bin;
     bin.reserve(p.backward_inputs_.size());
@@ -150,7 +181,15 @@ std::vector<NDArray> TrainProgram::call(std::span<const NDArray> inputs, bool is
         case Source::kInput: bin.push_back(kept_inputs[b.index]); break;
       }
     }
-    std::vector<NDArray> grads = p.backward_->run(bin, is_train);
+    // Gradient buffers to write into, per backward output.
+    std::vector<NDArray> into(p.num_backward_outputs_);
+    for (size_t k = 0; k < args.into.size(); ++k) {
+      int g = k < p.input_grad_.size() ? p.input_grad_[k] : p.param_grads_[k - p.input_grad_.size()].second;
+      if (g >= 0 && !args.into[k].is_none()) into[static_cast<size_t>(g)] = args.into[k];
+    }
+    // The run consumes the block: a backward that may run again gets a copy.
+    NDArray b = args.retain_graph && !block.is_none() ? block.copy() : block;
+    std::vector<NDArray> grads = p.backward_->run(bin, is_train, {.block = b, .outputs_into = into});
     std::vector<NDArray> per_edge;
     for (int g : p.input_grad_) per_edge.push_back(g >= 0 ? grads[static_cast<size_t>(g)] : NDArray());
     for (const auto& [_, g] : p.param_grads_) per_edge.push_back(grads[static_cast<size_t>(g)]);
@@ -163,10 +202,12 @@ std::vector<NDArray> TrainProgram::call(std::span<const NDArray> inputs, bool is
 
 std::string TrainProgram::Memory::to_string() const {
   constexpr double kMiB = 1024.0 * 1024.0;
-  return fmt::format("forward arena {:.1f} MiB, backward arena {:.1f} MiB (shared: {:.1f} MiB), {} saved values {:.1f} MiB",
-                     static_cast<double>(forward_arena) / kMiB, static_cast<double>(backward_arena) / kMiB,
-                     static_cast<double>(std::max(forward_arena, backward_arena)) / kMiB, num_saved,
-                     static_cast<double>(saved) / kMiB);
+  return fmt::format(
+      "forward arena {:.1f} MiB, backward arena {:.1f} MiB beyond the block (shared: {:.1f} MiB), {} saved values "
+      "{:.1f} MiB ({:.1f} MiB in the per-call block backward reuses)",
+      static_cast<double>(forward_arena) / kMiB, static_cast<double>(backward_arena) / kMiB,
+      static_cast<double>(std::max(forward_arena, backward_arena)) / kMiB, num_saved, static_cast<double>(saved) / kMiB,
+      static_cast<double>(block) / kMiB);
 }
 
 }  // namespace kiln

@@ -14,6 +14,14 @@
 // returns the forward outputs; autograd::backward later runs the backward
 // part with the head gradients and routes the gradients to the inputs and
 // to the parameters' gradient buffers (write/add as their grad_req says).
+//
+// Memory: the saved values of a call lie in one block (a uint8 array per
+// call) that the backward part's memory plan treats as part of its arena:
+// a saved value's storage is reused by backward's intermediates once its
+// last reader ran, so backward needs little beyond the block (a backward
+// that may run again, retain_graph, runs on a copy of the block). Gradients
+// of parameters with grad_req write that nothing else reaches are written
+// straight into their gradient buffers (autograd::detail::CustomBackwardArgs).
 #pragma once
 
 #include <memory>
@@ -43,6 +51,7 @@ class TrainProgram : public std::enable_shared_from_this<TrainProgram> {
     int64_t forward_arena = 0, backward_arena = 0;
     int64_t saved = 0;
     int64_t num_saved = 0;
+    int64_t block = 0;  // the part of `saved` in the per-call block
     std::string to_string() const;  // one line, MiB
   };
   const Memory& memory() const { return memory_; }
@@ -59,6 +68,7 @@ class TrainProgram : public std::enable_shared_from_this<TrainProgram> {
   size_t num_outputs_ = 0;
   std::vector<TensorType> output_types_;
   std::unique_ptr<GraphExecutor> forward_, backward_;
+  size_t num_backward_outputs_ = 0;
   std::vector<BackwardInput> backward_inputs_;
   std::vector<int> input_grad_;  // per call input: index among the backward outputs, or -1
   std::vector<std::pair<nn::Parameter, int>> param_grads_;  // parameter, index among the backward outputs

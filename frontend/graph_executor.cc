@@ -7,15 +7,19 @@
 #include "ir/error.h"
 #include "passes/memory_plan.h"
 #include "passes/op_effects.h"
+#include "runtime/engine_impl.h"
 #include "runtime/kernel.h"
+#include "runtime/profiler.h"
 
 namespace kiln {
 
 
 struct GraphExecutor::Program {
-  // Where a value lives: a bound array (ext >= 0) or the arena at `offset`.
+  // Where a value lives: a bound array (ext >= 0), or at `offset` in the
+  // arena (in_block false) or in the call's block (in_block true).
   struct Ref {
     int32_t ext = -1;
+    bool in_block = false;
     int64_t offset = 0;
     Shape shape;
     DType dtype = DType::kFloat32;
@@ -41,6 +45,8 @@ struct GraphExecutor::Program {
   std::vector<External> externals;
   std::vector<int32_t> output_ext;  // per graph output
   std::vector<TensorType> output_types;  // per kOutput external, by index
+  std::vector<int32_t> output_position;  // per kOutput external: the graph output, or -1 when several name it
+  int64_t block_bytes = 0;  // the call's block, when the layout uses one
   int64_t arena_bytes = 0, naive_bytes = 0;
   NDArray arena;
 };
@@ -54,11 +60,24 @@ bool GraphExecutor::supports(const ir::Graph& g) {
 }
 
 GraphExecutor::GraphExecutor(std::shared_ptr<const trace::TracedGraph> traced)
+    : GraphExecutor(std::move(traced), BlockLayout{}) {}
+
+GraphExecutor::GraphExecutor(std::shared_ptr<const trace::TracedGraph> traced, BlockLayout layout)
     : traced_(std::move(traced)), program_(std::make_shared<Program>()) {
   const ir::Graph& g = traced_->graph;
   Program& p = *program_;
   p.device = traced_->device;
   using Source = Program::Source;
+  KILN_CHECK(layout.outputs.empty() || layout.outputs.size() == g.outputs().size(), InternalError,
+             "GraphExecutor: block layout for {} outputs, the graph has {}", layout.outputs.size(), g.outputs().size());
+  KILN_CHECK(layout.inputs.empty() || layout.inputs.size() == traced_->inputs.size(), InternalError,
+             "GraphExecutor: block layout for {} inputs, the graph has {}", layout.inputs.size(),
+             traced_->inputs.size());
+  auto in_block = [&](const std::vector<int64_t>& at, size_t i) { return i < at.size() && at[i] >= 0; };
+  for (const auto* at : {&layout.outputs, &layout.inputs})
+    for (int64_t o : *at)
+      KILN_CHECK(o < 0 || (o % passes::MemoryPlan::kAlignment == 0 && o < layout.bytes), InternalError,
+                 "GraphExecutor: block offset {} is unaligned or outside the block's {} bytes", o, layout.bytes);
 
   // Per node, per output: its Ref.
   std::vector<std::vector<Program::Ref>> refs(g.size());
@@ -66,22 +85,54 @@ GraphExecutor::GraphExecutor(std::shared_ptr<const trace::TracedGraph> traced)
     p.externals.push_back({source, index});
     return static_cast<int32_t>(p.externals.size() - 1);
   };
-  for (size_t i = 0; i < traced_->inputs.size(); ++i)
-    refs[static_cast<size_t>(traced_->inputs[i])] = {{external(Source::kInput, static_cast<int32_t>(i))}};
+  passes::PlanOptions plan_options;
+  for (size_t i = 0; i < traced_->inputs.size(); ++i) {
+    const ir::NodeId id = traced_->inputs[i];
+    if (in_block(layout.inputs, i)) {
+      refs[static_cast<size_t>(id)] = {{.in_block = true, .offset = layout.inputs[i]}};
+      plan_options.placed_inputs.emplace_back(id, layout.inputs[i]);
+      plan_options.reserved_bytes = layout.bytes;
+    } else {
+      refs[static_cast<size_t>(id)] = {{external(Source::kInput, static_cast<int32_t>(i))}};
+    }
+  }
   for (size_t i = 0; i < traced_->params.size(); ++i)
     refs[static_cast<size_t>(traced_->params[i].first)] = {{external(Source::kParam, static_cast<int32_t>(i))}};
   for (size_t i = 0; i < traced_->consts.size(); ++i)
     refs[static_cast<size_t>(traced_->consts[i].first)] = {{external(Source::kConst, static_cast<int32_t>(i))}};
 
-  // Graph outputs produced by ops get fresh arrays per call.
+  // Graph outputs produced by ops get fresh arrays per call, or their place
+  // in the block.
   std::map<std::pair<ir::NodeId, int32_t>, int32_t> output_of;
-  for (const ir::Entry& e : g.outputs()) {
-    if (!g.node(e.node).is_op() || output_of.contains({e.node, e.index})) continue;
+  std::map<std::pair<ir::NodeId, int32_t>, int64_t> block_output_at;
+  for (size_t i = 0; i < g.outputs().size(); ++i) {
+    const ir::Entry e = g.outputs()[i];
+    const bool to_block = in_block(layout.outputs, i);
+    const bool named = output_of.contains({e.node, e.index}) || block_output_at.contains({e.node, e.index});
+    KILN_CHECK(!to_block || (g.node(e.node).is_op() && !named), InternalError,
+               "GraphExecutor: output {} ('{}') goes to the block but is not an op's output or is named twice", i,
+               g.node(e.node).name);
+    if (to_block) {
+      block_output_at[{e.node, e.index}] = layout.outputs[i];
+      continue;
+    }
+    if (!g.node(e.node).is_op()) continue;
+    if (auto it = output_of.find({e.node, e.index}); it != output_of.end()) {
+      KILN_CHECK(!block_output_at.contains({e.node, e.index}), InternalError,
+                 "GraphExecutor: output {} ('{}') goes to the block and to a fresh array", i, g.node(e.node).name);
+      p.output_position[static_cast<size_t>(p.externals[static_cast<size_t>(it->second)].index)] = -1;
+      continue;
+    }
+    KILN_CHECK(!block_output_at.contains({e.node, e.index}), InternalError,
+               "GraphExecutor: output {} ('{}') goes to the block and to a fresh array", i, g.node(e.node).name);
     output_of[{e.node, e.index}] = external(Source::kOutput, static_cast<int32_t>(p.output_types.size()));
     p.output_types.push_back(g.type(e));
+    p.output_position.push_back(static_cast<int32_t>(i));
   }
+  if (!block_output_at.empty() || plan_options.reserved_bytes > 0) p.block_bytes = layout.bytes;
 
-  const passes::MemoryPlan plan = passes::make_memory_plan(g);
+  const passes::MemoryPlan plan = passes::make_memory_plan(g, plan_options);
+  const int64_t reserved = plan_options.reserved_bytes;
   for (size_t id = 0; id < g.size(); ++id) {
     const ir::Node& n = g.nodes()[id];
     auto& r = refs[id];
@@ -101,6 +152,7 @@ GraphExecutor::GraphExecutor(std::shared_ptr<const trace::TracedGraph> traced)
     for (const ir::Entry& e : n.inputs) step.in.push_back(refs[static_cast<size_t>(e.node)][static_cast<size_t>(e.index)]);
     for (int m : def.mutate_inputs) {
       const Program::Ref& in = step.in[static_cast<size_t>(m)];
+      if (in.ext < 0 && in.in_block) continue;  // the call's block: written by the run anyway
       KILN_CHECK(in.ext >= 0, NotSupported, "hybridize: node '{}' ({}) mutates input {}, which is not a graph input",
                  n.name, def.name, m);
       p.externals[static_cast<size_t>(in.ext)].mutated = true;
@@ -110,9 +162,15 @@ GraphExecutor::GraphExecutor(std::shared_ptr<const trace::TracedGraph> traced)
       Program::Ref& out = r[static_cast<size_t>(i)];
       if (auto it = output_of.find({static_cast<ir::NodeId>(id), i}); it != output_of.end()) {
         out.ext = it->second;
+      } else if (auto at = block_output_at.find({static_cast<ir::NodeId>(id), i}); at != block_output_at.end()) {
+        out.in_block = true;
+        out.offset = at->second;
       } else {
+        // The plan's arena: the block's region [0, reserved), then the arena.
         out.offset = plan.offset[id][static_cast<size_t>(i)];
         KILN_ASSERT(out.offset >= 0);
+        out.in_block = out.offset < reserved;
+        if (!out.in_block) out.offset -= reserved;
       }
       step.out.push_back(out);
     }
@@ -120,7 +178,7 @@ GraphExecutor::GraphExecutor(std::shared_ptr<const trace::TracedGraph> traced)
     p.steps.push_back(std::move(step));
   }
   for (const ir::Entry& e : g.outputs()) p.output_ext.push_back(refs[static_cast<size_t>(e.node)][static_cast<size_t>(e.index)].ext);
-  p.arena_bytes = plan.arena_bytes;
+  p.arena_bytes = plan.arena_bytes - reserved;
   p.naive_bytes = plan.naive_bytes;
   if (p.arena_bytes > 0) p.arena = NDArray::empty(Shape{p.arena_bytes}, {DType::kUint8, p.device});
 }
@@ -138,7 +196,7 @@ void GraphExecutor::share_arena(GraphExecutor& a, GraphExecutor& b) {
 int64_t GraphExecutor::arena_bytes() const { return program_->arena_bytes; }
 int64_t GraphExecutor::naive_bytes() const { return program_->naive_bytes; }
 
-std::vector<NDArray> GraphExecutor::run(std::span<const NDArray> inputs, bool is_train) {
+std::vector<NDArray> GraphExecutor::run(std::span<const NDArray> inputs, bool is_train, const RunArgs& args) {
   Program& p = *program_;
   const trace::TracedGraph& t = *traced_;
   using Source = Program::Source;
@@ -160,6 +218,16 @@ std::vector<NDArray> GraphExecutor::run(std::span<const NDArray> inputs, bool is
       case Source::kConst: a = t.consts[static_cast<size_t>(x.index)].second; break;
       case Source::kOutput: {
         const TensorType& type = p.output_types[static_cast<size_t>(x.index)];
+        const int32_t pos = p.output_position[static_cast<size_t>(x.index)];
+        if (pos >= 0 && static_cast<size_t>(pos) < args.outputs_into.size()) {
+          const NDArray& into = args.outputs_into[static_cast<size_t>(pos)];
+          if (!into.is_none() && into.shape() == type.shape && into.dtype() == type.dtype &&
+              into.device() == p.device) {
+            a = into;
+            outputs[static_cast<size_t>(x.index)] = a;
+            break;
+          }
+        }
         a = NDArray::empty(type.shape, {type.dtype, p.device});
         outputs[static_cast<size_t>(x.index)] = a;
         new_bytes += static_cast<int64_t>(a.nbytes());
@@ -169,6 +237,12 @@ std::vector<NDArray> GraphExecutor::run(std::span<const NDArray> inputs, bool is
     (x.source == Source::kOutput || x.mutated ? writes : reads).push_back(a.var());
   }
   if (!p.arena.is_none()) writes.push_back(p.arena.var());
+  if (p.block_bytes > 0) {
+    KILN_CHECK(!args.block.is_none() && static_cast<int64_t>(args.block.nbytes()) >= p.block_bytes &&
+                   args.block.device() == p.device,
+               InternalError, "compiled graph: needs a block of {} bytes on {}", p.block_bytes, p.device);
+    writes.push_back(args.block.var());
+  }
   // One variable may back several arrays (views, an input passed twice).
   auto dedupe = [](std::vector<engine::Var*>& v) {
     std::sort(v.begin(), v.end());
@@ -190,24 +264,37 @@ std::vector<NDArray> GraphExecutor::run(std::span<const NDArray> inputs, bool is
   }
 
   engine::get().push(
-      [program = program_, bound = std::move(bound), fresh_attrs = std::move(fresh_attrs),
+      [program = program_, bound = std::move(bound), fresh_attrs = std::move(fresh_attrs), block = args.block,
        is_train](engine::RunContext rc) {
         char* arena = program->arena.is_none() ? nullptr : static_cast<char*>(program->arena.data());
+        char* block_data = program->block_bytes == 0 ? nullptr : static_cast<char*>(block.data());
         // One buffer for every step's views (a TensorView holds a Shape: not
         // something to construct 32 of per step).
         std::vector<TensorView> buffer(program->max_views);
         TensorView* views = buffer.data();
+        // With the profiler on, one event per node inside the CachedOp's.
+        const bool profile = profiler::enabled();
         for (const Program::Step& step : program->steps) {
+          const int64_t start_ns = profile ? profiler::now_ns() : 0;
           size_t k = 0;
           for (const auto* refs : {&step.in, &step.out}) {
             for (const Program::Ref& r : *refs) {
-              void* data = r.ext >= 0 ? bound[static_cast<size_t>(r.ext)].data() : arena + r.offset;
+              void* data = r.ext >= 0     ? bound[static_cast<size_t>(r.ext)].data()
+                           : r.in_block ? block_data + r.offset
+                                        : arena + r.offset;
               views[k++] = TensorView{data, r.shape, r.dtype};
             }
           }
           KernelContext ctx{rc, step.fresh >= 0 ? fresh_attrs[static_cast<size_t>(step.fresh)] : step.attrs,
                             is_train};
           step.fn(ctx, {views, step.in.size()}, {views + step.in.size(), step.out.size()});
+          if (profile) {
+            profiler::record({.name = fmt::format("CachedOp/{}", op_def(step.op).name),
+                              .device = program->device,
+                              .thread = engine::detail::current_thread_id(),
+                              .start_ns = start_ns,
+                              .end_ns = profiler::now_ns()});
+          }
         }
       },
       reads, writes, {.device = p.device, .lane = engine::Lane::kCompute, .name = "CachedOp", .bytes = new_bytes});
@@ -215,6 +302,10 @@ std::vector<NDArray> GraphExecutor::run(std::span<const NDArray> inputs, bool is
   std::vector<NDArray> result;
   result.reserve(p.output_ext.size());
   for (int32_t ext : p.output_ext) {
+    if (ext < 0) {  // written into the block
+      result.emplace_back();
+      continue;
+    }
     const Program::External& x = p.externals[static_cast<size_t>(ext)];
     if (x.source == Source::kOutput) {
       result.push_back(outputs[static_cast<size_t>(x.index)]);

@@ -15,6 +15,10 @@
 // Calls on one executor are ordered by the arena's engine variable: they may
 // come from several threads and overlap freely with other work.
 //
+// With the profiler on (runtime/profiler.h, KILN_PROFILE=trace.json), every
+// node's kernel is an event of its own, "CachedOp/<op>", inside the
+// CachedOp's event.
+//
 // The executor does not record autograd (TrainProgram puts it on the tape).
 // Dropout draws a new mask per call, and _random_uniform/_random_normal new
 // values, at the call, from the device's streams (as nd::dropout and
@@ -32,16 +36,46 @@ namespace kiln {
 
 class GraphExecutor {
  public:
+  // A per-call block of memory some values live in, instead of arrays of
+  // their own (TrainProgram: the values a training step's forward part saves
+  // for its backward part).
+  struct BlockLayout {
+    // Per graph output: where in the block the run writes it (a byte offset,
+    // a multiple of passes::MemoryPlan::kAlignment), or -1 for a fresh array.
+    // An output in the block must be an op's output that no other graph
+    // output names.
+    std::vector<int64_t> outputs;
+    // Per input: where in the block the value lies when the run starts, or
+    // -1 when it comes from `inputs`. Such values are consumed: the run
+    // reuses their storage once their last reader ran (the block is part of
+    // the memory plan's arena), so the block holds garbage afterwards.
+    std::vector<int64_t> inputs;
+    int64_t bytes = 0;  // the block's size, a multiple of kAlignment
+  };
+
   explicit GraphExecutor(std::shared_ptr<const trace::TracedGraph> traced);
+  GraphExecutor(std::shared_ptr<const trace::TracedGraph> traced, BlockLayout layout);
   ~GraphExecutor();
 
   // False when the graph holds random ops other than Dropout, _random_uniform
   // and _random_normal (their values must change per call).
   static bool supports(const ir::Graph& g);
 
-  // Runs the graph on `inputs` (one per input node, types as traced) with the
-  // parameters' current arrays; returns the outputs (queued).
-  std::vector<NDArray> run(std::span<const NDArray> inputs, bool is_train);
+  struct RunArgs {
+    // The call's block (uint8, at least BlockLayout::bytes) when the layout
+    // places values in it; written by the run.
+    NDArray block;
+    // Per graph output, optional: an array to write the output into instead
+    // of a fresh one (same shape, dtype and device; used only for an output
+    // that no other graph output names and that an op writes).
+    std::span<const NDArray> outputs_into;
+  };
+
+  // Runs the graph on `inputs` (one per input node, types as traced; ignored
+  // for inputs that lie in the block) with the parameters' current arrays;
+  // returns the outputs (queued; none for outputs written into the block).
+  std::vector<NDArray> run(std::span<const NDArray> inputs, bool is_train, const RunArgs& args);
+  std::vector<NDArray> run(std::span<const NDArray> inputs, bool is_train) { return run(inputs, is_train, RunArgs{}); }
 
   // Makes `a` and `b` use one arena of the larger size (for programs that
   // never run at the same time, such as a training step's forward and

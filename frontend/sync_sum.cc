@@ -82,7 +82,8 @@ std::vector<NDArray> SyncSum::operator()(int slot, std::span<const NDArray> part
     node->input_types.push_back({p.shape(), p.dtype()});
     node->output_types.push_back({p.shape(), p.dtype()});
   }
-  node->custom_backward = [backward = backward_, slot](std::span<const NDArray> out_grads) {
+  node->custom_backward = [backward = backward_, slot](std::span<const NDArray> out_grads,
+                                                       const autograd::detail::CustomBackwardArgs&) {
     return push_sum(backward, slot, out_grads);
   };
   for (size_t i = 0; i < outs.size(); ++i) outs[i].set_ag_entry(node, static_cast<int>(i));

@@ -1,7 +1,10 @@
 #include "passes/memory_plan.h"
 
+#include <algorithm>
 #include <map>
 
+#include "ir/error.h"
+#include "ir/ops/fused.h"
 #include "passes/pass.h"
 
 namespace kiln::passes {
@@ -10,6 +13,9 @@ namespace {
 // Free space of the arena: disjoint blocks keyed by offset, merged when adjacent.
 class FreeList {
  public:
+  // Blocks never merge across `barrier`, and the arena grows above it.
+  explicit FreeList(int64_t barrier = 0) : barrier_(barrier) {}
+
   // Best fit among the free blocks; else grows the arena (from a free block
   // that ends at the top, if there is one).
   int64_t allocate(int64_t size, int64_t& arena) {
@@ -24,7 +30,7 @@ class FreeList {
     }
     if (!blocks_.empty()) {
       auto last = std::prev(blocks_.end());
-      if (last->first + last->second == arena) {
+      if (last->first + last->second == arena && last->first >= barrier_) {
         int64_t at = last->first;
         blocks_.erase(last);
         arena = at + size;
@@ -39,13 +45,13 @@ class FreeList {
   void release(int64_t at, int64_t size) {
     if (size == 0) return;
     auto next = blocks_.lower_bound(at);
-    if (next != blocks_.end() && next->first == at + size) {
+    if (next != blocks_.end() && next->first == at + size && next->first != barrier_) {
       size += next->second;
       next = blocks_.erase(next);
     }
     if (next != blocks_.begin()) {
       auto prev = std::prev(next);
-      if (prev->first + prev->second == at) {
+      if (prev->first + prev->second == at && at != barrier_) {
         prev->second += size;
         return;
       }
@@ -54,6 +60,7 @@ class FreeList {
   }
 
  private:
+  int64_t barrier_;
   std::map<int64_t, int64_t> blocks_;
 };
 
@@ -71,14 +78,28 @@ std::string MemoryPlan::summary() const {
                      inplace_reuses);
 }
 
+std::vector<std::pair<int, int>> inplace_pairs(const ir::Node& node) {
+  if (!node.is_op()) return {};
+  if (node.op != OpId::kFusedElemwise) return op_def(node.op).inplace;
+  const FusedProgram& p = node.attrs.as<FusedElemwiseAttrs>().program.program();
+  std::vector<std::pair<int, int>> pairs;
+  for (size_t o = 0; o < p.outputs.size(); ++o)
+    for (size_t j = 0; j < p.inputs.size(); ++j)
+      if (p.inputs[j] == FusedInputKind::kFull) pairs.emplace_back(static_cast<int>(o), static_cast<int>(j));
+  return pairs;
+}
+
 int64_t aligned_bytes(const TensorType& type) {
   int64_t raw = type.shape.size() * static_cast<int64_t>(dtype_size(type.dtype));
   return (raw + MemoryPlan::kAlignment - 1) / MemoryPlan::kAlignment * MemoryPlan::kAlignment;
 }
 
-MemoryPlan make_memory_plan(const ir::Graph& g) {
+MemoryPlan make_memory_plan(const ir::Graph& g, const PlanOptions& options) {
   const size_t n = g.size();
   MemoryPlan plan;
+  KILN_CHECK(options.reserved_bytes >= 0 && options.reserved_bytes % MemoryPlan::kAlignment == 0, ValueError,
+             "plan-memory: reserved region of {} bytes is not a multiple of {}", options.reserved_bytes,
+             MemoryPlan::kAlignment);
   plan.offset.resize(n);
   plan.bytes.resize(n);
   // last_use[node][k]: the last node reading the entry (its writer if none);
@@ -95,8 +116,22 @@ MemoryPlan make_memory_plan(const ir::Graph& g) {
       last_use[static_cast<size_t>(e.node)][static_cast<size_t>(e.index)] = static_cast<ir::NodeId>(i);
   }
   for (const ir::Entry& e : g.outputs()) plan.offset[static_cast<size_t>(e.node)][static_cast<size_t>(e.index)] = -1;
+  for (auto [id, at] : options.placed_inputs) {
+    KILN_CHECK(id >= 0 && static_cast<size_t>(id) < n && g.node(id).kind == ir::NodeKind::kInput, ValueError,
+               "plan-memory: placed node {} is not an input node", id);
+    const ir::Node& node = g.node(id);
+    int64_t size = aligned_bytes(node.types[0]);
+    KILN_CHECK(at >= 0 && at % MemoryPlan::kAlignment == 0 && at + size <= options.reserved_bytes, ValueError,
+               "plan-memory: input '{}' ({} bytes) placed at byte {}, outside the reserved {} bytes or unaligned",
+               node.name, size, at, options.reserved_bytes);
+    bool is_output = std::any_of(g.outputs().begin(), g.outputs().end(), [&](const ir::Entry& e) { return e.node == id; });
+    KILN_CHECK(!is_output, ValueError, "plan-memory: placed input '{}' is a graph output", node.name);
+    plan.offset[static_cast<size_t>(id)][0] = at;
+    plan.bytes[static_cast<size_t>(id)][0] = size;
+  }
+  plan.arena_bytes = options.reserved_bytes;
 
-  FreeList free;
+  FreeList free(options.reserved_bytes);
   // Entries whose block was handed to an in-place output: not freed again.
   std::vector<std::vector<bool>> handed_over(n);
   for (size_t i = 0; i < n; ++i) handed_over[i].assign(plan.offset[i].size(), false);
@@ -104,14 +139,14 @@ MemoryPlan make_memory_plan(const ir::Graph& g) {
   for (size_t i = 0; i < n; ++i) {
     const ir::Node& node = g.node(static_cast<ir::NodeId>(i));
     if (!node.is_op()) continue;
-    const OpDef& def = op_def(node.op);
+    const std::vector<std::pair<int, int>> inplace = inplace_pairs(node);
     for (int k = 0; k < node.num_outputs(); ++k) {
       auto ku = static_cast<size_t>(k);
       if (plan.offset[i][ku] < 0) continue;  // a graph output
       int64_t size = aligned_bytes(node.types[ku]);
       plan.naive_bytes += size;
       bool placed = false;
-      for (auto [out, in] : def.inplace) {
+      for (auto [out, in] : inplace) {
         if (out != k || in >= static_cast<int>(node.inputs.size())) continue;
         ir::Entry src = node.inputs[static_cast<size_t>(in)];
         auto sn = static_cast<size_t>(src.node), si = static_cast<size_t>(src.index);

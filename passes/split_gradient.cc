@@ -46,10 +46,20 @@ SplitGraph split_gradient_graph(const ir::Graph& g, size_t num_forward_outputs,
   auto is_forward_op = [&](ir::NodeId id) { return g.node(id).is_op() && !backward[static_cast<size_t>(id)]; };
 
   // Recomputed at backward instead of saved: an activation of a BatchNorm's
-  // output (ResNet's relu(bn(conv(x)))). BatchNorm's gradient saves its data
-  // and batch statistics anyway, so recomputing costs one elementwise pass
-  // and saves one activation-sized array per such layer.
+  // output (ResNet's relu(bn(conv(x)))), or of a BatchNorm's output plus a
+  // value backward has anyway (a residual block's relu(bn(conv(y)) + x),
+  // where x is saved for a convolution's gradient, or recomputed itself).
+  // BatchNorm's gradient saves its data and batch statistics anyway, so
+  // recomputing costs an elementwise pass or two and saves one
+  // activation-sized array per such layer.
   std::vector<bool> recompute(n, false);
+  // Per recomputed activation: its BatchNorm, and for the residual form the
+  // add and the add's other operand.
+  struct Recompute {
+    ir::NodeId bn = -1, add = -1;
+    ir::Entry other{};
+  };
+  std::vector<Recompute> how(n);
   std::vector<bool> read_by_backward(n, false);  // output 0 read by a backward op
   for (size_t id = 0; id < n; ++id) {
     const ir::Node& node = g.nodes()[id];
@@ -57,14 +67,36 @@ SplitGraph split_gradient_graph(const ir::Graph& g, size_t num_forward_outputs,
       for (const ir::Entry& e : node.inputs)
         if (e.index == 0) read_by_backward[static_cast<size_t>(e.node)] = true;
   }
+  auto bn_output = [&](ir::Entry e) {
+    return is_forward_op(e.node) && g.node(e.node).op == OpId::kBatchNorm && e.index == 0 &&
+           !read_by_backward[static_cast<size_t>(e.node)];
+  };
+  // A value backward has without saving more: a leaf, a forward value a
+  // backward op reads (saved anyway), or a recomputed activation.
+  auto available = [&](ir::Entry e) {
+    return !g.node(e.node).is_op() || recompute[static_cast<size_t>(e.node)] ||
+           (is_forward_op(e.node) && e.index == 0 && read_by_backward[static_cast<size_t>(e.node)]);
+  };
   for (size_t id = 0; id < n; ++id) {
     const ir::Node& node = g.nodes()[id];
     if (!is_forward_op(static_cast<ir::NodeId>(id)) || (node.op != OpId::kRelu && node.op != OpId::kActivation))
       continue;
     const ir::Entry in = node.inputs[0];
-    const ir::Node& bn = g.node(in.node);
-    recompute[id] = is_forward_op(in.node) && bn.op == OpId::kBatchNorm && in.index == 0 &&
-                    !read_by_backward[static_cast<size_t>(in.node)];
+    if (bn_output(in)) {
+      recompute[id] = true;
+      how[id].bn = in.node;
+      continue;
+    }
+    const ir::Node& add = g.node(in.node);
+    if (!is_forward_op(in.node) || add.op != OpId::kElemwiseAdd || read_by_backward[static_cast<size_t>(in.node)])
+      continue;
+    for (int k = 0; k < 2; ++k) {
+      const ir::Entry a = add.inputs[static_cast<size_t>(k)], b = add.inputs[static_cast<size_t>(1 - k)];
+      if (!bn_output(a) || !available(b) || b.node == a.node) continue;
+      recompute[id] = true;
+      how[id] = {a.node, in.node, b};
+      break;
+    }
   }
 
   // Saved: forward-op values that backward ops read or that are gradients
@@ -79,9 +111,10 @@ SplitGraph split_gradient_graph(const ir::Graph& g, size_t num_forward_outputs,
     }
     if (!is_forward_op(e.node) || saved_index.contains({e.node, e.index})) return;
     if (recompute[static_cast<size_t>(e.node)]) {
-      const ir::NodeId bn = g.node(e.node).inputs[0].node;
-      const std::vector<ir::Entry>& bn_in = g.node(bn).inputs;
-      for (ir::Entry x : {bn_in[0], bn_in[1], bn_in[2], ir::Entry{bn, 1}, ir::Entry{bn, 2}}) save(x);
+      const Recompute& r = how[static_cast<size_t>(e.node)];
+      const std::vector<ir::Entry>& bn_in = g.node(r.bn).inputs;
+      for (ir::Entry x : {bn_in[0], bn_in[1], bn_in[2], ir::Entry{r.bn, 1}, ir::Entry{r.bn, 2}}) save(x);
+      if (r.add >= 0) save(r.other);
       return;
     }
     saved_index[{e.node, e.index}] = saved.size();
@@ -123,8 +156,13 @@ SplitGraph split_gradient_graph(const ir::Graph& g, size_t num_forward_outputs,
     // briefly): BatchNorm with the saved batch statistics as its statistics
     // (use_global_stats: the same arithmetic, no running-statistics update),
     // then the activation.
-    auto materialize = [&](ir::NodeId act) {
-      const ir::NodeId bn = g.node(act).inputs[0].node;
+    // (The residual form: the add's other operand first, itself recomputed
+    // if need be, then BatchNorm, the add and the activation.)
+    std::function<void(ir::NodeId)> materialize = [&](ir::NodeId act) {
+      const Recompute& r = how[static_cast<size_t>(act)];
+      if (r.add >= 0 && recompute[static_cast<size_t>(r.other.node)] && !copy.is_mapped(r.other))
+        materialize(r.other.node);
+      const ir::NodeId bn = r.bn;
       const ir::Node& bn_node = g.node(bn);
       BatchNormAttrs attrs = bn_node.attrs.as<BatchNormAttrs>();
       attrs.use_global_stats = true;
@@ -132,6 +170,7 @@ SplitGraph split_gradient_graph(const ir::Graph& g, size_t num_forward_outputs,
                               copy.map({bn, 1}), copy.map({bn, 2})};
       copy.map_entry({bn, 0}, copy.graph().add_op(OpId::kBatchNorm, OpAttrs::make(attrs), in,
                                                   "recompute/" + bn_node.name)[0]);
+      if (r.add >= 0) copy.copy_node(r.add);
       copy.copy_node(act);
     };
     for (size_t id = 0; id < n; ++id) {

@@ -74,11 +74,40 @@ void fused_run(const FusedProgramRef& ref, FusedLoopFn loop, void* const* bufs, 
     int axis = fused_broadcast_axis(in_shapes[j], out);
     bcast.push_back({j, row, row ? out[axis] : fused_inner_size(out, axis), out[axis]});
   }
-  auto call = [&](void** b, int64_t begin, int64_t end) {
+  auto run_loop = [&](void** b, int64_t begin, int64_t end) {
     if (loop != nullptr)
       loop(b, begin, end);
     else
       fused_interpret(p, b, begin, end);
+  };
+  // Outputs written over an input (in-place): the compiled loop takes its
+  // buffers as noalias, so such outputs go to a small per-thread buffer,
+  // copied out after each chunk of positions has been read.
+  std::vector<size_t> aliased;
+  for (size_t o = 0; o < p.outputs.size(); ++o)
+    for (size_t j = 0; j < k; ++j)
+      if (bufs[k + o] == bufs[j]) {
+        aliased.push_back(k + o);
+        break;
+      }
+  auto call = [&](void** b, int64_t begin, int64_t end) {
+    if (aliased.empty()) return run_loop(b, begin, end);
+    constexpr int64_t kChunk = 2048;
+    thread_local std::vector<float> scratch;
+    if (scratch.size() < aliased.size() * kChunk) scratch.resize(aliased.size() * kChunk);
+    std::vector<void*> c(b, b + num_bufs);
+    for (int64_t at = begin; at < end; at += kChunk) {
+      const int64_t len = std::min(kChunk, end - at);
+      for (size_t j = 0; j < num_bufs; ++j) {
+        bool scalar = j < k && (p.inputs[j] == FusedInputKind::kScalar || p.inputs[j] == FusedInputKind::kChannel);
+        c[j] = scalar ? b[j] : static_cast<float*>(b[j]) + at;
+      }
+      for (size_t a = 0; a < aliased.size(); ++a) c[aliased[a]] = scratch.data() + a * kChunk;
+      run_loop(c.data(), 0, len);
+      for (size_t a = 0; a < aliased.size(); ++a)
+        std::memcpy(static_cast<float*>(b[aliased[a]]) + at, scratch.data() + a * kChunk,
+                    static_cast<size_t>(len) * sizeof(float));
+    }
   };
   // Cheap programs split at the default grain; each instruction adds work.
   const int64_t grain = std::max<int64_t>(kDefaultGrain / (1 + static_cast<int64_t>(p.instrs.size()) / 4), 4096);

@@ -46,6 +46,9 @@ bool fused_jit_enabled();
 
 // Runs `ref`'s program over [0, n) of `bufs`' full-size layout: `loop` (or
 // the interpreter when null), over runs and threads as described above.
+// An output may be the same buffer as an input (in-place: the memory planner
+// pairs every output with every full input, passes::inplace_pairs); other
+// overlaps between outputs and inputs are not allowed.
 // `in_shapes` are the inputs' shapes, `out` the output shape.
 void fused_run(const FusedProgramRef& ref, FusedLoopFn loop, void* const* bufs, const Shape* in_shapes,
                const Shape& out, int num_threads);

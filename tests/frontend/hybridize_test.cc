@@ -18,6 +18,7 @@
 #include "frontend/nn/symbol_block.h"
 #include "frontend/trace.h"
 #include "models/zoo.h"
+#include "passes/memory_plan.h"
 
 namespace kiln {
 namespace {
@@ -388,6 +389,178 @@ TEST(Hybridize, TrainingRecordsOneTapeNodeAndRoutesInputAndAddGradients) {
   auto imperative = grads(false);
   auto hybrid = grads(true);
   for (size_t i = 0; i < hybrid.size(); ++i) expect_close(hybrid[i], imperative[i], 1e-5, "gradient " + std::to_string(i));
+}
+
+// A custom tape node (what a hybridized call records) that doubles its
+// input's gradient; records which gradient buffers backward offered it.
+std::vector<NDArray> doubling_node(std::span<const NDArray> inputs, std::vector<bool>& offered) {
+  auto node = std::make_shared<autograd::detail::Node>();
+  node->custom = true;
+  for (const NDArray& x : inputs) {
+    node->inputs.push_back({x.ag_node(), x.ag_index()});
+    node->input_types.push_back({x.shape(), x.dtype()});
+    node->output_types.push_back({x.shape(), x.dtype()});
+  }
+  node->custom_backward = [&offered](std::span<const NDArray> out_grads,
+                                     const autograd::detail::CustomBackwardArgs& args) {
+    std::vector<NDArray> grads;
+    offered.assign(out_grads.size(), false);
+    for (size_t k = 0; k < out_grads.size(); ++k) {
+      NDArray g = out_grads[k] * 2.0;
+      if (k < args.into.size() && !args.into[k].is_none()) {
+        offered[k] = true;
+        NDArray into = args.into[k];
+        into.assign(g);
+        g = into;
+      }
+      grads.push_back(g);
+    }
+    return grads;
+  };
+  std::vector<NDArray> outputs;
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    outputs.push_back(inputs[k].detach() * 1.0);
+    outputs.back().set_ag_entry(node, static_cast<int>(k));
+  }
+  return outputs;
+}
+
+TEST(Hybridize, BackwardOffersACustomNodeTheBuffersOfWriteLeavesOnlyItReaches) {
+  NDArray w = nd::ones({3}), v = nd::ones({3}), u = nd::ones({3});
+  w.attach_grad();
+  v.attach_grad(GradReq::kAdd);
+  u.attach_grad();
+  std::vector<bool> offered;
+  NDArray loss;
+  {
+    autograd::Record record;
+    auto y = doubling_node(std::vector<NDArray>{w, v, u}, offered);
+    loss = nd::sum(y[0]) + nd::sum(y[1]) + nd::sum(y[2]) + nd::sum(u);
+  }
+  NDArray w_grad_buffer = w.grad();
+  autograd::backward({loss});
+  EXPECT_EQ(offered, (std::vector<bool>{true, false, false})) << "v adds, u has a second gradient";
+  EXPECT_EQ(w.grad().var(), w_grad_buffer.var());
+  EXPECT_EQ(w.grad().to_vector<float>(), std::vector<float>(3, 2.0f));
+  EXPECT_EQ(v.grad().to_vector<float>(), std::vector<float>(3, 2.0f));
+  EXPECT_EQ(u.grad().to_vector<float>(), std::vector<float>(3, 3.0f));
+
+  // autograd::grad returns gradients and leaves the buffers alone: nothing offered.
+  {
+    autograd::Record record;
+    auto y = doubling_node(std::vector<NDArray>{w}, offered);
+    loss = nd::sum(y[0]);
+  }
+  w.grad().assign(7.0);
+  auto g = autograd::grad(std::vector<NDArray>{loss}, std::vector<NDArray>{w});
+  EXPECT_EQ(offered, std::vector<bool>{false});
+  EXPECT_EQ(g[0].to_vector<float>(), std::vector<float>(3, 2.0f));
+  EXPECT_EQ(w.grad().to_vector<float>(), std::vector<float>(3, 7.0f));
+}
+
+// A small network with BatchNorm and a residual add: the training step saves
+// several values, so the per-call block is not trivial.
+struct ResidualNet : nn::HybridBlock {
+  nn::Dense a{12}, b{12};
+  nn::BatchNorm bn;
+  ResidualNet() {
+    register_child("a", a);
+    register_child("b", b);
+    register_child("bn", bn);
+  }
+  NDArray forward(const NDArray& x) override {
+    NDArray h = nd::relu(bn(a(x)));
+    return nd::tanh(b(h) + h) * h;
+  }
+};
+
+std::vector<NDArray> param_grads(nn::Block& net) {
+  std::vector<NDArray> g;
+  for (auto& [name, p] : net.collect_params())
+    if (p.grad_req() != GradReq::kNull) g.push_back(p.grad().copy());
+  return g;
+}
+
+TEST(Hybridize, SavedValuesLieInOneBlockThatBackwardReuses) {
+  nd::random::seed(9);
+  ResidualNet net;
+  net.initialize(init::Xavier());
+  NDArray x = nd::random::normal({16, 8});
+  auto grads = [&](bool hybrid) {
+    net.hybridize(hybrid);
+    NDArray loss;
+    {
+      autograd::Record record;
+      loss = nd::sum(nd::square(net(x)));
+    }
+    autograd::backward({loss});
+    return param_grads(net);
+  };
+  net(x).wait_to_read();
+  std::vector<NDArray> saved_params;
+  for (auto& [name, p] : net.collect_params()) saved_params.push_back(p.data().copy());
+  auto imperative = grads(false);
+  size_t i = 0;
+  for (auto& [name, p] : net.collect_params()) p.data().assign(saved_params[i++]);
+  auto hybrid = grads(true);
+  for (size_t k = 0; k < hybrid.size(); ++k) expect_close(hybrid[k], imperative[k], 1e-5, "gradient " + std::to_string(k));
+  auto memory = net.cached_op()->train_memory();
+  ASSERT_TRUE(memory.has_value());
+  EXPECT_GT(memory->num_saved, 2);
+  EXPECT_GT(memory->block, 0);
+  EXPECT_LE(memory->block, memory->saved + memory->num_saved * passes::MemoryPlan::kAlignment);
+}
+
+// Backward consumes a call's block: with retain_graph it must run on a copy,
+// and two calls recorded before either backward must keep separate blocks.
+TEST(Hybridize, CompiledBackwardTwiceWithRetainGraphAndInterleavedCalls) {
+  nd::random::seed(10);
+  ResidualNet net;
+  net.initialize(init::Xavier());
+  NDArray x1 = nd::random::normal({16, 8}), x2 = nd::random::normal({16, 8});
+  net(x1).wait_to_read();
+  std::vector<NDArray> saved_params;
+  for (auto& [name, p] : net.collect_params()) saved_params.push_back(p.data().copy());
+  auto restore = [&] {
+    size_t i = 0;
+    for (auto& [name, p] : net.collect_params()) p.data().assign(saved_params[i++]);
+  };
+  // Reference: imperative gradients of each call alone.
+  auto alone = [&](const NDArray& x) {
+    restore();
+    NDArray loss;
+    {
+      autograd::Record record;
+      loss = nd::sum(nd::square(net(x)));
+    }
+    autograd::backward({loss});
+    return param_grads(net);
+  };
+  auto want1 = alone(x1), want2 = alone(x2);
+
+  net.hybridize();
+  restore();
+  NDArray l1, l2;
+  {
+    autograd::Record record;
+    l1 = nd::sum(nd::square(net(x1)));
+  }
+  // BatchNorm's running statistics moved; the gradients do not read them.
+  {
+    autograd::Record record;
+    l2 = nd::sum(nd::square(net(x2)));
+  }
+  autograd::backward(std::vector<NDArray>{l2}, {}, autograd::BackwardOptions{.retain_graph = true});
+  auto got2 = param_grads(net);
+  autograd::backward({l1});
+  auto got1 = param_grads(net);
+  autograd::backward({l2});  // the retained tape: its block was left intact
+  auto again2 = param_grads(net);
+  for (size_t k = 0; k < want1.size(); ++k) {
+    expect_close(got1[k], want1[k], 1e-5, "call 1, gradient " + std::to_string(k));
+    expect_close(got2[k], want2[k], 1e-5, "call 2, gradient " + std::to_string(k));
+    expect_close(again2[k], want2[k], 1e-5, "call 2 again, gradient " + std::to_string(k));
+  }
 }
 
 TEST(Hybridize, CompiledDropoutGradientUsesTheCallsMask) {

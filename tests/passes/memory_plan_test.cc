@@ -131,13 +131,15 @@ struct Live {
 bool is_inplace_pair(const ir::Graph& g, const Live& src, const Live& dst) {
   if (dst.from != src.to) return false;
   const ir::Node& n = g.node(dst.from);
-  for (auto [out, in] : op_def(n.op).inplace)
+  for (auto [out, in] : inplace_pairs(n))
     if (out == dst.e.index && in < static_cast<int>(n.inputs.size()) && n.inputs[static_cast<size_t>(in)] == src.e)
       return true;
   return false;
 }
 
-void check_no_overlap(const ir::Graph& g, const MemoryPlan& p, const std::string& what) {
+// `reserved`: the caller's region at the bottom of the arena; placed inputs
+// (offset >= 0) live in it, and no entry may cross its end.
+void check_no_overlap(const ir::Graph& g, const MemoryPlan& p, const std::string& what, int64_t reserved = 0) {
   std::vector<Live> live;
   std::vector<bool> is_output_node(g.size());
   for (size_t i = 0; i < g.size(); ++i) {
@@ -147,7 +149,8 @@ void check_no_overlap(const ir::Graph& g, const MemoryPlan& p, const std::string
       int64_t off = p.offset[i][static_cast<size_t>(k)];
       bool is_out = std::find(g.outputs().begin(), g.outputs().end(), ir::Entry{static_cast<ir::NodeId>(i), k}) !=
                     g.outputs().end();
-      if (!n.is_op() || is_out) {
+      bool placed = n.kind == ir::NodeKind::kInput && off >= 0;
+      if ((!n.is_op() && !placed) || is_out) {
         EXPECT_EQ(off, -1) << what << ": external entry " << n.name << "#" << k;
         continue;
       }
@@ -156,6 +159,8 @@ void check_no_overlap(const ir::Graph& g, const MemoryPlan& p, const std::string
       int64_t bytes = p.bytes[i][static_cast<size_t>(k)];
       EXPECT_GE(bytes, aligned_bytes(n.types[static_cast<size_t>(k)])) << what;
       EXPECT_LE(off + bytes, p.arena_bytes) << what;
+      EXPECT_EQ(off < reserved, off + aligned_bytes(n.types[static_cast<size_t>(k)]) <= reserved)
+          << what << ": " << n.name << "#" << k << " at " << off << " crosses the reserved region's end " << reserved;
       live.push_back({{static_cast<ir::NodeId>(i), k},
                       static_cast<ir::NodeId>(i),
                       static_cast<ir::NodeId>(i),
@@ -201,6 +206,113 @@ TEST(MemoryPlan, LiveEntriesNeverOverlapOnRandomGraphs) {
   EXPECT_LT(arena, naive) << "planning should save memory on random graphs";
   EXPECT_GT(inplace, 0);
   EXPECT_GT(multi_output, 10) << "the random graphs should hold multi-output nodes";
+}
+
+TEST(MemoryPlan, FusedNodeWritesOverAFullInputItReadsLast) {
+  // Before: with no in-place pairs the fused node needs a second block.
+  // After (passes::inplace_pairs): it takes a's block, not s's (a scalar).
+  ir::Graph g = ir::parse_graph(R"IR(graph {
+  %x = input f32[4,4]
+  %s = input f32[1]
+  %a = transpose(%x) : f32[4,4]
+  %t = transpose(%x) : f32[4,4]
+  %b = _kiln_fused_elemwise(%a, %s, %t) {program="in=f,s,f;%3=mul(%0,%1);%4=add(%3,%2);%5=relu(%4);out=%5,%3"} : f32[4,4], f32[4,4]
+  %c = elemwise_add(%b#0, %t) : f32[4,4]
+  %d = transpose(%c) : f32[4,4]
+  %e = elemwise_add(%d, %b#1) : f32[4,4]
+  return %e
+})IR");
+  const ir::Node& fused = g.node(*g.find("b"));
+  EXPECT_EQ(inplace_pairs(fused), (std::vector<std::pair<int, int>>{{0, 0}, {0, 2}, {1, 0}, {1, 2}}));
+  MemoryPlan p = make_memory_plan(g);
+  EXPECT_EQ(at(p, g, "b", 0), at(p, g, "a")) << "a dies at the fused node; t is read again by c";
+  EXPECT_NE(at(p, g, "b", 1), at(p, g, "t"));
+  EXPECT_EQ(p.inplace_reuses, 2) << "b#0 over a, and c over b#0 or t";
+  check_no_overlap(g, p, "fused");
+}
+
+TEST(MemoryPlan, PlacedInputsAreFreedAfterTheirLastReaderAndReused) {
+  ir::Graph g = ir::parse_graph(R"IR(graph {
+  %x = input f32[4,4]
+  %a = transpose(%x) : f32[4,4]
+  %b = transpose(%a) : f32[4,4]
+  %c = transpose(%b) : f32[4,4]
+  %d = transpose(%c) : f32[4,4]
+  return %d
+})IR");
+  MemoryPlan p = make_memory_plan(g, {.placed_inputs = {{*g.find("x"), 0}}, .reserved_bytes = 64});
+  EXPECT_EQ(at(p, g, "x"), 0);
+  EXPECT_EQ(at(p, g, "a"), 64) << "x is live while a is written";
+  EXPECT_EQ(at(p, g, "b"), 0) << "b reuses x's block after its last reader";
+  EXPECT_EQ(at(p, g, "c"), 64);
+  EXPECT_EQ(p.arena_bytes, 128) << "the reserved 64 bytes, then one more block";
+  check_no_overlap(g, p, "placed", 64);
+}
+
+TEST(MemoryPlan, InPlaceOverAPlacedInput) {
+  ir::Graph g = ir::parse_graph(R"IR(graph {
+  %x = input f32[4,4]
+  %a = exp(%x) : f32[4,4]
+  %b = transpose(%a) : f32[4,4]
+  return %b
+})IR");
+  MemoryPlan p = make_memory_plan(g, {.placed_inputs = {{*g.find("x"), 0}}, .reserved_bytes = 64});
+  EXPECT_EQ(at(p, g, "a"), 0) << "exp overwrites x, read last by exp";
+  EXPECT_EQ(p.inplace_reuses, 1);
+  EXPECT_EQ(p.arena_bytes, 64);
+}
+
+TEST(MemoryPlan, NoValueCrossesTheReservedRegionsEnd) {
+  // When q (128 bytes) is placed, x's block [0, 64) and a's [64, 128) are
+  // both free: merged, they would fit q across the region's end.
+  ir::Graph g = ir::parse_graph(R"IR(graph {
+  %x = input f32[8]
+  %w = input f32[8,4]
+  %a = transpose(%x) : f32[8]
+  %n = transpose(%w) : f32[4,8]
+  %p = broadcast_add(%n, %a) : f32[4,8]
+  %q = transpose(%p) : f32[8,4]
+  %r = transpose(%q) : f32[4,8]
+  return %r
+})IR");
+  MemoryPlan p = make_memory_plan(g, {.placed_inputs = {{*g.find("x"), 0}}, .reserved_bytes = 64});
+  EXPECT_EQ(at(p, g, "a"), 64);
+  EXPECT_GE(at(p, g, "q"), 64);
+  check_no_overlap(g, p, "barrier", 64);
+}
+
+TEST(MemoryPlan, PlacedValuesMustBeInputsInsideTheReservedRegion) {
+  ir::Graph g = ir::parse_graph(R"IR(graph {
+  %x = input f32[4,4]
+  %a = exp(%x) : f32[4,4]
+  %b = transpose(%a) : f32[4,4]
+  return %b
+})IR");
+  EXPECT_THROW(make_memory_plan(g, {.placed_inputs = {{*g.find("a"), 0}}, .reserved_bytes = 64}), ValueError);
+  EXPECT_THROW(make_memory_plan(g, {.placed_inputs = {{*g.find("x"), 64}}, .reserved_bytes = 64}), ValueError);
+  EXPECT_THROW(make_memory_plan(g, {.placed_inputs = {{*g.find("x"), 0}}, .reserved_bytes = 32}), ValueError);
+}
+
+TEST(MemoryPlan, LiveEntriesNeverOverlapWithPlacedInputsOnRandomGraphs) {
+  int64_t reused = 0;
+  for (uint32_t seed = 1; seed <= 40; ++seed) {
+    ir::Graph g = testing::random_graph(seed, 40);
+    PlanOptions options;
+    for (size_t i = 0; i < g.size(); i += 1) {
+      const auto id = static_cast<ir::NodeId>(i);
+      const ir::Node& n = g.node(id);
+      if (n.kind != ir::NodeKind::kInput || (i + seed) % 3 == 0) continue;
+      bool is_out = std::any_of(g.outputs().begin(), g.outputs().end(), [&](const ir::Entry& e) { return e.node == id; });
+      if (is_out) continue;
+      options.placed_inputs.emplace_back(id, options.reserved_bytes);
+      options.reserved_bytes += aligned_bytes(n.types[0]);
+    }
+    MemoryPlan p = make_memory_plan(g, options);
+    check_no_overlap(g, p, fmt::format("seed {}", seed), options.reserved_bytes);
+    for (size_t i = 0; i < g.size(); ++i)
+      for (int64_t off : p.offset[i]) reused += g.node(static_cast<ir::NodeId>(i)).is_op() && off >= 0 && off < options.reserved_bytes;
+  }
+  EXPECT_GT(reused, 0) << "intermediates should reuse the storage of placed inputs";
 }
 
 TEST(MemoryPlan, TheOverlapCheckCanFail) {

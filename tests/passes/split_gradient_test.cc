@@ -118,5 +118,54 @@ TEST(SplitGradient, ActivationOfBatchNormIsRecomputedNotSaved) {
   ir::verify(s.backward);
 }
 
+TEST(SplitGradient, ResidualActivationIsRecomputedFromSavedValues) {
+  // Two residual blocks: %y1 = relu(bn1(conv1(%y0)) + %y0), %y2 likewise
+  // from %y1. %y0 is saved (conv1's weight gradient reads it); %y1 and %y2
+  // are recomputed at backward (y1 from y0, y2 from the recomputed y1),
+  // unlike the block whose add reads a value backward would not have.
+  const char* text = R"IR(graph {
+  %x = input f32[2,3,4,4]
+  %w0 = param f32[3,3,3,3]
+  %w1 = param f32[3,3,3,3]
+  %w2 = param f32[3,3,3,3]
+  %w3 = param f32[3,3,3,3]
+  %gamma = param f32[3]
+  %beta = param f32[3]
+  %mean = aux f32[3]
+  %var = aux f32[3]
+  %y0 = Convolution(%x, %w0) {kernel="(3, 3)", no_bias="True", num_filter="3", pad="(1, 1)"} : f32[2,3,4,4]
+  %c1 = Convolution(%y0, %w1) {kernel="(3, 3)", no_bias="True", num_filter="3", pad="(1, 1)"} : f32[2,3,4,4]
+  %bn1 = BatchNorm(%c1, %gamma, %beta, %mean, %var) {fix_gamma="False"} : f32[2,3,4,4], f32[3], f32[3]
+  %s1 = elemwise_add(%bn1, %y0) : f32[2,3,4,4]
+  %y1 = relu(%s1) : f32[2,3,4,4]
+  %c2 = Convolution(%y1, %w2) {kernel="(3, 3)", no_bias="True", num_filter="3", pad="(1, 1)"} : f32[2,3,4,4]
+  %bn2 = BatchNorm(%c2, %gamma, %beta, %mean, %var) {fix_gamma="False"} : f32[2,3,4,4], f32[3], f32[3]
+  %s2 = elemwise_add(%y1, %bn2) : f32[2,3,4,4]
+  %y2 = relu(%s2) : f32[2,3,4,4]
+  %c3 = Convolution(%y2, %w3) {kernel="(3, 3)", no_bias="True", num_filter="3", pad="(1, 1)"} : f32[2,3,4,4]
+  %bn3 = BatchNorm(%c3, %gamma, %beta, %mean, %var) {fix_gamma="False"} : f32[2,3,4,4], f32[3], f32[3]
+  %e3 = _mul_scalar(%c3) {scalar="2"} : f32[2,3,4,4]
+  %s3 = elemwise_add(%bn3, %e3) : f32[2,3,4,4]
+  %y3 = relu(%s3) : f32[2,3,4,4]
+  %out = sum(%y3) : f32[]
+  return %out
+})IR";
+  ir::Graph fwd = ir::parse_graph(text);
+  SplitGraph s = split(fwd, {"w0", "w1", "w2", "w3", "gamma", "beta"});
+  auto saved = [&](const std::string& name) { return std::find(s.saved.begin(), s.saved.end(), name) != s.saved.end(); };
+  const std::string list = fmt::format("{}", fmt::join(s.saved, ", "));
+  EXPECT_TRUE(saved("saved/y0")) << list;
+  EXPECT_FALSE(saved("saved/y1")) << list;
+  EXPECT_FALSE(saved("saved/y2")) << list;
+  EXPECT_TRUE(saved("saved/y3")) << list << ": 2 * c3 is not something backward has";
+  for (const char* name : {"saved/c1", "saved/c2", "saved/bn1/1", "saved/bn2/2"}) EXPECT_TRUE(saved(name)) << name << " in " << list;
+  int recomputed_bn = 0;
+  for (const ir::Node& n : s.backward.nodes()) recomputed_bn += n.is_op() && n.op == OpId::kBatchNorm;
+  EXPECT_EQ(recomputed_bn, 2) << s.backward.to_text();
+  EXPECT_TRUE(s.backward.find("s1").has_value()) << s.backward.to_text();
+  EXPECT_TRUE(s.backward.find("y2").has_value());
+  ir::verify(s.backward);
+}
+
 }  // namespace
 }  // namespace kiln::passes
