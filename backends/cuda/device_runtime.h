@@ -58,6 +58,16 @@ void set_tf32_allowed(bool allowed);
 // CUDA lane op (no op running on this thread) it synchronizes the device and
 // frees at once.
 void free_after_sync(storage::Block block);
+// A temporary device buffer for the current op: allocated from the device's
+// pool, freed (free_after_sync) once the op's stream has been synchronized.
+struct Scratch {
+  storage::Block block;
+  Scratch(Device device, size_t bytes) : block(storage::pool(device).alloc(bytes)) {}
+  ~Scratch() { free_after_sync(block); }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  void* get() const { return block.ptr; }
+};
 // Called by the lane hook after cudaStreamSynchronize: frees what was deferred.
 void flush_deferred_frees();
 // True while this thread runs an engine op on a CUDA lane.

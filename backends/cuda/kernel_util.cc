@@ -46,4 +46,26 @@ StridedIndex dense_index(const Shape& shape) {
   return ix;
 }
 
+UnaryOp activation_op(ActType t) {
+  switch (t) {
+    case ActType::kRelu: return UnaryOp::kRelu;
+    case ActType::kSigmoid: return UnaryOp::kSigmoid;
+    case ActType::kTanh: return UnaryOp::kTanh;
+    case ActType::kSoftrelu: return UnaryOp::kSoftrelu;
+    case ActType::kSoftsign: return UnaryOp::kSoftsign;
+  }
+  throw InternalError("internal error: unknown act_type");
+}
+
+BinaryOp activation_grad_op(ActType t) {
+  switch (t) {
+    case ActType::kRelu: return BinaryOp::kReluGrad;
+    case ActType::kSigmoid: return BinaryOp::kSigmoidGrad;
+    case ActType::kTanh: return BinaryOp::kTanhGrad;
+    case ActType::kSoftrelu: return BinaryOp::kSoftreluGrad;
+    case ActType::kSoftsign: return BinaryOp::kSoftsignGrad;
+  }
+  throw InternalError("internal error: unknown act_type");
+}
+
 }  // namespace kiln::cuda

@@ -10,6 +10,7 @@
 
 #include "backends/cuda/check.h"
 #include "backends/cuda/kernels.h"
+#include "ir/ops/nn.h"
 #include "runtime/kernel.h"
 
 namespace kiln::cuda {
@@ -26,6 +27,10 @@ std::array<int64_t, kMaxDims> broadcast_strides(const Shape& in, const Shape& ou
 BroadcastIndex make_broadcast_index(const Shape& a, const Shape& b, const Shape& out);
 // A dense copy of `shape` (the identity index).
 StridedIndex dense_index(const Shape& shape);
+
+// Activation's forward op (elemwise.cu) and its backward form (from the output).
+UnaryOp activation_op(ActType t);
+BinaryOp activation_grad_op(ActType t);
 
 }  // namespace kiln::cuda
 

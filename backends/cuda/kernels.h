@@ -116,3 +116,41 @@ cudaError_t launch_update(UpdateOp op, const float* weight_in, const float* grad
                           float* weight_out, int64_t n, const UpdateParams& p, cudaStream_t s);
 
 }  // namespace kiln::cuda
+
+namespace kiln::cuda {
+
+// ---- BatchNorm (batch_norm.cu), float32, data as [outer, channels, inner];
+// the CPU backend's semantics (backends/cpu/conv_batch_norm.cc): biased batch
+// variance, moving = moving * momentum + batch * (1 - momentum) in train mode.
+struct BatchNormArgs {
+  int64_t outer = 1, channels = 1, inner = 1;
+  float eps = 1e-3f, momentum = 0.9f;
+  bool fix_gamma = true, train = false;
+};
+cudaError_t launch_batch_norm_forward(const float* x, const float* gamma, const float* beta, float* moving_mean,
+                                      float* moving_var, float* y, float* mean, float* var, const BatchNormArgs& a,
+                                      cudaStream_t s);
+// dx may be dy (in place).
+cudaError_t launch_batch_norm_backward(const float* dy, const float* x, const float* gamma, const float* mean,
+                                       const float* var, float* dx, float* d_gamma, float* d_beta,
+                                       const BatchNormArgs& a, cudaStream_t s);
+
+}  // namespace kiln::cuda
+
+namespace kiln::cuda {
+
+// ---- index ops (indices.cu): indices arrive resolved (int64, in range).
+// take:          y[(o*m + j)*inner + i] = x[(o*n + ids[j])*inner + i]   (elem_size 1, 2, 4 or 8)
+cudaError_t launch_take(const void* x, void* y, const int64_t* ids, int64_t outer, int64_t n, int64_t m,
+                        int64_t inner, int elem_size, cudaStream_t s);
+// _backward_take: dx[(o*n + ids[j])*inner + i] += dy[(o*m + j)*inner + i]   (dx zeroed first by the caller)
+cudaError_t launch_take_backward(const float* dy, float* dx, const int64_t* ids, int64_t outer, int64_t n, int64_t m,
+                                 int64_t inner, cudaStream_t s);
+// pick:           y[t] = x[(o*n + ids[t])*inner + c], t = o*inner + c (backward: dx zeroed, dx[...] = dy[t])
+cudaError_t launch_pick(const float* x, float* y, const int64_t* ids, int64_t outer, int64_t n, int64_t inner,
+                        bool backward, cudaStream_t s);
+// one_hot:        y[i*depth + j] = ids[i] == j ? on : off  (ids may be out of [0, depth): all off)
+cudaError_t launch_one_hot(void* y, int dtype, const int64_t* ids, int64_t count, int64_t depth, double on, double off,
+                           cudaStream_t s);
+
+}  // namespace kiln::cuda

@@ -3,6 +3,7 @@
 // computed as column-major C^T = op(B)^T op(A)^T, so no data moves.
 #include "backends/cuda/device_runtime.h"
 #include "backends/cuda/kernel_util.h"
+#include "ir/ops/fused_layers.h"
 #include "ir/ops/linalg.h"
 #include "ir/ops/nn.h"
 
@@ -48,23 +49,40 @@ void product_kernel(const KernelContext& ctx, std::span<const TensorView> in, st
   gemm(ctx, d, in[0].ptr<float>(), in[1].ptr<float>(), out[0].ptr<float>());
 }
 
-void fully_connected_kernel(const KernelContext& ctx, std::span<const TensorView> in, std::span<const TensorView> out) {
-  cuda::require_f32(in, out);
-  const auto& a = ctx.attrs.as<FullyConnectedAttrs>();
+// out = data . weight^T (+ bias), then act when given.
+void dense(const KernelContext& ctx, const FullyConnectedAttrs& a, std::optional<ActType> act,
+           std::span<const TensorView> in, const TensorView& out) {
+  cuda::require_f32(in, std::span<const TensorView>(&out, 1));
   FullyConnectedDims fc = fully_connected_dims(in[0].shape, in[1].shape, a);
   MatmulDims d;
   d.m = fc.m;
   d.k = fc.k;
   d.n = fc.n;
   d.tb = true;  // weight is [n, k]
-  gemm(ctx, d, in[0].ptr<float>(), in[1].ptr<float>(), out[0].ptr<float>());
-  if (!a.no_bias && fc.m > 0 && fc.n > 0) {
+  gemm(ctx, d, in[0].ptr<float>(), in[1].ptr<float>(), out.ptr<float>());
+  if (fc.m == 0 || fc.n == 0) return;
+  cudaStream_t s = cuda::stream_of(ctx);
+  if (!a.no_bias) {
     Shape mat{fc.m, fc.n};
     auto ix = cuda::make_broadcast_index(mat, Shape{fc.n}, mat);
-    KILN_CUDA_LAUNCH(cuda::launch_binary(cuda::BinaryOp::kAdd, out[0].ptr<float>(), in[2].ptr<float>(),
-                                         out[0].ptr<float>(), fc.m * fc.n, ix, 0, 0.0f, 0.0f, cuda::stream_of(ctx)),
+    KILN_CUDA_LAUNCH(cuda::launch_binary(cuda::BinaryOp::kAdd, out.ptr<float>(), in[2].ptr<float>(), out.ptr<float>(),
+                                         fc.m * fc.n, ix, 0, 0.0f, 0.0f, s),
                      ctx);
   }
+  if (act) {
+    KILN_CUDA_LAUNCH(cuda::launch_unary(cuda::activation_op(*act), out.ptr<float>(), out.ptr<float>(), fc.m * fc.n,
+                                        0, 0, s),
+                     ctx);
+  }
+}
+
+void fully_connected_kernel(const KernelContext& ctx, std::span<const TensorView> in, std::span<const TensorView> out) {
+  dense(ctx, ctx.attrs.as<FullyConnectedAttrs>(), std::nullopt, in, out[0]);
+}
+
+void fc_act_kernel(const KernelContext& ctx, std::span<const TensorView> in, std::span<const TensorView> out) {
+  const auto& a = ctx.attrs.as<FcActAttrs>();
+  dense(ctx, a, a.act_type, in, out[0]);
 }
 
 }  // namespace
@@ -73,6 +91,7 @@ void register_cuda_linalg_kernels() {
   register_kernel(OpId::kDot, DeviceKind::kCUDA, product_kernel<dot_dims>);
   register_kernel(OpId::kBatchDot, DeviceKind::kCUDA, product_kernel<batch_dot_dims>);
   register_kernel(OpId::kFullyConnected, DeviceKind::kCUDA, fully_connected_kernel);
+  register_kernel(OpId::kFcAct, DeviceKind::kCUDA, fc_act_kernel);
 }
 
 }  // namespace kiln

@@ -12,28 +12,6 @@ namespace {
 using cuda::BinaryOp;
 using cuda::UnaryOp;
 
-UnaryOp act_op(ActType t) {
-  switch (t) {
-    case ActType::kRelu: return UnaryOp::kRelu;
-    case ActType::kSigmoid: return UnaryOp::kSigmoid;
-    case ActType::kTanh: return UnaryOp::kTanh;
-    case ActType::kSoftrelu: return UnaryOp::kSoftrelu;
-    case ActType::kSoftsign: return UnaryOp::kSoftsign;
-  }
-  throw InternalError("internal error: Activation: unknown act_type");
-}
-
-BinaryOp act_grad_op(ActType t) {
-  switch (t) {
-    case ActType::kRelu: return BinaryOp::kReluGrad;
-    case ActType::kSigmoid: return BinaryOp::kSigmoidGrad;
-    case ActType::kTanh: return BinaryOp::kTanhGrad;
-    case ActType::kSoftrelu: return BinaryOp::kSoftreluGrad;
-    case ActType::kSoftsign: return BinaryOp::kSoftsignGrad;
-  }
-  throw InternalError("internal error: _backward_Activation: unknown act_type");
-}
-
 void elementwise2(const KernelContext& ctx, BinaryOp op, const TensorView& a, const TensorView& b,
                   const TensorView& y, float p0) {
   KILN_CUDA_LAUNCH(cuda::launch_binary(op, a.ptr<float>(), b.ptr<float>(), y.ptr<float>(), y.size(), {}, 0, 0.0f, p0,
@@ -43,7 +21,7 @@ void elementwise2(const KernelContext& ctx, BinaryOp op, const TensorView& a, co
 
 void activation(const KernelContext& ctx, std::span<const TensorView> in, std::span<const TensorView> out) {
   cuda::require_f32(in, out);
-  UnaryOp op = act_op(ctx.attrs.as<ActivationAttrs>().act_type);
+  UnaryOp op = cuda::activation_op(ctx.attrs.as<ActivationAttrs>().act_type);
   KILN_CUDA_LAUNCH(cuda::launch_unary(op, in[0].ptr<float>(), out[0].ptr<float>(), out[0].size(), 0, 0,
                                       cuda::stream_of(ctx)),
                    ctx);
@@ -52,7 +30,7 @@ void activation(const KernelContext& ctx, std::span<const TensorView> in, std::s
 // (out_grad, output) -> in_grad
 void activation_backward(const KernelContext& ctx, std::span<const TensorView> in, std::span<const TensorView> out) {
   cuda::require_f32(in, out);
-  elementwise2(ctx, act_grad_op(ctx.attrs.as<ActivationAttrs>().act_type), in[0], in[1], out[0], 0.0f);
+  elementwise2(ctx, cuda::activation_grad_op(ctx.attrs.as<ActivationAttrs>().act_type), in[0], in[1], out[0], 0.0f);
 }
 
 void require_not_prelu(const LeakyReLUAttrs& a) {
@@ -108,15 +86,6 @@ void softmax_backward(const KernelContext& ctx, std::span<const TensorView> in, 
                    ctx);
 }
 
-// A temporary device buffer for the current op (freed after its stream is synchronized).
-struct Scratch {
-  storage::Block block;
-  explicit Scratch(Device device, size_t bytes) : block(storage::pool(device).alloc(bytes)) {}
-  ~Scratch() { cuda::free_after_sync(block); }
-  Scratch(const Scratch&) = delete;
-  Scratch& operator=(const Scratch&) = delete;
-};
-
 // Shared by the forward (dy null) and backward cross-entropy.
 void cross_entropy(const KernelContext& ctx, const TensorView& x, const TensorView& label, const TensorView* dy,
                    const TensorView& out) {
@@ -126,7 +95,7 @@ void cross_entropy(const KernelContext& ctx, const TensorView& x, const TensorVi
   cudaStream_t s = cuda::stream_of(ctx);
   const int64_t rows = x.shape[0], classes = x.shape[1];
   // Labels as float32 (any numeric dtype: converted on the device first).
-  Scratch converted(device, label.dtype == DType::kFloat32 ? 0 : static_cast<size_t>(rows) * sizeof(float));
+  cuda::Scratch converted(device, label.dtype == DType::kFloat32 ? 0 : static_cast<size_t>(rows) * sizeof(float));
   const float* labels = label.ptr<float>();
   if (label.dtype != DType::kFloat32) {
     KILN_CUDA_LAUNCH(cuda::launch_cast(label.data, static_cast<int>(label.dtype), converted.block.ptr,
@@ -134,7 +103,7 @@ void cross_entropy(const KernelContext& ctx, const TensorView& x, const TensorVi
                      ctx);
     labels = static_cast<const float*>(converted.block.ptr);
   }
-  Scratch flag(device, sizeof(int));
+  cuda::Scratch flag(device, sizeof(int));
   KILN_CUDA_CHECK(cudaMemsetAsync(flag.block.ptr, 0xff, sizeof(int), s), device);  // -1: no bad label
   KILN_CUDA_LAUNCH(cuda::launch_softmax_cross_entropy(x.ptr<float>(), labels, dy ? dy->ptr<float>() : nullptr,
                                                       out.ptr<float>(), rows, classes,

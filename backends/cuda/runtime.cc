@@ -33,7 +33,8 @@ void register_cuda_reduce_kernels();    // reduce.cc
 void register_cuda_linalg_kernels();    // linalg.cc (+ FullyConnected)
 void register_cuda_nn_kernels();        // nn.cc
 void register_cuda_optimizer_kernels(); // optimizer.cc
-void register_cuda_conv_kernels();      // conv*.cc (cuDNN; nothing without it)
+void register_cuda_conv_kernels();      // conv.cc (cuDNN; BatchNorm only without it)
+void register_cuda_index_kernels();     // indices.cc
 
 // Registered whether or not a GPU is present: the table says what this build
 // can run; check_device refuses cuda(i) when there is no such GPU.
@@ -45,6 +46,7 @@ void register_cuda_kernels() {
   register_cuda_nn_kernels();
   register_cuda_optimizer_kernels();
   register_cuda_conv_kernels();
+  register_cuda_index_kernels();
 }
 
 namespace storage {
