@@ -35,6 +35,7 @@ void register_cuda_nn_kernels();        // nn.cc
 void register_cuda_optimizer_kernels(); // optimizer.cc
 void register_cuda_conv_kernels();      // conv.cc (cuDNN; BatchNorm only without it)
 void register_cuda_index_kernels();     // indices.cc
+void register_cuda_fused_kernels();     // fused.cc (an interpreter of fused programs)
 
 // Registered whether or not a GPU is present: the table says what this build
 // can run; check_device refuses cuda(i) when there is no such GPU.
@@ -47,6 +48,7 @@ void register_cuda_kernels() {
   register_cuda_optimizer_kernels();
   register_cuda_conv_kernels();
   register_cuda_index_kernels();
+  register_cuda_fused_kernels();
 }
 
 namespace storage {
