@@ -22,6 +22,7 @@ const std::vector<Benchmark>& registry() {
     register_train_benchmarks();
     register_hybridize_benchmarks();
     register_fusion_benchmarks();
+    register_cuda_benchmarks();
     return true;
   }();
   (void)registered;

@@ -59,6 +59,7 @@ void register_memory_benchmarks();  // bench/memory_bench.cc
 void register_train_benchmarks();   // bench/train_bench.cc
 void register_hybridize_benchmarks();  // bench/hybridize_bench.cc
 void register_fusion_benchmarks();     // bench/fusion_bench.cc
+void register_cuda_benchmarks();       // bench/cuda_bench.cc (skip without a GPU)
 
 // ---- helpers
 

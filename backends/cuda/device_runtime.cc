@@ -15,7 +15,6 @@ constexpr int kMaxDevices = kMaxDevicesPerKind;
 struct DeviceStreams {
   std::once_flag once;
   std::array<cudaStream_t, kNumStreamKinds> streams{};
-  int sm_count = 0;
 };
 
 std::array<DeviceStreams, kMaxDevices>& all_streams() {
@@ -30,7 +29,6 @@ DeviceStreams& device_streams(int device) {
     bind_device(device);
     Device dev = Device::cuda(device);
     for (auto& s : d.streams) KILN_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), dev);
-    KILN_CUDA_CHECK(cudaDeviceGetAttribute(&d.sm_count, cudaDevAttrMultiProcessorCount, device), dev);
   });
   return d;
 }
@@ -48,15 +46,6 @@ void bind_device(int device) { KILN_CUDA_CHECK(cudaSetDevice(device), Device::cu
 
 cudaStream_t stream(int device, StreamKind kind) {
   return device_streams(device).streams[static_cast<size_t>(kind)];
-}
-
-int grid_for(int64_t n, int threads_per_block) {
-  int device = 0;
-  cudaGetDevice(&device);
-  int sms = device_streams(device).sm_count;
-  int64_t needed = (n + threads_per_block - 1) / threads_per_block;
-  int64_t cap = static_cast<int64_t>(sms > 0 ? sms : 80) * 8;
-  return static_cast<int>(std::max<int64_t>(1, std::min(needed, cap)));
 }
 
 bool tf32_allowed() {

@@ -74,8 +74,4 @@ void flush_deferred_frees();
 bool in_cuda_lane_op();
 void set_in_cuda_lane_op(bool on);
 
-// Launch geometry for grid-stride kernels: enough blocks to fill the GPU
-// (a few per SM), never more than the work needs.
-int grid_for(int64_t n, int threads_per_block = 256);
-
 }  // namespace kiln::cuda

@@ -53,9 +53,10 @@ __global__ void cross_entropy_kernel(const float* x, const float* label, const f
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t r = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; r < rows; r += stride) {
     const float* xr = x + r * classes;
+    // Truncated toward zero, NaN read as 0: as the CPU kernel reads labels.
     const float lf = label[r];
-    const int64_t k = static_cast<int64_t>(lf);  // truncated toward zero, as the CPU kernel reads labels
-    if (!(lf > -1.0f) || k < 0 || k >= classes) {
+    const int64_t k = lf != lf ? 0 : (lf <= -1.0f || lf >= static_cast<float>(classes)) ? -1 : static_cast<int64_t>(lf);
+    if (k < 0 || k >= classes) {
       atomicCAS(bad, -1, static_cast<int>(r));
       if (dy == nullptr) out[r] = NAN;
       continue;
