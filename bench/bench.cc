@@ -25,6 +25,7 @@ const std::vector<Benchmark>& registry() {
     register_hybridize_benchmarks();
     register_fusion_benchmarks();
     register_conv_benchmarks();
+    register_cuda_benchmarks();
     return true;
   }();
   (void)registered;

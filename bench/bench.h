@@ -63,6 +63,7 @@ void register_train_benchmarks();   // bench/train_bench.cc
 void register_hybridize_benchmarks();  // bench/hybridize_bench.cc
 void register_fusion_benchmarks();     // bench/fusion_bench.cc
 void register_conv_benchmarks();       // bench/conv_bench.cc
+void register_cuda_benchmarks();       // bench/cuda_bench.cc (skip without a GPU)
 
 // ---- helpers
 

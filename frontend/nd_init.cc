@@ -54,8 +54,9 @@ template <typename T>
 NDArray array(std::span<const T> values, const Shape& shape, Device device) {
   KILN_CHECK(static_cast<int64_t>(values.size()) == shape.size(), ShapeError,
              "nd::array: {} values do not fill shape {} ({} elements)", values.size(), shape, shape.size());
+  // Elsewhere than on a CPU: built on cpu(0), then copied on the device's copy lane.
+  if (!device.is_cpu()) return array(values, shape, Device::cpu(0)).copy_to(device);
   NDArray out = NDArray::empty(shape, {dtype_of<T>(), device});
-  KILN_CHECK(device.is_cpu(), NotSupported, "nd::array: creating on {} needs the CUDA backend", device);
   std::vector<T> copy(values.begin(), values.end());
   engine::get().push(
       [out, copy = std::move(copy)](engine::RunContext) { std::memcpy(out.data(), copy.data(), out.nbytes()); }, {},

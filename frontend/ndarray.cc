@@ -6,6 +6,7 @@
 #include "frontend/invoke.h"
 #include "frontend/trace.h"
 #include "ir/op.h"
+#include "runtime/device_copy.h"
 #include "runtime/record_pool.h"
 
 namespace kiln {
@@ -121,13 +122,24 @@ NDArray NDArray::copy_to(Device device) const {
     return copy();
   }
   NDArray dst = empty(shape_, {dtype_, device});
-  KILN_CHECK(this->device().is_cpu() && device.is_cpu(), NotSupported,
-             "copy_to: copies between {} and {} need the CUDA backend", this->device(), device);
-  // Runs on the destination's copy lane, so it overlaps compute on both devices.
-  engine::get().push(
-      [src = *this, dst](engine::RunContext) { std::memcpy(dst.data(), src.data(), src.nbytes()); }, {var()},
-      {dst.var()},
-      {.device = device, .lane = engine::Lane::kCopy, .name = "copy_to", .bytes = static_cast<int64_t>(nbytes())});
+  const Device from = this->device();
+  const engine::PushOptions options{.device = copy_lane_device(from, device),
+                                    .lane = engine::Lane::kCopy,
+                                    .name = "copy_to",
+                                    .bytes = static_cast<int64_t>(nbytes())};
+  if (from.is_cpu() && device.is_cpu()) {
+    // Runs on the destination's copy lane, so it overlaps compute on both devices.
+    engine::get().push(
+        [src = *this, dst](engine::RunContext) { std::memcpy(dst.data(), src.data(), src.nbytes()); }, {var()},
+        {dst.var()}, options);
+  } else {
+    // A GPU is involved: its copy lane, through the CUDA backend (runtime/device_copy.h).
+    engine::get().push(
+        [src = *this, dst](engine::RunContext) {
+          copy_between_devices(dst.data(), dst.device(), src.data(), src.device(), src.nbytes());
+        },
+        {var()}, {dst.var()}, options);
+  }
   return dst;
 }
 

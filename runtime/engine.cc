@@ -71,7 +71,11 @@ std::exception_ptr run_op(Fn& fn, const RunContext& ctx, std::string_view name, 
   int64_t start = profiling ? profiler::now_ns() : 0;
   std::exception_ptr error;
   try {
-    fn(ctx);
+    if (ctx.device.is_cuda()) [[unlikely]] {
+      run_on_cuda_lane(fn, ctx);
+    } else {
+      fn(ctx);
+    }
   } catch (Error& e) {
     e.add_context(fmt::format("{} on {}", name, ctx.device));
     error = std::current_exception();

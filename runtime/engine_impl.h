@@ -27,6 +27,12 @@ inline constexpr int kNumDeviceSlots = kNumDeviceKinds * kMaxDevicesPerKind;
 // A small stable id for the calling thread (profiler rows).
 uint64_t current_thread_id();
 
+// Runs an op on a CUDA device's lane (backends/cuda/engine_lane.cc; without
+// CUDA, backends/cuda_absent.cc throws DeviceError): binds the GPU to the
+// thread, passes the lane's stream in ctx.stream, and returns once the
+// stream has finished the op's work, throwing the op's asynchronous errors.
+void run_on_cuda_lane(Fn& fn, RunContext ctx);
+
 // Runs `fn` with `ctx`, recording a profiler event when the profiler is on.
 // Returns the error it raised, with "<name> on <device>" added to a
 // kiln::Error's message; other exceptions become kiln::Error with that prefix.

@@ -1,0 +1,395 @@
+// Convolution (forward, backward data, backward weight) and Pooling (forward,
+// backward) through cuDNN's legacy API, BatchNorm through Kiln's own kernels
+// (batch_norm.cu), and the fused _kiln_conv_act. float32, channel-first,
+// 1 to 3 spatial axes (1-D runs as 2-D with a unit axis).
+//
+// Algorithms: cuDNN's heuristic (the *_v7 queries) picks, once per shape and
+// per TF32 setting; the choice and its workspace size are cached in a map
+// keyed by the descriptors' numbers. The workspace comes from the device's
+// caching allocator and is released after the op's stream is synchronized.
+#include <map>
+#include <mutex>
+
+#include "backends/cuda/device_runtime.h"
+#include "backends/cuda/kernel_util.h"
+#include "ir/ops/conv.h"
+#include "ir/ops/fused_layers.h"
+
+#if defined(KILN_HAVE_CUDNN)
+#include <cudnn.h>
+#endif
+
+namespace kiln {
+
+#if defined(KILN_HAVE_CUDNN)
+
+namespace {
+
+void check_cudnn(cudnnStatus_t st, const char* call, Device device) {
+  if (st != CUDNN_STATUS_SUCCESS) cuda::throw_library_error("cuDNN", st, cudnnGetErrorString(st), call, device);
+}
+#define KILN_CUDNN_CHECK(call, device) check_cudnn((call), #call, (device))
+
+// ---- descriptors (RAII)
+
+struct TensorDesc {
+  cudnnTensorDescriptor_t d = nullptr;
+  TensorDesc(const std::vector<int>& dims, Device device) {
+    KILN_CUDNN_CHECK(cudnnCreateTensorDescriptor(&d), device);
+    std::vector<int> strides(dims.size(), 1);
+    for (int i = static_cast<int>(dims.size()) - 2; i >= 0; --i) strides[i] = strides[i + 1] * dims[i + 1];
+    KILN_CUDNN_CHECK(cudnnSetTensorNdDescriptor(d, CUDNN_DATA_FLOAT, static_cast<int>(dims.size()), dims.data(),
+                                                strides.data()),
+                     device);
+  }
+  ~TensorDesc() { cudnnDestroyTensorDescriptor(d); }
+  TensorDesc(const TensorDesc&) = delete;
+  TensorDesc& operator=(const TensorDesc&) = delete;
+};
+
+struct FilterDesc {
+  cudnnFilterDescriptor_t d = nullptr;
+  FilterDesc(const std::vector<int>& dims, Device device) {
+    KILN_CUDNN_CHECK(cudnnCreateFilterDescriptor(&d), device);
+    KILN_CUDNN_CHECK(cudnnSetFilterNdDescriptor(d, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, static_cast<int>(dims.size()),
+                                                dims.data()),
+                     device);
+  }
+  ~FilterDesc() { cudnnDestroyFilterDescriptor(d); }
+  FilterDesc(const FilterDesc&) = delete;
+  FilterDesc& operator=(const FilterDesc&) = delete;
+};
+
+// Dims of an array with the spatial axes padded to at least two (1-D as 2-D).
+std::vector<int> dims_of(const Shape& s) {
+  std::vector<int> dims;
+  for (int i = 0; i < s.ndim(); ++i) {
+    KILN_CHECK(s[i] < (int64_t{1} << 31), NotSupported, "axis {} of {} is too long for cuDNN", i, s);
+    dims.push_back(static_cast<int>(s[i]));
+  }
+  if (dims.size() == 3) dims.push_back(1);
+  return dims;
+}
+
+// The window's numbers, spatial axes padded to two.
+struct Window {
+  std::vector<int> kernel, stride, dilate, pad;
+};
+
+Window window_of(const WindowGeometry& g) {
+  Window w;
+  for (int i = 0; i < g.nsp; ++i) {
+    KILN_CHECK(g.pad_l[i] == g.pad_r[i], NotSupported,
+               "asymmetric padding ({} before, {} after on spatial axis {}) has no cuDNN kernel", g.pad_l[i], g.pad_r[i],
+               i);
+    w.kernel.push_back(static_cast<int>(g.kernel[i]));
+    w.stride.push_back(static_cast<int>(g.stride[i]));
+    w.dilate.push_back(static_cast<int>(g.dilate[i]));
+    w.pad.push_back(static_cast<int>(g.pad_l[i]));
+  }
+  if (g.nsp == 1) {
+    w.kernel.push_back(1);
+    w.stride.push_back(1);
+    w.dilate.push_back(1);
+    w.pad.push_back(0);
+  }
+  return w;
+}
+
+struct ConvDesc {
+  cudnnConvolutionDescriptor_t d = nullptr;
+  ConvDesc(const Window& w, int groups, Device device) {
+    KILN_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&d), device);
+    KILN_CUDNN_CHECK(cudnnSetConvolutionNdDescriptor(d, static_cast<int>(w.kernel.size()), w.pad.data(),
+                                                     w.stride.data(), w.dilate.data(), CUDNN_CROSS_CORRELATION,
+                                                     CUDNN_DATA_FLOAT),
+                     device);
+    KILN_CUDNN_CHECK(cudnnSetConvolutionGroupCount(d, groups), device);
+    // FMA math forbids TF32; the default allows it (KILN_CUDA_TF32=1).
+    KILN_CUDNN_CHECK(cudnnSetConvolutionMathType(d, cuda::tf32_allowed() ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH), device);
+  }
+  ~ConvDesc() { cudnnDestroyConvolutionDescriptor(d); }
+  ConvDesc(const ConvDesc&) = delete;
+  ConvDesc& operator=(const ConvDesc&) = delete;
+};
+
+// One convolution call's descriptors, from the forward's data/weight/output shapes.
+struct ConvSetup {
+  Device device;
+  TensorDesc x, y;
+  FilterDesc w;
+  ConvDesc conv;
+  std::string key;  // the algorithm cache's key (without the direction)
+  ConvSetup(const ConvolutionAttrs& a, const Shape& data, const Shape& weight, const Shape& out, Device dev)
+      : device(dev),
+        x(dims_of(data), dev),
+        y(dims_of(out), dev),
+        w(dims_of(weight), dev),
+        conv(window_of(convolution_geometry(a, data)), a.num_group, dev) {
+    key = fmt::format("{}|{}|{}|{}|{}|{}|{}|{}|{}", dev, data, weight, out, a.stride, a.dilate, a.pad, a.num_group,
+                      cuda::tf32_allowed());
+  }
+};
+
+struct AlgoChoice {
+  int algo = 0;
+  size_t workspace = 0;
+};
+
+std::mutex g_algo_mutex;
+std::map<std::string, AlgoChoice>& algo_cache() {
+  static auto* m = new std::map<std::string, AlgoChoice>();  // leaked: used until exit
+  return *m;
+}
+
+// Looks `key` up, or runs `choose` once and remembers the answer.
+template <typename Choose>
+AlgoChoice cached_algo(const std::string& key, Choose&& choose) {
+  {
+    std::lock_guard lock(g_algo_mutex);
+    auto it = algo_cache().find(key);
+    if (it != algo_cache().end()) return it->second;
+  }
+  AlgoChoice c = choose();
+  std::lock_guard lock(g_algo_mutex);
+  algo_cache()[key] = c;
+  return c;
+}
+
+// The first algorithm of cuDNN's heuristic list that reports success.
+template <typename Perf>
+AlgoChoice first_ok(const Perf* perf, int n, const char* what, const std::string& key) {
+  for (int i = 0; i < n; ++i) {
+    if (perf[i].status == CUDNN_STATUS_SUCCESS) return {static_cast<int>(perf[i].algo), perf[i].memory};
+  }
+  throw NotSupported(fmt::format("cuDNN has no {} algorithm for {}", what, key));
+}
+
+constexpr int kMaxAlgos = 16;
+
+void convolution_forward_into(const KernelContext& ctx, const ConvolutionAttrs& a, const TensorView& data,
+                              const TensorView& weight, const TensorView& out) {
+  const Device dev = ctx.run.device;
+  cudnnHandle_t h = cuda::cudnn_handle(dev.id, cuda::stream_of(ctx));
+  ConvSetup s(a, data.shape, weight.shape, out.shape, dev);
+  AlgoChoice c = cached_algo("fwd|" + s.key, [&] {
+    cudnnConvolutionFwdAlgoPerf_t perf[kMaxAlgos];
+    int n = 0;
+    KILN_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, s.x.d, s.w.d, s.conv.d, s.y.d, kMaxAlgos, &n, perf), dev);
+    return first_ok(perf, n, "forward convolution", s.key);
+  });
+  cuda::Scratch ws(dev, c.workspace);
+  const float one = 1.0f, zero = 0.0f;
+  KILN_CUDNN_CHECK(cudnnConvolutionForward(h, &one, s.x.d, data.data, s.w.d, weight.data, s.conv.d,
+                                           static_cast<cudnnConvolutionFwdAlgo_t>(c.algo), ws.get(), c.workspace,
+                                           &zero, s.y.d, out.data),
+                   dev);
+}
+
+// out[n, c, ...] += bias[c]
+void add_channel_bias(const KernelContext& ctx, const TensorView& out, const TensorView& bias) {
+  std::vector<int64_t> dims(static_cast<size_t>(out.shape.ndim() - 1), 1);
+  dims[0] = bias.size();
+  auto ix = cuda::make_broadcast_index(out.shape, Shape(dims), out.shape);
+  KILN_CUDA_LAUNCH(cuda::launch_binary(cuda::BinaryOp::kAdd, out.ptr<float>(), bias.ptr<float>(), out.ptr<float>(),
+                                       out.size(), ix, 0, 0.0f, 0.0f, cuda::stream_of(ctx)),
+                   ctx);
+}
+
+void convolution(const KernelContext& ctx, std::span<const TensorView> in, std::span<const TensorView> out) {
+  cuda::require_f32(in, out);
+  const auto& a = ctx.attrs.as<ConvolutionAttrs>();
+  if (out[0].size() == 0) return;
+  convolution_forward_into(ctx, a, in[0], in[1], out[0]);
+  if (!a.no_bias) add_channel_bias(ctx, out[0], in[2]);
+}
+
+// _kiln_conv_act(data, weight[, bias][, sum]) = act(conv + bias + sum)
+void conv_act(const KernelContext& ctx, std::span<const TensorView> in, std::span<const TensorView> out) {
+  cuda::require_f32(in, out);
+  const auto& a = ctx.attrs.as<ConvActAttrs>();
+  if (out[0].size() == 0) return;
+  convolution_forward_into(ctx, a, in[0], in[1], out[0]);
+  size_t next = 2;
+  if (!a.no_bias) add_channel_bias(ctx, out[0], in[next++]);
+  cudaStream_t s = cuda::stream_of(ctx);
+  if (a.with_sum) {
+    KILN_CUDA_LAUNCH(cuda::launch_binary(cuda::BinaryOp::kAdd, out[0].ptr<float>(), in[next].ptr<float>(),
+                                         out[0].ptr<float>(), out[0].size(), {}, 0, 0.0f, 0.0f, s),
+                     ctx);
+  }
+  KILN_CUDA_LAUNCH(cuda::launch_unary(cuda::activation_op(a.act_type), out[0].ptr<float>(), out[0].ptr<float>(),
+                                      out[0].size(), 0, 0, s),
+                   ctx);
+}
+
+// (out_grad, weight) -> d_data
+void convolution_backward_data(const KernelContext& ctx, std::span<const TensorView> in,
+                               std::span<const TensorView> out) {
+  cuda::require_f32(in, out);
+  const auto& a = ctx.attrs.as<ConvolutionBackwardDataAttrs>();
+  const Device dev = ctx.run.device;
+  if (out[0].size() == 0) return;
+  if (in[0].size() == 0) {
+    KILN_CUDA_CHECK(cudaMemsetAsync(out[0].data, 0, out[0].bytes(), cuda::stream_of(ctx)), dev);
+    return;
+  }
+  cudnnHandle_t h = cuda::cudnn_handle(dev.id, cuda::stream_of(ctx));
+  ConvSetup s(a, out[0].shape, in[1].shape, in[0].shape, dev);
+  AlgoChoice c = cached_algo("bwd_data|" + s.key, [&] {
+    cudnnConvolutionBwdDataAlgoPerf_t perf[kMaxAlgos];
+    int n = 0;
+    KILN_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, s.w.d, s.y.d, s.conv.d, s.x.d, kMaxAlgos, &n, perf),
+                     dev);
+    return first_ok(perf, n, "backward-data convolution", s.key);
+  });
+  cuda::Scratch ws(dev, c.workspace);
+  const float one = 1.0f, zero = 0.0f;
+  KILN_CUDNN_CHECK(cudnnConvolutionBackwardData(h, &one, s.w.d, in[1].data, s.y.d, in[0].data, s.conv.d,
+                                                static_cast<cudnnConvolutionBwdDataAlgo_t>(c.algo), ws.get(),
+                                                c.workspace, &zero, s.x.d, out[0].data),
+                   dev);
+}
+
+// (out_grad, data) -> d_weight
+void convolution_backward_weight(const KernelContext& ctx, std::span<const TensorView> in,
+                                 std::span<const TensorView> out) {
+  cuda::require_f32(in, out);
+  const auto& a = ctx.attrs.as<ConvolutionAttrs>();
+  const Device dev = ctx.run.device;
+  if (out[0].size() == 0) return;
+  if (in[0].size() == 0) {
+    KILN_CUDA_CHECK(cudaMemsetAsync(out[0].data, 0, out[0].bytes(), cuda::stream_of(ctx)), dev);
+    return;
+  }
+  cudnnHandle_t h = cuda::cudnn_handle(dev.id, cuda::stream_of(ctx));
+  ConvSetup s(a, in[1].shape, out[0].shape, in[0].shape, dev);
+  AlgoChoice c = cached_algo("bwd_filter|" + s.key, [&] {
+    cudnnConvolutionBwdFilterAlgoPerf_t perf[kMaxAlgos];
+    int n = 0;
+    KILN_CUDNN_CHECK(
+        cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, s.x.d, s.y.d, s.conv.d, s.w.d, kMaxAlgos, &n, perf), dev);
+    return first_ok(perf, n, "backward-weight convolution", s.key);
+  });
+  cuda::Scratch ws(dev, c.workspace);
+  const float one = 1.0f, zero = 0.0f;
+  KILN_CUDNN_CHECK(cudnnConvolutionBackwardFilter(h, &one, s.x.d, in[1].data, s.y.d, in[0].data, s.conv.d,
+                                                  static_cast<cudnnConvolutionBwdFilterAlgo_t>(c.algo), ws.get(),
+                                                  c.workspace, &zero, s.w.d, out[0].data),
+                   dev);
+}
+
+// ---- Pooling
+
+struct PoolSetup {
+  cudnnPoolingDescriptor_t d = nullptr;
+  float alpha = 1.0f;  // sum pooling: the average times the window size
+  PoolSetup(const PoolingAttrs& a, const Shape& data, Device dev) {
+    WindowGeometry g = pooling_geometry(a, data);
+    Window w = window_of(g);
+    PoolType type = pool_type(a);
+    cudnnPoolingMode_t mode = CUDNN_POOLING_MAX_DETERMINISTIC;
+    if (type == PoolType::kAvg) {
+      mode = pool_count_include_pad(a) ? CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING
+                                       : CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING;
+    } else if (type == PoolType::kSum) {
+      mode = CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING;
+      alpha = static_cast<float>(g.kernel_size());
+    }
+    KILN_CUDNN_CHECK(cudnnCreatePoolingDescriptor(&d), dev);
+    KILN_CUDNN_CHECK(cudnnSetPoolingNdDescriptor(d, mode, CUDNN_PROPAGATE_NAN, static_cast<int>(w.kernel.size()),
+                                                 w.kernel.data(), w.pad.data(), w.stride.data()),
+                     dev);
+  }
+  ~PoolSetup() { cudnnDestroyPoolingDescriptor(d); }
+  PoolSetup(const PoolSetup&) = delete;
+  PoolSetup& operator=(const PoolSetup&) = delete;
+};
+
+void pooling(const KernelContext& ctx, std::span<const TensorView> in, std::span<const TensorView> out) {
+  cuda::require_f32(in, out);
+  const Device dev = ctx.run.device;
+  if (out[0].size() == 0) return;
+  PoolSetup p(ctx.attrs.as<PoolingAttrs>(), in[0].shape, dev);
+  TensorDesc x(dims_of(in[0].shape), dev), y(dims_of(out[0].shape), dev);
+  const float zero = 0.0f;
+  KILN_CUDNN_CHECK(cudnnPoolingForward(cuda::cudnn_handle(dev.id, cuda::stream_of(ctx)), p.d, &p.alpha, x.d,
+                                       in[0].data, &zero, y.d, out[0].data),
+                   dev);
+}
+
+// (out_grad, data, output) -> d_data
+void pooling_backward(const KernelContext& ctx, std::span<const TensorView> in, std::span<const TensorView> out) {
+  cuda::require_f32(in, out);
+  const Device dev = ctx.run.device;
+  if (out[0].size() == 0) return;
+  if (in[0].size() == 0) {
+    KILN_CUDA_CHECK(cudaMemsetAsync(out[0].data, 0, out[0].bytes(), cuda::stream_of(ctx)), dev);
+    return;
+  }
+  PoolSetup p(ctx.attrs.as<PoolingAttrs>(), in[1].shape, dev);
+  TensorDesc x(dims_of(in[1].shape), dev), y(dims_of(in[2].shape), dev);
+  const float zero = 0.0f;
+  KILN_CUDNN_CHECK(cudnnPoolingBackward(cuda::cudnn_handle(dev.id, cuda::stream_of(ctx)), p.d, &p.alpha, y.d,
+                                        in[2].data, y.d, in[0].data, x.d, in[1].data, &zero, x.d, out[0].data),
+                   dev);
+}
+
+}  // namespace
+
+#endif  // KILN_HAVE_CUDNN
+
+namespace {
+
+cuda::BatchNormArgs batch_norm_args(const KernelContext& ctx, const BatchNormAttrs& a, const Shape& data) {
+  BatchNormDims d = batch_norm_dims(a, data);
+  cuda::BatchNormArgs args;
+  args.outer = d.outer;
+  args.channels = d.channels;
+  args.inner = d.inner;
+  args.eps = static_cast<float>(a.eps);
+  args.momentum = a.momentum;
+  args.fix_gamma = a.fix_gamma;
+  args.train = ctx.is_train && !a.use_global_stats;
+  return args;
+}
+
+// (data, gamma, beta, moving_mean, moving_var) -> (out, mean, var)
+void batch_norm(const KernelContext& ctx, std::span<const TensorView> in, std::span<const TensorView> out) {
+  cuda::require_f32(in, out);
+  cuda::BatchNormArgs args = batch_norm_args(ctx, ctx.attrs.as<BatchNormAttrs>(), in[0].shape);
+  KILN_CUDA_LAUNCH(cuda::launch_batch_norm_forward(in[0].ptr<float>(), in[1].ptr<float>(), in[2].ptr<float>(),
+                                                   in[3].ptr<float>(), in[4].ptr<float>(), out[0].ptr<float>(),
+                                                   out[1].ptr<float>(), out[2].ptr<float>(), args,
+                                                   cuda::stream_of(ctx)),
+                   ctx);
+}
+
+// (out_grad, data, gamma, mean, var) -> (d_data, d_gamma, d_beta)
+void batch_norm_backward(const KernelContext& ctx, std::span<const TensorView> in, std::span<const TensorView> out) {
+  cuda::require_f32(in, out);
+  cuda::BatchNormArgs args = batch_norm_args(ctx, ctx.attrs.as<BatchNormAttrs>(), in[1].shape);
+  KILN_CUDA_LAUNCH(cuda::launch_batch_norm_backward(in[0].ptr<float>(), in[1].ptr<float>(), in[2].ptr<float>(),
+                                                    in[3].ptr<float>(), in[4].ptr<float>(), out[0].ptr<float>(),
+                                                    out[1].ptr<float>(), out[2].ptr<float>(), args,
+                                                    cuda::stream_of(ctx)),
+                   ctx);
+}
+
+}  // namespace
+
+void register_cuda_conv_kernels() {
+  constexpr DeviceKind k = DeviceKind::kCUDA;
+#if defined(KILN_HAVE_CUDNN)
+  register_kernel(OpId::kConvolution, k, convolution);
+  register_kernel(OpId::kConvAct, k, conv_act);
+  register_kernel(OpId::kConvolutionBackwardData, k, convolution_backward_data);
+  register_kernel(OpId::kConvolutionBackwardWeight, k, convolution_backward_weight);
+  register_kernel(OpId::kPooling, k, pooling);
+  register_kernel(OpId::kPoolingBackward, k, pooling_backward);
+#endif
+  register_kernel(OpId::kBatchNorm, k, batch_norm);
+  register_kernel(OpId::kBatchNormBackward, k, batch_norm_backward);
+}
+
+}  // namespace kiln

@@ -1,0 +1,111 @@
+#include "backends/cuda/device_runtime.h"
+
+#include <array>
+#include <atomic>
+#include <cstdlib>
+#include <mutex>
+#include <vector>
+
+namespace kiln::cuda {
+
+namespace {
+
+constexpr int kMaxDevices = kMaxDevicesPerKind;
+
+struct DeviceStreams {
+  std::once_flag once;
+  std::array<cudaStream_t, kNumStreamKinds> streams{};
+};
+
+std::array<DeviceStreams, kMaxDevices>& all_streams() {
+  static auto* s = new std::array<DeviceStreams, kMaxDevices>();  // leaked: used until exit
+  return *s;
+}
+
+DeviceStreams& device_streams(int device) {
+  check_device(Device::cuda(device));
+  DeviceStreams& d = all_streams()[static_cast<size_t>(device)];
+  std::call_once(d.once, [&] {
+    bind_device(device);
+    Device dev = Device::cuda(device);
+    for (auto& s : d.streams) KILN_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), dev);
+  });
+  return d;
+}
+
+std::atomic<int> g_tf32{-1};  // -1: not read from the environment yet
+
+thread_local bool tl_in_lane_op = false;
+thread_local std::vector<storage::Block> tl_deferred;
+
+const char* cublas_text(cublasStatus_t s) { return cublasGetStatusString(s); }
+
+}  // namespace
+
+void bind_device(int device) { KILN_CUDA_CHECK(cudaSetDevice(device), Device::cuda(device)); }
+
+cudaStream_t stream(int device, StreamKind kind) {
+  return device_streams(device).streams[static_cast<size_t>(kind)];
+}
+
+bool tf32_allowed() {
+  int v = g_tf32.load(std::memory_order_relaxed);
+  if (v < 0) {
+    const char* env = std::getenv("KILN_CUDA_TF32");
+    v = env != nullptr && env[0] == '1' ? 1 : 0;
+    g_tf32.store(v, std::memory_order_relaxed);
+  }
+  return v == 1;
+}
+
+void set_tf32_allowed(bool allowed) { g_tf32.store(allowed ? 1 : 0, std::memory_order_relaxed); }
+
+cublasHandle_t cublas_handle(int device, cudaStream_t s) {
+  thread_local std::array<cublasHandle_t, kMaxDevices> handles{};
+  Device dev = Device::cuda(device);
+  cublasHandle_t& h = handles[static_cast<size_t>(device)];
+  if (h == nullptr) {
+    cublasStatus_t st = cublasCreate(&h);
+    if (st != CUBLAS_STATUS_SUCCESS) throw_library_error("cuBLAS", st, cublas_text(st), "cublasCreate", dev);
+  }
+  cublasStatus_t st = cublasSetStream(h, s);
+  if (st != CUBLAS_STATUS_SUCCESS) throw_library_error("cuBLAS", st, cublas_text(st), "cublasSetStream", dev);
+  st = cublasSetMathMode(h, tf32_allowed() ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH);
+  if (st != CUBLAS_STATUS_SUCCESS) throw_library_error("cuBLAS", st, cublas_text(st), "cublasSetMathMode", dev);
+  return h;
+}
+
+#if defined(KILN_HAVE_CUDNN)
+cudnnHandle_t cudnn_handle(int device, cudaStream_t s) {
+  thread_local std::array<cudnnHandle_t, kMaxDevices> handles{};
+  Device dev = Device::cuda(device);
+  cudnnHandle_t& h = handles[static_cast<size_t>(device)];
+  if (h == nullptr) {
+    cudnnStatus_t st = cudnnCreate(&h);
+    if (st != CUDNN_STATUS_SUCCESS) throw_library_error("cuDNN", st, cudnnGetErrorString(st), "cudnnCreate", dev);
+  }
+  cudnnStatus_t st = cudnnSetStream(h, s);
+  if (st != CUDNN_STATUS_SUCCESS) throw_library_error("cuDNN", st, cudnnGetErrorString(st), "cudnnSetStream", dev);
+  return h;
+}
+#endif
+
+bool in_cuda_lane_op() { return tl_in_lane_op; }
+void set_in_cuda_lane_op(bool on) { tl_in_lane_op = on; }
+
+void free_after_sync(storage::Block block) {
+  if (block.ptr == nullptr) return;
+  if (tl_in_lane_op) {
+    tl_deferred.push_back(block);
+    return;
+  }
+  KILN_CUDA_CHECK(cudaDeviceSynchronize(), block.device);
+  storage::pool(block.device).free(block);
+}
+
+void flush_deferred_frees() {
+  for (const storage::Block& b : tl_deferred) storage::pool(b.device).free(b);
+  tl_deferred.clear();
+}
+
+}  // namespace kiln::cuda

@@ -1,0 +1,77 @@
+// Per-GPU runtime state: streams, library handles, deferred frees.
+//
+//   cuda::bind_device(0);                                    // cudaSetDevice for this thread
+//   cudaStream_t s = cuda::stream(0, cuda::StreamKind::kCompute);
+//   cublasHandle_t h = cuda::cublas_handle(0, s);            // this thread's handle, bound to s
+//   cuda::free_after_sync(workspace);                        // freed once the op's stream is synchronized
+//
+// Each GPU has four streams, created on first use and kept until exit:
+// compute (the engine's compute lane: every kernel) and H2D, D2H, D2D (the
+// engine's copy lane picks one by direction). All are non-blocking streams
+// (they do not synchronize with the legacy default stream).
+//
+// Completion design (see README.md): an engine operation on a CUDA lane ends
+// with cudaStreamSynchronize on its stream (engine_lane.cc), MXNet's classic
+// scheme. So when an op completes its kernels have finished, device memory
+// it used may be reused at once, and an asynchronous kernel error surfaces
+// in that very op, with its name.
+//
+// Thread safety: streams are shared; cuBLAS/cuDNN handles are per thread and
+// per device (a handle must not be used by two threads at once).
+#pragma once
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+#if defined(KILN_HAVE_CUDNN)
+#include <cudnn.h>
+#endif
+
+#include "backends/cuda/check.h"
+#include "runtime/storage.h"
+
+namespace kiln::cuda {
+
+enum class StreamKind : int { kCompute = 0, kH2D = 1, kD2H = 2, kD2D = 3 };
+inline constexpr int kNumStreamKinds = 4;
+
+// Makes `device` current for the calling thread. Throws DeviceError.
+void bind_device(int device);
+
+// The stream of `kind` on `device` (created on first use).
+cudaStream_t stream(int device, StreamKind kind);
+
+// This thread's cuBLAS handle for `device`, set to `s` (TF32 math when
+// allowed, see tf32_allowed()).
+cublasHandle_t cublas_handle(int device, cudaStream_t s);
+#if defined(KILN_HAVE_CUDNN)
+cudnnHandle_t cudnn_handle(int device, cudaStream_t s);
+#endif
+
+// Whether float32 GEMMs and convolutions may use TF32 tensor cores:
+// KILN_CUDA_TF32=1 in the environment, or set_tf32_allowed(true). Off by
+// default (results then match the CPU to float32 precision).
+bool tf32_allowed();
+void set_tf32_allowed(bool allowed);
+
+// Frees `block` after the current CUDA lane op has synchronized its stream
+// (for workspaces and temporaries a kernel launches work on). Outside a
+// CUDA lane op (no op running on this thread) it synchronizes the device and
+// frees at once.
+void free_after_sync(storage::Block block);
+// A temporary device buffer for the current op: allocated from the device's
+// pool, freed (free_after_sync) once the op's stream has been synchronized.
+struct Scratch {
+  storage::Block block;
+  Scratch(Device device, size_t bytes) : block(storage::pool(device).alloc(bytes)) {}
+  ~Scratch() { free_after_sync(block); }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  void* get() const { return block.ptr; }
+};
+// Called by the lane hook after cudaStreamSynchronize: frees what was deferred.
+void flush_deferred_frees();
+// True while this thread runs an engine op on a CUDA lane.
+bool in_cuda_lane_op();
+void set_in_cuda_lane_op(bool on);
+
+}  // namespace kiln::cuda

@@ -1,0 +1,190 @@
+// CUDA kernels of the elemwise and init families (registration and dispatch;
+// the kernels are in elemwise.cu). float32 arithmetic; _copy, BlockGrad,
+// Cast and the init ops handle every dtype but int16/uint16/uint32/uint64.
+#include "backends/cuda/kernel_util.h"
+#include "ir/ops/elemwise.h"
+#include "ir/ops/init.h"
+
+namespace kiln {
+namespace {
+
+using cuda::BinaryOp;
+using cuda::UnaryOp;
+
+template <BinaryOp kOp>
+void binary(const KernelContext& ctx, std::span<const TensorView> in, std::span<const TensorView> out) {
+  cuda::require_f32(in, out);
+  auto ix = cuda::make_broadcast_index(in[0].shape, in[1].shape, out[0].shape);
+  KILN_CUDA_LAUNCH(cuda::launch_binary(kOp, in[0].ptr<float>(), in[1].ptr<float>(), out[0].ptr<float>(),
+                                       out[0].size(), ix, 0, 0.0f, 0.0f, cuda::stream_of(ctx)),
+                   ctx);
+}
+
+// x op scalar, or scalar op x when kReversed.
+template <BinaryOp kOp, bool kReversed = false>
+void scalar(const KernelContext& ctx, std::span<const TensorView> in, std::span<const TensorView> out) {
+  cuda::require_f32(in, out);
+  const float value = static_cast<float>(ctx.attrs.as<ScalarAttrs>().scalar);
+  const float* x = in[0].ptr<float>();
+  KILN_CUDA_LAUNCH(cuda::launch_binary(kOp, kReversed ? nullptr : x, kReversed ? x : nullptr, out[0].ptr<float>(),
+                                       out[0].size(), {}, kReversed ? 2 : 1, value, 0.0f, cuda::stream_of(ctx)),
+                   ctx);
+}
+
+template <UnaryOp kOp>
+void unary(const KernelContext& ctx, std::span<const TensorView> in, std::span<const TensorView> out) {
+  cuda::require_f32(in, out);
+  KILN_CUDA_LAUNCH(cuda::launch_unary(kOp, in[0].ptr<float>(), out[0].ptr<float>(), out[0].size(), 0, 0,
+                                      cuda::stream_of(ctx)),
+                   ctx);
+}
+
+void clip(const KernelContext& ctx, std::span<const TensorView> in, std::span<const TensorView> out) {
+  cuda::require_f32(in, out);
+  const auto& a = ctx.attrs.as<ClipAttrs>();
+  KILN_CUDA_LAUNCH(cuda::launch_unary(UnaryOp::kClip, in[0].ptr<float>(), out[0].ptr<float>(), out[0].size(),
+                                      static_cast<float>(a.a_min), static_cast<float>(a.a_max), cuda::stream_of(ctx)),
+                   ctx);
+}
+
+bool cuda_dtype(DType t) {
+  switch (t) {
+    case DType::kFloat32: case DType::kFloat64: case DType::kFloat16: case DType::kBfloat16: case DType::kUint8:
+    case DType::kInt8: case DType::kInt32: case DType::kInt64: case DType::kBool:
+      return true;
+    default:
+      return false;
+  }
+}
+
+void require_cuda_dtype(DType t) {
+  KILN_CHECK(cuda_dtype(t), NotSupported, "dtype {} has no CUDA kernel yet (backends/cuda/README.md)", t);
+}
+
+void copy(const KernelContext& ctx, std::span<const TensorView> in, std::span<const TensorView> out) {
+  if (in[0].data == out[0].data || out[0].bytes() == 0) return;
+  KILN_CUDA_CHECK(cudaMemcpyAsync(out[0].data, in[0].data, out[0].bytes(), cudaMemcpyDeviceToDevice,
+                                  cuda::stream_of(ctx)),
+                  ctx.run.device);
+}
+
+void cast(const KernelContext& ctx, std::span<const TensorView> in, std::span<const TensorView> out) {
+  if (in[0].dtype == out[0].dtype) return copy(ctx, in, out);
+  require_cuda_dtype(in[0].dtype);
+  require_cuda_dtype(out[0].dtype);
+  KILN_CUDA_LAUNCH(cuda::launch_cast(in[0].data, static_cast<int>(in[0].dtype), out[0].data,
+                                     static_cast<int>(out[0].dtype), out[0].size(), cuda::stream_of(ctx)),
+                   ctx);
+}
+
+void where(const KernelContext& ctx, std::span<const TensorView> in, std::span<const TensorView> out) {
+  cuda::require_f32(in, out);
+  KILN_CHECK(in[0].shape == out[0].shape && in[1].shape == out[0].shape && in[2].shape == out[0].shape,
+             NotSupported, "where: the CUDA kernel needs equal shapes so far (got {}, {}, {})", in[0].shape,
+             in[1].shape, in[2].shape);
+  KILN_CUDA_LAUNCH(cuda::launch_where(in[0].ptr<float>(), in[1].ptr<float>(), in[2].ptr<float>(),
+                                      out[0].ptr<float>(), out[0].size(), cuda::stream_of(ctx)),
+                   ctx);
+}
+
+// ---- init family
+
+void fill(const KernelContext& ctx, const TensorView& out, double value) {
+  require_cuda_dtype(out.dtype);
+  KILN_CUDA_LAUNCH(cuda::launch_fill(out.data, static_cast<int>(out.dtype), out.size(), value, 0, 1, 0,
+                                     cuda::stream_of(ctx)),
+                   ctx);
+}
+
+void zeros(const KernelContext& ctx, std::span<const TensorView>, std::span<const TensorView> out) {
+  fill(ctx, out[0], 0.0);
+}
+void ones(const KernelContext& ctx, std::span<const TensorView>, std::span<const TensorView> out) {
+  fill(ctx, out[0], 1.0);
+}
+void full(const KernelContext& ctx, std::span<const TensorView>, std::span<const TensorView> out) {
+  fill(ctx, out[0], ctx.attrs.as<FullAttrs>().value);
+}
+
+void arange(const KernelContext& ctx, std::span<const TensorView>, std::span<const TensorView> out) {
+  const auto& a = ctx.attrs.as<ArangeAttrs>();
+  require_cuda_dtype(out[0].dtype);
+  double start = a.stop ? a.start : 0;
+  KILN_CUDA_LAUNCH(cuda::launch_fill(out[0].data, static_cast<int>(out[0].dtype), out[0].size(), start, a.step,
+                                     a.repeat, 1, cuda::stream_of(ctx)),
+                   ctx);
+}
+
+template <int kKind>
+void random(const KernelContext& ctx, std::span<const TensorView>, std::span<const TensorView> out) {
+  const auto& a = ctx.attrs.as<RandomAttrs>();
+  require_cuda_dtype(out[0].dtype);
+  KILN_CUDA_LAUNCH(cuda::launch_random(out[0].data, static_cast<int>(out[0].dtype), out[0].size(), a.a, a.b,
+                                       static_cast<uint64_t>(a.seed), static_cast<uint64_t>(a.offset), kKind,
+                                       cuda::stream_of(ctx)),
+                   ctx);
+}
+
+}  // namespace
+
+void register_cuda_elemwise_kernels() {
+  constexpr DeviceKind k = DeviceKind::kCUDA;
+  register_kernel(OpId::kElemwiseAdd, k, binary<BinaryOp::kAdd>);
+  register_kernel(OpId::kElemwiseSub, k, binary<BinaryOp::kSub>);
+  register_kernel(OpId::kElemwiseMul, k, binary<BinaryOp::kMul>);
+  register_kernel(OpId::kElemwiseDiv, k, binary<BinaryOp::kDiv>);
+  register_kernel(OpId::kBroadcastAdd, k, binary<BinaryOp::kAdd>);
+  register_kernel(OpId::kBroadcastSub, k, binary<BinaryOp::kSub>);
+  register_kernel(OpId::kBroadcastMul, k, binary<BinaryOp::kMul>);
+  register_kernel(OpId::kBroadcastDiv, k, binary<BinaryOp::kDiv>);
+  register_kernel(OpId::kBroadcastPower, k, binary<BinaryOp::kPower>);
+  register_kernel(OpId::kBroadcastMaximum, k, binary<BinaryOp::kMaximum>);
+  register_kernel(OpId::kBroadcastMinimum, k, binary<BinaryOp::kMinimum>);
+  register_kernel(OpId::kBroadcastEqual, k, binary<BinaryOp::kEqual>);
+  register_kernel(OpId::kBroadcastNotEqual, k, binary<BinaryOp::kNotEqual>);
+  register_kernel(OpId::kBroadcastGreater, k, binary<BinaryOp::kGreater>);
+  register_kernel(OpId::kBroadcastGreaterEqual, k, binary<BinaryOp::kGreaterEqual>);
+  register_kernel(OpId::kBroadcastLesser, k, binary<BinaryOp::kLesser>);
+  register_kernel(OpId::kBroadcastLesserEqual, k, binary<BinaryOp::kLesserEqual>);
+
+  register_kernel(OpId::kPlusScalar, k, scalar<BinaryOp::kAdd>);
+  register_kernel(OpId::kMinusScalar, k, scalar<BinaryOp::kSub>);
+  register_kernel(OpId::kRMinusScalar, k, scalar<BinaryOp::kSub, true>);
+  register_kernel(OpId::kMulScalar, k, scalar<BinaryOp::kMul>);
+  register_kernel(OpId::kDivScalar, k, scalar<BinaryOp::kDiv>);
+  register_kernel(OpId::kRDivScalar, k, scalar<BinaryOp::kDiv, true>);
+  register_kernel(OpId::kPowerScalar, k, scalar<BinaryOp::kPower>);
+  register_kernel(OpId::kRPowerScalar, k, scalar<BinaryOp::kPower, true>);
+  register_kernel(OpId::kMaximumScalar, k, scalar<BinaryOp::kMaximum>);
+  register_kernel(OpId::kMinimumScalar, k, scalar<BinaryOp::kMinimum>);
+  register_kernel(OpId::kEqualScalar, k, scalar<BinaryOp::kEqual>);
+  register_kernel(OpId::kNotEqualScalar, k, scalar<BinaryOp::kNotEqual>);
+  register_kernel(OpId::kGreaterScalar, k, scalar<BinaryOp::kGreater>);
+  register_kernel(OpId::kGreaterEqualScalar, k, scalar<BinaryOp::kGreaterEqual>);
+  register_kernel(OpId::kLesserScalar, k, scalar<BinaryOp::kLesser>);
+  register_kernel(OpId::kLesserEqualScalar, k, scalar<BinaryOp::kLesserEqual>);
+
+  register_kernel(OpId::kExp, k, unary<UnaryOp::kExp>);
+  register_kernel(OpId::kLog, k, unary<UnaryOp::kLog>);
+  register_kernel(OpId::kSqrt, k, unary<UnaryOp::kSqrt>);
+  register_kernel(OpId::kSquare, k, unary<UnaryOp::kSquare>);
+  register_kernel(OpId::kTanh, k, unary<UnaryOp::kTanh>);
+  register_kernel(OpId::kSigmoid, k, unary<UnaryOp::kSigmoid>);
+  register_kernel(OpId::kRelu, k, unary<UnaryOp::kRelu>);
+  register_kernel(OpId::kAbs, k, unary<UnaryOp::kAbs>);
+  register_kernel(OpId::kNegative, k, unary<UnaryOp::kNegative>);
+  register_kernel(OpId::kClip, k, clip);
+  register_kernel(OpId::kCopy, k, copy);
+  register_kernel(OpId::kBlockGrad, k, copy);
+  register_kernel(OpId::kCast, k, cast);
+  register_kernel(OpId::kWhere, k, where);
+
+  register_kernel(OpId::kZeros, k, zeros);
+  register_kernel(OpId::kOnes, k, ones);
+  register_kernel(OpId::kFull, k, full);
+  register_kernel(OpId::kArange, k, arange);
+  register_kernel(OpId::kRandomUniform, k, random<0>);
+  register_kernel(OpId::kRandomNormal, k, random<1>);
+}
+
+}  // namespace kiln

@@ -1,0 +1,52 @@
+// The engine's hook for CUDA lanes (declared in runtime/engine_impl.h, called
+// by run_op for every op whose device is cuda(i)).
+//
+// Completion: synchronous per op. The op's function launches its work on
+// ctx.stream (compute lane: the GPU's compute stream; copy lane: the D2D
+// stream, and copies pick the H2D/D2H/D2D stream by direction and
+// synchronize it themselves, copy.cc); the hook then waits for the stream.
+// So an op completes when its GPU work has finished, which keeps the engine's
+// dependency tracking exact (no cross-stream events needed), lets device
+// memory be reused as soon as it is freed, and attributes an asynchronous
+// kernel error (illegal address, failed launch) to the op that caused it.
+// The cost is a host/GPU round trip per op; an event-based scheme (op
+// completes when its event fires) is the planned next step (README.md).
+#include "backends/cuda/device_runtime.h"
+#include "runtime/engine_impl.h"
+
+namespace kiln::engine::detail {
+
+namespace {
+
+// Clears the in-lane flag and frees deferred blocks however the op ends.
+struct LaneOpScope {
+  LaneOpScope() { cuda::set_in_cuda_lane_op(true); }
+  ~LaneOpScope() {
+    cuda::set_in_cuda_lane_op(false);
+    cuda::flush_deferred_frees();
+  }
+};
+
+}  // namespace
+
+void run_on_cuda_lane(Fn& fn, RunContext ctx) {
+  const int id = ctx.device.id;
+  cuda::bind_device(id);
+  cudaStream_t s = cuda::stream(id, ctx.lane == Lane::kCompute ? cuda::StreamKind::kCompute : cuda::StreamKind::kD2D);
+  ctx.stream = s;
+  LaneOpScope scope;
+  try {
+    fn(ctx);
+  } catch (...) {
+    // Work the op launched before it threw may still use its buffers.
+    (void)cudaStreamSynchronize(s);
+    (void)cudaGetLastError();
+    throw;
+  }
+  // A launch error (bad configuration, no kernel image for this GPU) is
+  // reported by cudaGetLastError; an execution error by the synchronize.
+  KILN_CUDA_CHECK(cudaGetLastError(), ctx.device);
+  KILN_CUDA_CHECK(cudaStreamSynchronize(s), ctx.device);
+}
+
+}  // namespace kiln::engine::detail

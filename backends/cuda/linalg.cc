@@ -1,0 +1,97 @@
+// dot, batch_dot and FullyConnected through cuBLAS (float32; TF32 tensor
+// cores when allowed, device_runtime.h). Row-major C = op(A) op(B) is
+// computed as column-major C^T = op(B)^T op(A)^T, so no data moves.
+#include "backends/cuda/device_runtime.h"
+#include "backends/cuda/kernel_util.h"
+#include "ir/ops/fused_layers.h"
+#include "ir/ops/linalg.h"
+#include "ir/ops/nn.h"
+
+namespace kiln {
+namespace {
+
+void check_cublas(cublasStatus_t st, const char* call, Device device) {
+  if (st != CUBLAS_STATUS_SUCCESS) cuda::throw_library_error("cuBLAS", st, cublasGetStatusString(st), call, device);
+}
+
+// out[b] = op(A[b]) . op(B[b]), dims as MatmulDims (A [m,k] or [k,m] when ta; B [k,n] or [n,k] when tb).
+void gemm(const KernelContext& ctx, const MatmulDims& d, const float* a, const float* b, float* c) {
+  if (d.m == 0 || d.n == 0 || d.batch == 0) return;
+  const Device device = ctx.run.device;
+  if (d.k == 0) {
+    KILN_CUDA_CHECK(cudaMemsetAsync(c, 0, static_cast<size_t>(d.batch * d.m * d.n) * sizeof(float),
+                                    cuda::stream_of(ctx)),
+                    device);
+    return;
+  }
+  cublasHandle_t h = cuda::cublas_handle(device.id, cuda::stream_of(ctx));
+  const float one = 1.0f, zero = 0.0f;
+  const auto m = static_cast<int>(d.m), n = static_cast<int>(d.n), k = static_cast<int>(d.k);
+  KILN_CHECK(d.m < (1ll << 31) && d.n < (1ll << 31) && d.k < (1ll << 31), NotSupported,
+             "matrix product of {}x{}x{} is too large for one cuBLAS call", d.m, d.k, d.n);
+  cublasOperation_t op_b = d.tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+  cublasOperation_t op_a = d.ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+  int ldb = d.tb ? k : n;
+  int lda = d.ta ? m : k;
+  if (d.batch == 1) {
+    check_cublas(cublasSgemm(h, op_b, op_a, n, m, k, &one, b, ldb, a, lda, &zero, c, n), "cublasSgemm", device);
+  } else {
+    check_cublas(cublasSgemmStridedBatched(h, op_b, op_a, n, m, k, &one, b, ldb, d.k * d.n, a, lda, d.m * d.k, &zero,
+                                           c, n, d.m * d.n, static_cast<int>(d.batch)),
+                 "cublasSgemmStridedBatched", device);
+  }
+}
+
+template <MatmulDims (*kDims)(const Shape&, const Shape&, const DotAttrs&)>
+void product_kernel(const KernelContext& ctx, std::span<const TensorView> in, std::span<const TensorView> out) {
+  cuda::require_f32(in, out);
+  MatmulDims d = kDims(in[0].shape, in[1].shape, ctx.attrs.as<DotAttrs>());
+  gemm(ctx, d, in[0].ptr<float>(), in[1].ptr<float>(), out[0].ptr<float>());
+}
+
+// out = data . weight^T (+ bias), then act when given.
+void dense(const KernelContext& ctx, const FullyConnectedAttrs& a, std::optional<ActType> act,
+           std::span<const TensorView> in, const TensorView& out) {
+  cuda::require_f32(in, std::span<const TensorView>(&out, 1));
+  FullyConnectedDims fc = fully_connected_dims(in[0].shape, in[1].shape, a);
+  MatmulDims d;
+  d.m = fc.m;
+  d.k = fc.k;
+  d.n = fc.n;
+  d.tb = true;  // weight is [n, k]
+  gemm(ctx, d, in[0].ptr<float>(), in[1].ptr<float>(), out.ptr<float>());
+  if (fc.m == 0 || fc.n == 0) return;
+  cudaStream_t s = cuda::stream_of(ctx);
+  if (!a.no_bias) {
+    Shape mat{fc.m, fc.n};
+    auto ix = cuda::make_broadcast_index(mat, Shape{fc.n}, mat);
+    KILN_CUDA_LAUNCH(cuda::launch_binary(cuda::BinaryOp::kAdd, out.ptr<float>(), in[2].ptr<float>(), out.ptr<float>(),
+                                         fc.m * fc.n, ix, 0, 0.0f, 0.0f, s),
+                     ctx);
+  }
+  if (act) {
+    KILN_CUDA_LAUNCH(cuda::launch_unary(cuda::activation_op(*act), out.ptr<float>(), out.ptr<float>(), fc.m * fc.n,
+                                        0, 0, s),
+                     ctx);
+  }
+}
+
+void fully_connected_kernel(const KernelContext& ctx, std::span<const TensorView> in, std::span<const TensorView> out) {
+  dense(ctx, ctx.attrs.as<FullyConnectedAttrs>(), std::nullopt, in, out[0]);
+}
+
+void fc_act_kernel(const KernelContext& ctx, std::span<const TensorView> in, std::span<const TensorView> out) {
+  const auto& a = ctx.attrs.as<FcActAttrs>();
+  dense(ctx, a, a.act_type, in, out[0]);
+}
+
+}  // namespace
+
+void register_cuda_linalg_kernels() {
+  register_kernel(OpId::kDot, DeviceKind::kCUDA, product_kernel<dot_dims>);
+  register_kernel(OpId::kBatchDot, DeviceKind::kCUDA, product_kernel<batch_dot_dims>);
+  register_kernel(OpId::kFullyConnected, DeviceKind::kCUDA, fully_connected_kernel);
+  register_kernel(OpId::kFcAct, DeviceKind::kCUDA, fc_act_kernel);
+}
+
+}  // namespace kiln

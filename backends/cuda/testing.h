@@ -1,0 +1,21 @@
+// Test hooks of the CUDA backend (no CUDA header, so tests include it freely).
+//
+//   if (cuda_device_count() == 0) GTEST_SKIP() << cuda::testing::no_device_line();
+//   engine::get().push([](engine::RunContext rc) { cuda::testing::launch_bad_config(rc.stream); }, ...);
+#pragma once
+
+#include <string>
+
+namespace kiln::cuda::testing {
+
+// "no CUDA device (cudaGetDeviceCount: cudaErrorNoDevice: no CUDA-capable device is detected); skipping"
+std::string no_device_line();
+
+// Launches a kernel with an invalid configuration (2048 threads per block):
+// the launch itself fails; the error is not sticky.
+void launch_bad_config(void* stream);
+// Launches a kernel that writes through a null pointer: the error appears
+// asynchronously and is sticky (the process's CUDA context is lost).
+void launch_illegal_address(void* stream);
+
+}  // namespace kiln::cuda::testing

@@ -1,0 +1,103 @@
+// GPU benchmarks (cuda(0)); each skips with one line on stderr, reporting no
+// figure, when the process sees no GPU. Run by scripts/gpu-check.sh.
+//
+//   kiln bench cuda_      # every figure below
+//
+// Times are wall-clock from push to the result being ready on the host side
+// of the engine (every CUDA op synchronizes its stream before completing), best of
+// `repeat` after a warm-up. Bandwidths count bytes read plus bytes written.
+#include <cstdio>
+
+#include "bench/bench.h"
+#include "frontend/nd.h"
+#include "runtime/engine.h"
+
+namespace kiln::bench {
+
+namespace {
+
+constexpr Device kGpu = Device::cuda(0);
+
+bool have_gpu(const char* name) {
+  if (cuda_device_count() > 0) return true;
+  std::fprintf(stderr, "%s: no CUDA device; skipping\n", name);
+  return false;
+}
+
+template <typename F>
+double timed(const Options& options, F&& f) {
+  f();  // warm-up: allocations, cuBLAS/cuDNN handles, algorithm choice
+  return best_of(options.repeat, [&] {
+    engine::wait_all();
+    auto start = Clock::now();
+    f();
+    return seconds_since(start);
+  });
+}
+
+// Host <-> GPU copies of 64 MiB through the pinned staging buffers, and a
+// GPU-to-GPU copy of the same size (read + write).
+std::vector<Figure> bench_copy(const Options& options) {
+  if (!have_gpu("cuda_copy")) return {};
+  const int64_t n = int64_t{16} << 20;  // floats
+  const double bytes = static_cast<double>(n) * 4;
+  NDArray host = nd::ones({n});
+  NDArray gpu = host.copy_to(kGpu);
+  double h2d = timed(options, [&] { host.copy_to(kGpu).wait_to_read(); });
+  double d2h = timed(options, [&] { gpu.copy_to(Device::cpu(0)).wait_to_read(); });
+  double d2d = timed(options, [&] { gpu.copy_to(kGpu).wait_to_read(); });
+  return {{"cuda_h2d_gbps", bytes / h2d * 1e-9, "GB/s"},
+          {"cuda_d2h_gbps", bytes / d2h * 1e-9, "GB/s"},
+          {"cuda_d2d_gbps", 2 * bytes / d2d * 1e-9, "GB/s"}};
+}
+
+// elemwise_add of two 64M-float arrays (3 x 256 MiB moved) against a plain
+// device-to-device copy of one (2 x 256 MiB): the target is >= 0.8.
+std::vector<Figure> bench_elemwise(const Options& options) {
+  if (!have_gpu("cuda_elemwise")) return {};
+  const int64_t n = int64_t{64} << 20;
+  const double bytes = static_cast<double>(n) * 4;
+  NDArray a = nd::ones({n}, {.device = kGpu});
+  NDArray b = nd::ones({n}, {.device = kGpu});
+  double add = timed(options, [&] { (a + b).wait_to_read(); });
+  double relu = timed(options, [&] { nd::relu(a).wait_to_read(); });
+  double copy = timed(options, [&] { a.copy_to(kGpu).wait_to_read(); });
+  double add_gbps = 3 * bytes / add * 1e-9, copy_gbps = 2 * bytes / copy * 1e-9;
+  return {{"cuda_add_gbps", add_gbps, "GB/s"},
+          {"cuda_relu_gbps", 2 * bytes / relu * 1e-9, "GB/s"},
+          {"cuda_add_vs_copy", add_gbps / copy_gbps, "x"}};
+}
+
+// fp32 GEMM through cuBLAS (TF32 only with KILN_CUDA_TF32=1).
+std::vector<Figure> bench_matmul(const Options& options) {
+  if (!have_gpu("cuda_matmul")) return {};
+  const int64_t n = 4096;
+  NDArray a = nd::random::normal({n, n}, 0, 1, {.device = kGpu});
+  NDArray b = nd::random::normal({n, n}, 0, 1, {.device = kGpu});
+  double s = timed(options, [&] { nd::dot(a, b).wait_to_read(); });
+  return {{"cuda_matmul_4096_tflops", 2.0 * n * n * n / s * 1e-12, "TFLOP/s"}};
+}
+
+// 1000 dependent tiny ops (x = x + 1 on one element), then one wait: the
+// per-op cost of the engine plus a launch plus a stream synchronize.
+std::vector<Figure> bench_latency(const Options& options) {
+  if (!have_gpu("cuda_op_latency")) return {};
+  NDArray x0 = nd::zeros({1}, {.device = kGpu});
+  double s = timed(options, [&] {
+    NDArray x = x0;
+    for (int i = 0; i < 1000; ++i) x = x + 1.0;
+    x.wait_to_read();
+  });
+  return {{"cuda_op_latency_us", s / 1000 * 1e6, "us"}};
+}
+
+}  // namespace
+
+void register_cuda_benchmarks() {
+  add({"cuda_copy", {"cuda_h2d_gbps", "cuda_d2h_gbps", "cuda_d2d_gbps"}, &bench_copy});
+  add({"cuda_elemwise", {"cuda_add_gbps", "cuda_relu_gbps", "cuda_add_vs_copy"}, &bench_elemwise});
+  add({"cuda_matmul", {"cuda_matmul_4096_tflops"}, &bench_matmul});
+  add({"cuda_op_latency", {"cuda_op_latency_us"}, &bench_latency});
+}
+
+}  // namespace kiln::bench

@@ -1,0 +1,145 @@
+#!/usr/bin/env bash
+# Every GPU check of the CUDA backend, in one place (backends/cuda/README.md).
+#
+#   bash scripts/gpu-check.sh bundle   # HERE (the CPU machine): build a CUDA-on Release into build-gpu/
+#                                      # and pack what a GPU machine needs into .gpu-bundle/ (gitignored)
+#   bash scripts/gpu-check.sh          # ON THE GPU MACHINE: unpack .gpu-bundle/ (or, when absent, build
+#                                      # from source), then run every GPU test and GPU benchmark
+#
+# With the device tool: run(command="bash scripts/gpu-check.sh", carry=[".gpu-bundle"]). The GPU
+# machine's image is not Debian 12 and cannot fetch packages (no oneDNN, fmt or GTest there), so the
+# bundle carries Kiln's binaries and the shared libraries they need except the C/C++ runtime and
+# CUDA's own (cudart, cuBLAS, cuDNN are found on the GPU machine: /usr/local/cuda, or the NVIDIA
+# wheels beside PyTorch). Fashion-MNIST is carried too when it is here, for the training runs.
+#
+# Prints every command before running it, and a summary line per step at the end; exits non-zero
+# when a step failed. Environment: KILN_GPU_CHECK_QUICK=1 skips the training runs;
+# KILN_GPU_CHECK_EPOCHS (default 1) sets their length.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+bundle_dir=$root/.gpu-bundle
+bundle=$bundle_dir/kiln-gpu.tar.xz
+# The programs a GPU run needs: the kiln program and the test programs of tests/cuda.
+gpu_tests=(cuda_runtime_test op_parity_test cuda_fault_test)
+
+step() { echo; echo "== $*"; }
+run() { echo "+ $*"; "$@"; }
+
+# ---- bundle: on the CPU machine
+if [[ "${1:-}" == "bundle" ]]; then
+  build=${KILN_BUILD_DIR:-build-gpu}
+  step "configure $build (CUDA on; LLVM JIT off: libLLVM is too large to carry)"
+  if [[ ! -f $build/CMakeCache.txt ]]; then
+    args=(-G Ninja -DCMAKE_BUILD_TYPE=Release -DKILN_CUDA=ON -DKILN_LLVM=OFF)
+    if command -v ccache >/dev/null; then args+=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache); fi
+    run cmake -S . -B "$build" "${args[@]}" || exit 1
+  fi
+  step "build"
+  start=$SECONDS
+  run cmake --build "$build" -j"$(nproc)" --target kiln_cli "${gpu_tests[@]}" || exit 1
+  echo "build took $((SECONDS - start)) s"
+  step "pack $bundle"
+  stage=$(mktemp -d)
+  mkdir -p "$stage/kiln/bin" "$stage/kiln/lib"
+  cp "$build/kiln" "$stage/kiln/bin/"
+  for t in "${gpu_tests[@]}"; do cp "$build/tests/$t" "$stage/kiln/bin/"; done
+  # Every shared library the programs load, except the C/C++ runtime and CUDA's libraries.
+  for f in "$stage"/kiln/bin/*; do ldd "$f"; done | awk '$3 ~ /^\// {print $3}' | sort -u | while read -r lib; do
+    case $(basename "$lib") in
+      libc.so*|libm.so*|libstdc++.so*|libgcc_s.so*|ld-linux*|libdl.so*|libpthread.so*|librt.so*) ;;
+      libcuda.so*|libcudart.so*|libcublas*|libcudnn*|libnccl*|libnvrtc*|libnvJitLink*) ;;
+      *) cp -L "$lib" "$stage/kiln/lib/" ;;
+    esac
+  done
+  data=${KILN_FASHION_MNIST_DIR:-/usr/share/datasets/fashion-mnist}
+  if [[ -f $data/train-images-idx3-ubyte.gz ]]; then
+    mkdir -p "$stage/kiln/fashion-mnist" && cp "$data"/*.gz "$stage/kiln/fashion-mnist/"
+  else
+    echo "no Fashion-MNIST under $data: the bundle has no training data (the training runs will be skipped)"
+  fi
+  git rev-parse HEAD >"$stage/kiln/COMMIT"
+  mkdir -p "$bundle_dir"
+  run tar -C "$stage" -cJf "$bundle" kiln || exit 1
+  rm -rf "$stage"
+  ls -la "$bundle"
+  echo "carry it: run(command=\"bash scripts/gpu-check.sh\", carry=[\".gpu-bundle\"]) (64 MiB at most with the tree)"
+  exit 0
+fi
+
+# ---- check: on the GPU machine
+declare -a summary
+failed=0
+record() {  # record NAME RC
+  if [[ $2 -eq 0 ]]; then summary+=("PASS  $1"); else summary+=("FAIL  $1 (exit $2)"); failed=1; fi
+}
+
+step "machine"
+run nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || echo "nvidia-smi: not available"
+command -v nvcc >/dev/null && nvcc --version | tail -2
+
+# CUDA's libraries: the toolkit's, then the NVIDIA wheels beside PyTorch (cuDNN usually lives there).
+cuda_libs=""
+for dir in /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/targets/x86_64-linux/lib; do
+  [[ -d $dir ]] && cuda_libs+="$dir:"
+done
+for name in libcudnn.so.9 libcublas.so.13 libcublasLt.so.13 libcudart.so.13; do
+  hit=$(find /usr /opt -name "$name" 2>/dev/null | head -1)
+  [[ -n $hit ]] && cuda_libs+="$(dirname "$hit"):"
+done
+
+if [[ -f $bundle ]]; then
+  step "unpack $bundle"
+  dest=/tmp/kiln-gpu
+  rm -rf "$dest" && mkdir -p "$dest" && run tar -C "$dest" -xJf "$bundle" || exit 1
+  echo "bundle built from commit $(cat "$dest/kiln/COMMIT"), this tree is at $(git rev-parse HEAD 2>/dev/null || echo '?')"
+  bin=$dest/kiln/bin
+  export LD_LIBRARY_PATH="$dest/kiln/lib:${cuda_libs}${LD_LIBRARY_PATH:-}"
+  [[ -d $dest/kiln/fashion-mnist ]] && export KILN_FASHION_MNIST_DIR=$dest/kiln/fashion-mnist
+else
+  step "no bundle: build from source into build-gpu/ (needs Kiln's dependencies on this machine)"
+  start=$SECONDS
+  run cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DKILN_CUDA=ON -DKILN_LLVM=OFF || exit 1
+  run cmake --build build-gpu -j"$(nproc)" --target kiln_cli "${gpu_tests[@]}" || exit 1
+  echo "build took $((SECONDS - start)) s"
+  mkdir -p build-gpu/bin
+  for p in kiln "${gpu_tests[@]/#/tests/}"; do ln -sf "$root/build-gpu/$p" build-gpu/bin/; done
+  bin=$root/build-gpu/bin
+  export LD_LIBRARY_PATH="${cuda_libs}${LD_LIBRARY_PATH:-}"
+fi
+echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+missing=$(ldd "$bin/kiln" | grep "not found")
+[[ -n $missing ]] && echo "MISSING LIBRARIES:" && echo "$missing"
+
+step "kiln info"
+run "$bin/kiln" info
+record "kiln info" $?
+
+step "GPU tests (cuda_fault_test last: it destroys its process's CUDA context on purpose)"
+for t in "${gpu_tests[@]}"; do
+  run "$bin/$t" --gtest_color=no
+  record "$t" $?
+done
+
+step "GPU benchmarks"
+run "$bin/kiln" bench cuda_
+record "kiln bench cuda_" $?
+
+if [[ "${KILN_GPU_CHECK_QUICK:-0}" != 1 ]]; then
+  epochs=${KILN_GPU_CHECK_EPOCHS:-1}
+  if [[ -n "${KILN_FASHION_MNIST_DIR:-}" || -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]]; then
+    step "training on cuda:0 (Fashion-MNIST, $epochs epoch(s))"
+    run "$bin/kiln" train --model lenet --epochs "$epochs" --batch-size 256 --lr 0.9 --devices cuda:0
+    record "kiln train lenet cuda:0" $?
+    run "$bin/kiln" train --model lenet --epochs "$epochs" --batch-size 256 --lr 0.9 --devices cuda:0 --hybridize
+    record "kiln train lenet cuda:0 --hybridize" $?
+    run "$bin/kiln" train --model resnet18 --epochs "$epochs" --batch-size 256 --lr 0.1 --devices cuda:0
+    record "kiln train resnet18 cuda:0" $?
+  else
+    summary+=("SKIP  training: no Fashion-MNIST (carry it in the bundle or set KILN_FASHION_MNIST_DIR)")
+  fi
+fi
+
+step "summary"
+printf '%s\n' "${summary[@]}"
+exit $failed

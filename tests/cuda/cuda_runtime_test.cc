@@ -1,0 +1,139 @@
+// The CUDA device runtime: caching allocator (statistics, cache, OOM),
+// copies between the host and the GPU, error surfacing through the engine.
+// Every test skips with one line on a machine without a GPU.
+#include <gtest/gtest.h>
+
+#include <numeric>
+#include <vector>
+
+#include "backends/cuda/caching_allocator.h"
+#include "frontend/nd.h"
+#include "frontend/ndarray.h"
+#include "runtime/engine.h"
+#include "runtime/storage.h"
+#include "tests/cuda/cuda_test_util.h"
+#include "tests/test_util.h"
+
+namespace kiln {
+namespace {
+
+constexpr Device kGpu = Device::cuda(0);
+
+TEST(CudaAllocator, CachesFreedBlocksAndCountsThem) {
+  KILN_REQUIRE_CUDA();
+  storage::Pool& pool = storage::pool(kGpu);
+  pool.release_cached();
+  pool.reset_peak();
+  storage::Stats before = pool.stats();
+  storage::Block a = pool.alloc(1000);
+  EXPECT_NE(a.ptr, nullptr);
+  EXPECT_GE(a.size, 1000u);
+  EXPECT_EQ(a.device, kGpu);
+  storage::Stats mid = pool.stats();
+  EXPECT_EQ(mid.in_use - before.in_use, static_cast<int64_t>(a.size));
+  cuda::AllocatorStats detailed = cuda::allocator_stats(0);
+  EXPECT_GE(detailed.reserved, detailed.basic.in_use);
+  EXPECT_GT(detailed.fragmentation(), 0.0);  // 1000 bytes asked, more reserved
+  pool.free(a);
+  storage::Stats after_free = pool.stats();
+  EXPECT_EQ(after_free.in_use, before.in_use);
+  EXPECT_EQ(after_free.cached - before.cached, static_cast<int64_t>(a.size));
+  storage::Block b = pool.alloc(1000);  // same size class: from the cache
+  EXPECT_EQ(b.ptr, a.ptr);
+  EXPECT_EQ(pool.stats().num_cache_hits - before.num_cache_hits, 1);
+  pool.free(b);
+  EXPECT_GE(pool.release_cached(), static_cast<int64_t>(b.size));
+  EXPECT_EQ(pool.stats().cached, 0);
+  EXPECT_GE(pool.stats().peak_in_use, static_cast<int64_t>(a.size));
+}
+
+TEST(CudaAllocator, OutOfMemoryNamesTheRequestAndRecovers) {
+  KILN_REQUIRE_CUDA();
+  storage::Pool& pool = storage::pool(kGpu);
+  // A request no GPU can serve: cudaMalloc fails, the cache is freed, the retry fails.
+  std::string msg = test::error_of<OutOfMemory>([&] { pool.alloc(size_t{1} << 50); });
+  EXPECT_CONTAINS(msg, "cuda(0)");
+  EXPECT_CONTAINS(msg, std::to_string(size_t{1} << 50));
+  EXPECT_CONTAINS(msg, "MiB free of");
+  // The process keeps working.
+  storage::Block ok = pool.alloc(4096);
+  EXPECT_NE(ok.ptr, nullptr);
+  pool.free(ok);
+}
+
+TEST(CudaAllocator, TestLimitFreesTheCacheBeforeFailing) {
+  KILN_REQUIRE_CUDA();
+  storage::Pool& pool = storage::pool(kGpu);
+  pool.release_cached();
+  storage::Block cached = pool.alloc(1 << 20);
+  pool.free(cached);  // 1 MiB cached
+  int64_t reserved = cuda::allocator_stats(0).reserved;
+  pool.set_system_limit(reserved + (1 << 20) + (1 << 19));
+  // 2 MiB more does not fit beside the cached 1 MiB: the cache is released, then it fits.
+  storage::Block big = pool.alloc(2 << 20);
+  EXPECT_EQ(pool.stats().cached, 0);
+  std::string msg = test::error_of<OutOfMemory>([&] { pool.alloc(8 << 20); });
+  EXPECT_CONTAINS(msg, "test limit");
+  pool.free(big);
+  pool.set_system_limit(-1);
+  pool.release_cached();
+}
+
+TEST(CudaCopy, RoundTripsThroughTheGpu) {
+  KILN_REQUIRE_CUDA();
+  // 0 elements, one, and more than two staging chunks (4 MiB each).
+  for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{1000}, int64_t{(9 << 20) / 4 + 3}}) {
+    std::vector<float> values(static_cast<size_t>(n));
+    std::iota(values.begin(), values.end(), 0.5f);
+    NDArray host = nd::array<float>(values, Shape{n});
+    NDArray gpu = host.copy_to(kGpu);
+    EXPECT_EQ(gpu.device(), kGpu);
+    NDArray gpu2 = gpu.copy_to(kGpu);  // device to device
+    NDArray back = gpu2.copy_to(Device::cpu(0));
+    EXPECT_EQ(back.to_vector<float>(), values) << n << " elements";
+  }
+}
+
+TEST(CudaCopy, ArraysAndFillsOnTheGpu) {
+  KILN_REQUIRE_CUDA();
+  NDArray a = nd::array<float>(std::vector<float>{1, 2, 3, 4}, Shape{2, 2}, kGpu);
+  EXPECT_EQ(a.device(), kGpu);
+  EXPECT_EQ(a.to_vector<float>(), (std::vector<float>{1, 2, 3, 4}));
+  NDArray z = nd::zeros({3}, {.device = kGpu});
+  EXPECT_EQ(z.to_vector<float>(), (std::vector<float>{0, 0, 0}));
+  NDArray s = a + a;
+  EXPECT_EQ(s.device(), kGpu);
+  EXPECT_EQ(s.to_vector<float>(), (std::vector<float>{2, 4, 6, 8}));
+}
+
+TEST(CudaCopy, MixingDevicesNamesBoth) {
+  KILN_REQUIRE_CUDA();
+  NDArray a = nd::ones({2}, {.device = kGpu});
+  NDArray b = nd::ones({2});
+  std::string msg = test::error_of<DeviceError>([&] { (void)(a + b); });
+  EXPECT_CONTAINS(msg, "cuda(0)");
+  EXPECT_CONTAINS(msg, "cpu(0)");
+}
+
+TEST(CudaErrors, LaunchErrorSurfacesWithTheOpName) {
+  KILN_REQUIRE_CUDA();
+  NDArray out = nd::zeros({4}, {.device = kGpu});
+  engine::get().push([](engine::RunContext rc) { cuda::testing::launch_bad_config(rc.stream); }, {}, {out.var()},
+                     {.device = kGpu, .name = "bad_launch"});
+  std::string msg = test::error_of<Error>([&] { out.wait_to_read(); });
+  EXPECT_CONTAINS(msg, "bad_launch on cuda(0)");
+  EXPECT_CONTAINS(msg, "cudaErrorInvalidConfiguration");
+  // The engine and the GPU keep working.
+  NDArray ok = nd::ones({4}, {.device = kGpu}) * 3.0;
+  EXPECT_EQ(ok.to_vector<float>(), (std::vector<float>{3, 3, 3, 3}));
+}
+
+TEST(CudaErrors, NoSuchGpuIsADeviceError) {
+  KILN_REQUIRE_CUDA();
+  Device missing = Device::cuda(cuda_device_count());
+  std::string msg = test::error_of<DeviceError>([&] { (void)nd::zeros({1}, {.device = missing}); });
+  EXPECT_CONTAINS(msg, missing.to_string());
+}
+
+}  // namespace
+}  // namespace kiln
