@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstdlib>
 
 #include "frontend/autograd.h"
 #include "frontend/autograd_tape.h"
@@ -77,10 +76,9 @@ std::shared_ptr<const TrainProgram> TrainProgram::compile(const trace::TracedGra
   // a full input it reads for the last time (passes::inplace_pairs), like the
   // in-place gradient kernels it replaces.
   const bool fuse = passes::fuse_elementwise_enabled();
-  const bool fuse_backward = fuse && std::getenv("KILN_FUSE_BACKWARD") == nullptr;  // TEMP measurement switch
   ir::Graph backward = passes::run_pipeline(
       split.backward,
-      fuse_backward ? "eliminate-common-expr,eliminate-dead-code,fuse-elementwise" : "eliminate-common-expr,eliminate-dead-code",
+      fuse ? "eliminate-common-expr,eliminate-dead-code,fuse-elementwise" : "eliminate-common-expr,eliminate-dead-code",
       ctx);
   ir::Graph forward = fuse ? passes::run_pipeline(split.forward, "fuse-elementwise", ctx) : std::move(split.forward);
 

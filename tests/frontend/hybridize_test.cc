@@ -4,6 +4,7 @@
 #include "tests/test_util.h"
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <optional>
 #include <thread>
@@ -688,6 +689,38 @@ TEST(Hybridize, ExecutorReusesArenaStorage) {
   EXPECT_EQ(exec.naive_bytes(), 11 * 8 * 64 * 4);
   EXPECT_LE(exec.arena_bytes(), 2 * 8 * 64 * 4);
   EXPECT_GE(exec.arena_bytes(), 8 * 64 * 4);
+}
+
+TEST(Hybridize, ExecutorWritesOutputsIntoGivenArraysOrIntoTheBlock) {
+  nn::HybridSequential net;
+  for (int i = 0; i < 3; ++i) net.add(nn::Dense(16, "relu"));
+  net.initialize();
+  NDArray x = nd::ones({4, 16});
+  NDArray want = net(x);
+  TensorType type{x.shape(), x.dtype()};
+  auto traced = std::make_shared<trace::TracedGraph>(trace_block(net, {&type, 1}, Device::cpu(0), "net"));
+
+  GraphExecutor exec(traced);
+  NDArray into = nd::zeros({4, 16});
+  std::vector<NDArray> dst{into};
+  NDArray got = exec.run({&x, 1}, false, {.outputs_into = dst})[0];
+  EXPECT_EQ(got.var(), into.var()) << "the output goes into the given array";
+  expect_close(into, want, 0, "written into");
+  std::vector<NDArray> wrong{nd::zeros({16, 4})};
+  NDArray fresh = exec.run({&x, 1}, false, {.outputs_into = wrong})[0];
+  EXPECT_NE(fresh.var(), wrong[0].var()) << "a shape that does not match gets a fresh array";
+  expect_close(fresh, want, 0, "fresh");
+
+  // The output into a block at offset 64: the run returns none for it.
+  GraphExecutor::BlockLayout layout{.outputs = {64}, .bytes = 64 + 4 * 16 * 4};
+  GraphExecutor to_block(traced, layout);
+  NDArray block = NDArray::empty(Shape{layout.bytes}, {DType::kUint8, Device::cpu(0)});
+  EXPECT_TRUE(to_block.run({&x, 1}, false, {.block = block})[0].is_none());
+  block.wait_to_read();
+  std::vector<float> in_block(4 * 16);
+  std::memcpy(in_block.data(), static_cast<const char*>(block.data()) + 64, in_block.size() * sizeof(float));
+  EXPECT_EQ(in_block, want.to_vector<float>());
+  EXPECT_THROW(to_block.run({&x, 1}, false), InternalError) << "a layout with a block needs one";
 }
 
 // Every zoo model: hybridized agrees with imperative in predict mode and in
