@@ -38,7 +38,9 @@
 // another device that the frontend fed within its last 1024 pushes has
 // nothing pending: a loop feeding several devices from one thread (shard
 // after shard) must not hold the next device's work behind this device's
-// backlog while that device idles.
+// backlog while that device idles. That exemption still stops at
+// kStarvingSlack times the bound, so one device's backlog stays bounded
+// whatever the others do.
 //
 // Rendezvous: an operation that blocks until operations of *other* devices,
 // possibly pushed after it, have run (a cross-device rendezvous such as
@@ -121,6 +123,8 @@ class Engine {
   // Back-pressure bound per device; default 4 MiB or KILN_MAX_PENDING_MB.
   void set_max_pending_bytes(int64_t bytes) { max_pending_bytes_ = bytes; }
   int64_t max_pending_bytes() const { return max_pending_bytes_; }
+  // How far past the bound a device's backlog may grow while another device starves.
+  static constexpr int64_t kStarvingSlack = 4;
 
   // Intra-op threads for CPU operations on `device` (default: all cores, or
   // KILN_CPU_THREADS). Passed to ops as RunContext::num_threads.

@@ -441,11 +441,11 @@ class ThreadedEngine final : public Engine {
     const int self = device_index(device);
     const DeviceLoad& load = device_load_[self];
     auto over = [&] {
-      if (load.bytes.load(std::memory_order_seq_cst) <= max_pending_bytes_ ||
-          load.pending.load(std::memory_order_seq_cst) == 0 ||
+        int64_t bytes = load.bytes.load(std::memory_order_seq_cst);
+      if (bytes <= max_pending_bytes_ || load.pending.load(std::memory_order_seq_cst) == 0 ||
           open_rendezvous_.load(std::memory_order_seq_cst) != 0)
         return false;
-      return !another_device_starves(self);
+      return bytes > kStarvingSlack * max_pending_bytes_ || !another_device_starves(self);
     };
     if (!over()) return;
     std::unique_lock<std::mutex> lock(progress_mutex_);
