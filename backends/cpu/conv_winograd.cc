@@ -36,7 +36,8 @@ using dnnl::memory;
 constexpr int kLanes = 8;  // channels per vector: one AVX2 register of floats
 
 // Below this many input or output channels the transforms cost more than the
-// products save (conv_winograd_speedup in bench/conv_bench.cc).
+// products save: an estimate (bench/conv_bench.cc measures 64..512 channels,
+// where Winograd pays; fewer channels were not measured).
 constexpr int64_t kMinChannels = 16;
 // Winograd must cut the multiply-adds by at least this factor (after padding
 // the output to whole tiles) to pay for its transforms.
