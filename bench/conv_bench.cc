@@ -17,9 +17,11 @@
 
 #include "backends/cpu/conv_winograd.h"
 #include "bench/bench.h"
+#include "frontend/autograd.h"
 #include "frontend/invoke.h"
 #include "frontend/nd.h"
 #include "ir/ops/conv.h"
+#include "models/zoo.h"
 #include "runtime/engine.h"
 
 namespace kiln::bench {
@@ -99,6 +101,23 @@ std::vector<Figure> bench_conv_winograd(const Options& options) {
   return figures;
 }
 
+// ResNet-18 inference (predict mode, batch 256 of 1x28x28, hybridized as
+// `infer_resnet18_hybridized` runs it) with Winograd off, F(2x2) and F(4x4)
+// alternating batch by batch in one process.
+std::vector<Figure> bench_resnet18_winograd(const Options& options) {
+  nd::random::seed(0);
+  nn::HybridSequential net = models::make("resnet18", 10);
+  net.initialize(init::Xavier(), {Device::cpu(0)});
+  net.hybridize(true);
+  NDArray data = nd::random::uniform({kBatch, 1, 28, 28});
+  autograd::PredictMode predict;
+  auto s = alternate(options, [&] { return net(data); });
+  return {{"infer_resnet18_winograd_off_ips", kBatch / s[0], "img/s"},
+          {"infer_resnet18_winograd_ips", kBatch / s[2], "img/s"},
+          {"infer_resnet18_winograd_speedup", s[0] / s[2], "x"},
+          {"infer_resnet18_winograd2_speedup", s[0] / s[1], "x"}};
+}
+
 std::vector<std::string> figure_names() {
   std::vector<std::string> names;
   for (const Stage& st : kStages)
@@ -111,6 +130,12 @@ std::vector<std::string> figure_names() {
 
 }  // namespace
 
-void register_conv_benchmarks() { add({"conv3x3_winograd", figure_names(), &bench_conv_winograd}); }
+void register_conv_benchmarks() {
+  add({"conv3x3_winograd", figure_names(), &bench_conv_winograd});
+  add({"infer_resnet18_winograd",
+       {"infer_resnet18_winograd_off_ips", "infer_resnet18_winograd_ips", "infer_resnet18_winograd_speedup",
+        "infer_resnet18_winograd2_speedup"},
+       &bench_resnet18_winograd});
+}
 
 }  // namespace kiln::bench

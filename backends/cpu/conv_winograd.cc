@@ -12,14 +12,14 @@
 #include "backends/cpu/conv_winograd.h"
 
 #include <immintrin.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
-#include <cstdio>
-#include <ctime>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "backends/cpu/onednn_util.h"
@@ -36,7 +36,8 @@ using dnnl::memory;
 constexpr int kLanes = 8;  // channels per vector: one AVX2 register of floats
 
 // Below this many input or output channels the transforms cost more than the
-// products save (conv_winograd_speedup in bench/conv_bench.cc).
+// products save: an estimate (bench/conv_bench.cc measures 64..512 channels,
+// where Winograd pays; fewer channels were not measured).
 constexpr int64_t kMinChannels = 16;
 // Winograd must cut the multiply-adds by at least this factor (after padding
 // the output to whole tiles) to pay for its transforms.
@@ -400,6 +401,31 @@ void transform_output(const WinogradConv& s, const Geometry<M>& g, int threads, 
       1);
 }
 
+// Runs Z[b] = V[b] . U[b] on the calling thread's stream (inside a parallel
+// region oneDNN runs it on that one thread).
+void run_matmul(const MatmulPlan& plan, const float* v, const float* u, float* z) {
+  thread_local dnnl::stream stream(dn::engine());
+  thread_local std::vector<char> scratch;
+  const auto& engine = dn::engine();
+  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, memory(plan.src, engine, const_cast<float*>(v))},
+                                       {DNNL_ARG_WEIGHTS, memory(plan.weights, engine, const_cast<float*>(u))},
+                                       {DNNL_ARG_DST, memory(plan.dst, engine, z)}};
+  if (plan.scratchpad > 0) {
+    if (scratch.size() < plan.scratchpad) scratch.resize(plan.scratchpad);
+    memory::desc pad({static_cast<memory::dim>(plan.scratchpad)}, memory::data_type::u8, memory::format_tag::a);
+    args.emplace(DNNL_ARG_SCRATCHPAD, memory(pad, engine, scratch.data()));
+  }
+  plan.prim.execute(stream, args);
+  stream.wait();
+}
+
+// Two ways to share the work among threads. With at least as many images as
+// threads, each thread takes a contiguous share of the batch and runs all
+// three steps on it alone, in chunks: one parallel region per call (after the
+// weight transform), no barrier between the steps, which matters on a
+// loaded machine where a descheduled thread stalls every barrier. With fewer
+// images, the threads share each step (input transform, matmul, output
+// transform) of one chunk at a time.
 template <int M>
 void winograd_conv_tiled(const engine::RunContext& run, const WinogradConv& s, const float* x, const float* w,
                          const float* bias, const float* sum, bool relu, float* y) {
@@ -407,41 +433,43 @@ void winograd_conv_tiled(const engine::RunContext& run, const WinogradConv& s, c
   const Geometry<M> g(s);
   const int64_t N = s.batch, C = s.in_channels, K = s.out_channels;
   // The work of the direct convolution decides the threads, as for oneDNN's.
-  dn::Call call(run, N * K * s.out_height * s.out_width * C * 9);
-  const int threads = call.threads();
+  const int64_t work = N * K * s.out_height * s.out_width * C * 9;
+  const int threads = work < dn::kParallelWork ? 1 : std::max(1, run.num_threads);
+  omp_set_num_threads(threads);
+  const bool per_thread = threads > 1 && N >= threads;
+  const int workers = per_thread ? threads : 1;  // threads holding their own chunk
   // Every chunk's matmul reads all of U: chunks at least as large as U keep
   // those reads below the traffic of V and Z (512 channels: U is 36 MiB).
   const int64_t per_image = A2 * g.tiles * (C + K) * static_cast<int64_t>(sizeof(float));
-  const int64_t budget = std::max<int64_t>(kChunkBytes, A2 * C * K * static_cast<int64_t>(sizeof(float)));
-  int64_t chunk = std::clamp<int64_t>(budget / std::max<int64_t>(per_image, 1), 1, N);
-  const int64_t chunks = (N + chunk - 1) / chunk;
-  chunk = (N + chunks - 1) / chunks;  // even chunks: one matmul plan for all but maybe the last
+  const int64_t budget = std::max<int64_t>(kChunkBytes, A2 * C * K * static_cast<int64_t>(sizeof(float))) / workers;
+  const int64_t share = (N + workers - 1) / workers;  // images per worker
+  int64_t chunk = std::clamp<int64_t>(budget / std::max<int64_t>(per_image, 1), 1, share);
+  const int64_t chunks = (share + chunk - 1) / chunk;
+  chunk = (share + chunks - 1) / chunks;  // even chunks: one matmul plan for all but maybe the last
 
   Scratch scratch(run.device);
   float* u = scratch.floats(A2 * C * K);
-  float* v = scratch.floats(A2 * chunk * g.tiles * C);
-  float* z = scratch.floats(A2 * chunk * g.tiles * K);
-  static const bool prof = std::getenv("KILN_WINOGRAD_PROFILE") != nullptr;
-  auto now = [] { timespec t{}; clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t); return t.tv_sec + 1e-9 * t.tv_nsec; };
-  double t0 = now(), tw = 0, ti = 0, tm = 0, to = 0;
+  float* v = scratch.floats(workers * A2 * chunk * g.tiles * C);
+  float* z = scratch.floats(workers * A2 * chunk * g.tiles * K);
   transform_weights<M>(s, threads, w, u);
-  tw = now() - t0;
-  for (int64_t n0 = 0; n0 < N; n0 += chunk) {
-    const int64_t count = std::min(chunk, N - n0), P = count * g.tiles;
-    t0 = now();
-    transform_input<M>(s, g, threads, x, n0, count, v);
-    ti += now() - t0; t0 = now();
-    auto plan = matmul_plan(A2, P, C, K, threads);
-    call.run(plan->prim, plan->scratchpad,
-             {{DNNL_ARG_SRC, call.wrap(plan->src, v)},
-              {DNNL_ARG_WEIGHTS, call.wrap(plan->weights, u)},
-              {DNNL_ARG_DST, call.wrap(plan->dst, z)}});
-    call.finish();
-    tm += now() - t0; t0 = now();
-    transform_output<M>(s, g, threads, z, bias, sum, relu, n0, count, y);
-    to += now() - t0;
-  }
-  if (prof) fprintf(stderr, "winograd F%d C%ld K%ld %ldx%ld chunk %ld: weights %.1f input %.1f matmul %.1f output %.1f ms\n", M, C, K, s.out_height, s.out_width, chunk, tw*1e3, ti*1e3, tm*1e3, to*1e3);
+  // Images [begin, end) by `worker`, its steps on `step_threads` threads.
+  auto process = [&](int64_t worker, int64_t begin, int64_t end, int step_threads) {
+    float* wv = v + worker * A2 * chunk * g.tiles * C;
+    float* wz = z + worker * A2 * chunk * g.tiles * K;
+    for (int64_t n0 = begin; n0 < end; n0 += chunk) {
+      const int64_t count = std::min(chunk, end - n0);
+      transform_input<M>(s, g, step_threads, x, n0, count, wv);
+      run_matmul(*matmul_plan(A2, count * g.tiles, C, K, step_threads), wv, u, wz);
+      transform_output<M>(s, g, step_threads, wz, bias, sum, relu, n0, count, y);
+    }
+  };
+  if (!per_thread) return process(0, 0, N, threads);
+  parallel_for(
+      threads, threads,
+      [&](int64_t t0, int64_t t1) {
+        for (int64_t t = t0; t < t1; ++t) process(t, std::min(N, t * share), std::min(N, (t + 1) * share), 1);
+      },
+      1);
 }
 
 int initial_mode() {

@@ -16,11 +16,17 @@
 // transforms, so its float32 error is about 10x that of the direct
 // convolution (tests/frontend/conv_winograd_test.cc states the tolerance).
 //
-// Transforms are vectorized over 8 channels at a time and parallelized over
-// (image, row of tiles); the batch is processed in chunks so that the
-// transformed operands stay a few MiB. Weights are transformed on every call
-// (they change every training step; the cost is a few per cent of the call).
-// Scratch comes from the device's storage pool.
+// Transforms are vectorized over 8 channels at a time (AVX2). With at least
+// as many images as threads, each thread takes a share of the batch and runs
+// input transform, matmul and output transform on it alone, in chunks of a
+// few MiB (one parallel region per call: no barriers for a descheduled thread
+// to stall); smaller batches share each step among the threads. Weights are
+// transformed on every call (they change every training step; the cost is a
+// few per cent of the call). Scratch comes from the device's storage pool.
+//
+// Used by Convolution, _kiln_conv_act (bias, residual and ReLU applied in the
+// output transform) and the data gradient of Convolution
+// (backends/cpu/conv_convolution.cc, choose_winograd).
 //
 // Thread safety: calls may run concurrently; the mode below is a process-wide
 // atomic.
