@@ -242,6 +242,10 @@ std::vector<NDArray> GraphExecutor::run(std::span<const NDArray> inputs, bool is
                    args.block.device() == p.device,
                InternalError, "compiled graph: needs a block of {} bytes on {}", p.block_bytes, p.device);
     writes.push_back(args.block.var());
+    // The block is memory this queued run holds (the forward allocated it for
+    // this call; the backward frees it): back-pressure must see it, or a loop
+    // that never reads a value runs ahead one block per step.
+    new_bytes += static_cast<int64_t>(args.block.nbytes());
   }
   // One variable may back several arrays (views, an input passed twice).
   auto dedupe = [](std::vector<engine::Var*>& v) {

@@ -4,6 +4,7 @@
 #include "tests/test_util.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <optional>
@@ -20,6 +21,8 @@
 #include "frontend/trace.h"
 #include "models/zoo.h"
 #include "passes/memory_plan.h"
+#include "runtime/engine.h"
+#include "runtime/storage.h"
 
 namespace kiln {
 namespace {
@@ -510,6 +513,44 @@ TEST(Hybridize, SavedValuesLieInOneBlockThatBackwardReuses) {
   EXPECT_GT(memory->num_saved, 2);
   EXPECT_GT(memory->block, 0);
   EXPECT_LE(memory->block, memory->saved + memory->num_saved * passes::MemoryPlan::kAlignment);
+}
+
+// The per-call block of saved values is memory the queued forward and
+// backward hold: back-pressure must count it, or a training loop that never
+// reads a value runs ahead and allocates one block per step (session 5: the
+// chapter's ResNet-18 run grew to 22 GiB and was killed).
+TEST(Hybridize, BackPressureCountsTheSavedValuesBlock) {
+  if (engine::get().kind() != engine::Kind::kThreaded) GTEST_SKIP() << "back-pressure needs the threaded engine";
+  nd::random::seed(3);
+  nn::HybridSequential net;
+  net.add(nn::Dense(512, "relu"), nn::Dense(512, "tanh"), nn::Dense(4));
+  net.initialize(init::Xavier());
+  NDArray x = nd::random::normal({256, 64});
+  net.hybridize();
+  auto step = [&] {
+    NDArray loss;
+    {
+      autograd::Record record;
+      loss = nd::sum(nd::square(net(x)));
+    }
+    autograd::backward({loss});
+  };
+  step();
+  engine::get().wait_all();
+  const int64_t block = net.cached_op()->train_memory()->block;
+  ASSERT_GE(block, 1 << 20);
+  storage::Pool& pool = storage::pool(Device::cpu(0));
+  const int64_t before = pool.stats().in_use;
+  pool.reset_peak();
+  // Hold the device for a while so the loop below runs ahead of it.
+  engine::get().push([](engine::RunContext) { std::this_thread::sleep_for(std::chrono::milliseconds(200)); },
+                     {}, {x.var()}, {.device = Device::cpu(0), .name = "hold"});
+  constexpr int kSteps = 60;
+  for (int i = 0; i < kSteps; ++i) step();
+  engine::get().wait_all();
+  const int64_t grown = pool.stats().peak_in_use - before;
+  EXPECT_LT(grown, 16 * block) << "the loop ran " << grown / block << " blocks of " << block
+                               << " bytes ahead of the engine";
 }
 
 // Backward consumes a call's block: with retain_graph it must run on a copy,
