@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 
 #include "frontend/autograd.h"
 #include "frontend/autograd_tape.h"
@@ -36,6 +37,25 @@ std::shared_ptr<trace::TracedGraph> bind_leaves(ir::Graph g, const trace::Traced
              bound, leaves);
   t->graph = std::move(g);
   return t;
+}
+
+// How many engine operations a backward part runs as
+// (GraphExecutor::split_into_segments): KILN_BACKWARD_SEGMENTS, default 8.
+// Each segment's gradients are ready when it ends, so data-parallel
+// aggregation of the last layers starts while the first layers' backward
+// still runs; a push costs about a microsecond, so 8 are free for any graph
+// worth compiling.
+int backward_segments() {
+  static const int n = [] {
+    const char* env = std::getenv("KILN_BACKWARD_SEGMENTS");
+    if (env == nullptr || *env == '\0') return 8;
+    char* end = nullptr;
+    long v = std::strtol(env, &end, 10);
+    KILN_CHECK(*end == '\0' && v >= 1 && v <= 1024, ValueError,
+               "KILN_BACKWARD_SEGMENTS='{}': expected a whole number from 1 to 1024", env);
+    return static_cast<int>(v);
+  }();
+  return n;
 }
 
 }  // namespace
@@ -132,6 +152,7 @@ std::shared_ptr<const TrainProgram> TrainProgram::compile(const trace::TracedGra
   program->num_backward_outputs_ = backward.outputs().size();
   program->backward_ =
       std::make_unique<GraphExecutor>(bind_leaves(std::move(backward), traced, backward_order), backward_layout);
+  program->backward_->split_into_segments(backward_segments());
   GraphExecutor::share_arena(*program->forward_, *program->backward_);
   Memory& m = program->memory_;
   m.forward_arena = program->forward_->arena_bytes();

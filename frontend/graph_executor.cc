@@ -1,7 +1,9 @@
 #include "frontend/graph_executor.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <map>
+#include <optional>
 
 #include "frontend/graph_eval.h"
 #include "ir/error.h"
@@ -38,8 +40,16 @@ struct GraphExecutor::Program {
     bool mutated = false;
   };
 
+  // A consecutive range of steps pushed as one engine operation, with the
+  // externals its steps read and write.
+  struct Segment {
+    size_t begin = 0, end = 0;
+    std::vector<int32_t> reads, writes;
+  };
+
   Device device;
   std::vector<Step> steps;
+  std::vector<Segment> segments;  // cover `steps` in order; one by default
   size_t max_views = 0;  // the most inputs + outputs of one step
   int32_t num_fresh = 0;
   std::vector<External> externals;
@@ -181,7 +191,74 @@ GraphExecutor::GraphExecutor(std::shared_ptr<const trace::TracedGraph> traced, B
   p.arena_bytes = plan.arena_bytes - reserved;
   p.naive_bytes = plan.naive_bytes;
   if (p.arena_bytes > 0) p.arena = NDArray::empty(Shape{p.arena_bytes}, {DType::kUint8, p.device});
+  set_segments(p, {p.steps.size()});
 }
+
+void GraphExecutor::set_segments(Program& p, const std::vector<size_t>& ends) {
+  using Source = Program::Source;
+  p.segments.clear();
+  size_t begin = 0;
+  for (size_t end : ends) {
+    Program::Segment seg{.begin = begin, .end = end};
+    std::vector<bool> read(p.externals.size()), written(p.externals.size());
+    for (size_t s = begin; s < end; ++s) {
+      const Program::Step& step = p.steps[s];
+      for (const Program::Ref& r : step.in)
+        if (r.ext >= 0) read[static_cast<size_t>(r.ext)] = true;
+      for (const Program::Ref& r : step.out)
+        if (r.ext >= 0) written[static_cast<size_t>(r.ext)] = true;
+    }
+    for (size_t x = 0; x < p.externals.size(); ++x) {
+      // Mutated externals are written by whichever segment uses them; a run
+      // with a single segment names every external, as before segments.
+      const bool single = ends.size() == 1;
+      const bool writes = written[x] || (p.externals[x].mutated && (read[x] || single)) ||
+                          (single && p.externals[x].source == Source::kOutput);
+      if (writes) {
+        seg.writes.push_back(static_cast<int32_t>(x));
+      } else if (read[x] || single) {
+        seg.reads.push_back(static_cast<int32_t>(x));
+      }
+    }
+    p.segments.push_back(std::move(seg));
+    begin = end;
+  }
+}
+
+void GraphExecutor::split_into_segments(int max_segments) {
+  Program& p = *program_;
+  const size_t n = p.steps.size();
+  if (max_segments <= 1 || n < 2) {
+    set_segments(p, {n});
+    return;
+  }
+  // Candidate cuts: after a step that writes a graph output.
+  std::vector<size_t> candidates;
+  for (size_t s = 0; s + 1 < n; ++s) {
+    const auto& out = p.steps[s].out;
+    if (std::any_of(out.begin(), out.end(), [&](const Program::Ref& r) {
+          return r.ext >= 0 && p.externals[static_cast<size_t>(r.ext)].source == Program::Source::kOutput;
+        }))
+      candidates.push_back(s + 1);
+  }
+  // For each even split point k*n/max_segments, the nearest candidate after
+  // the previous cut.
+  std::vector<size_t> ends;
+  for (int k = 1; k < max_segments; ++k) {
+    const auto target = static_cast<ptrdiff_t>(n * static_cast<size_t>(k) / static_cast<size_t>(max_segments));
+    std::optional<size_t> best;
+    for (size_t c : candidates) {
+      if (!ends.empty() && c <= ends.back()) continue;
+      if (!best || std::abs(static_cast<ptrdiff_t>(c) - target) < std::abs(static_cast<ptrdiff_t>(*best) - target))
+        best = c;
+    }
+    if (best) ends.push_back(*best);
+  }
+  ends.push_back(n);
+  set_segments(p, ends);
+}
+
+int GraphExecutor::num_segments() const { return static_cast<int>(program_->segments.size()); }
 
 GraphExecutor::~GraphExecutor() = default;
 
@@ -203,15 +280,12 @@ std::vector<NDArray> GraphExecutor::run(std::span<const NDArray> inputs, bool is
   KILN_CHECK(inputs.size() == t.inputs.size(), ValueError, "compiled graph: {} inputs given, the graph takes {}",
              inputs.size(), t.inputs.size());
 
-  std::vector<NDArray> bound(p.externals.size());
+  auto bound = std::make_shared<std::vector<NDArray>>(p.externals.size());
   std::vector<NDArray> outputs(p.output_types.size());
-  std::vector<engine::Var*> reads, writes;
-  reads.reserve(p.externals.size());
-  writes.reserve(p.externals.size() + 1);
-  int64_t new_bytes = 0;
+  std::vector<int64_t> output_bytes(p.externals.size(), 0);  // fresh outputs: their bytes, per external
   for (size_t i = 0; i < p.externals.size(); ++i) {
     const Program::External& x = p.externals[i];
-    NDArray& a = bound[i];
+    NDArray& a = (*bound)[i];
     switch (x.source) {
       case Source::kInput: a = inputs[static_cast<size_t>(x.index)]; break;
       case Source::kParam: a = t.params[static_cast<size_t>(x.index)].second.data(p.device); break;
@@ -230,78 +304,93 @@ std::vector<NDArray> GraphExecutor::run(std::span<const NDArray> inputs, bool is
         }
         a = NDArray::empty(type.shape, {type.dtype, p.device});
         outputs[static_cast<size_t>(x.index)] = a;
-        new_bytes += static_cast<int64_t>(a.nbytes());
+        output_bytes[i] = static_cast<int64_t>(a.nbytes());
         break;
       }
     }
-    (x.source == Source::kOutput || x.mutated ? writes : reads).push_back(a.var());
   }
-  if (!p.arena.is_none()) writes.push_back(p.arena.var());
   if (p.block_bytes > 0) {
     KILN_CHECK(!args.block.is_none() && static_cast<int64_t>(args.block.nbytes()) >= p.block_bytes &&
                    args.block.device() == p.device,
                InternalError, "compiled graph: needs a block of {} bytes on {}", p.block_bytes, p.device);
-    writes.push_back(args.block.var());
-    // The block is memory this queued run holds (the forward allocated it for
-    // this call; the backward frees it): back-pressure must see it, or a loop
-    // that never reads a value runs ahead one block per step.
-    new_bytes += static_cast<int64_t>(args.block.nbytes());
   }
-  // One variable may back several arrays (views, an input passed twice).
-  auto dedupe = [](std::vector<engine::Var*>& v) {
-    std::sort(v.begin(), v.end());
-    v.erase(std::unique(v.begin(), v.end()), v.end());
-  };
-  dedupe(writes);
-  dedupe(reads);
-  std::erase_if(reads, [&](engine::Var* v) { return std::binary_search(writes.begin(), writes.end(), v); });
 
   // Dropout masks and random ops: new values per call, their stream
   // positions drawn here (at the call, as nd::dropout and nd::random do).
-  std::vector<OpAttrs> fresh_attrs;
+  auto fresh_attrs = std::make_shared<std::vector<OpAttrs>>();
   if (p.num_fresh > 0) {
     for (const Program::Step& step : p.steps) {
       if (step.fresh < 0) continue;
       Shape in0 = step.in.empty() ? Shape{} : step.in[0].shape;
-      fresh_attrs.push_back(attrs_for_call(step.op, step.attrs, in0, p.device, is_train));
+      fresh_attrs->push_back(attrs_for_call(step.op, step.attrs, in0, p.device, is_train));
     }
   }
 
-  engine::get().push(
-      [program = program_, bound = std::move(bound), fresh_attrs = std::move(fresh_attrs), block = args.block,
-       is_train](engine::RunContext rc) {
-        char* arena = program->arena.is_none() ? nullptr : static_cast<char*>(program->arena.data());
-        char* block_data = program->block_bytes == 0 ? nullptr : static_cast<char*>(block.data());
-        // One buffer for every step's views (a TensorView holds a Shape: not
-        // something to construct 32 of per step).
-        std::vector<TensorView> buffer(program->max_views);
-        TensorView* views = buffer.data();
-        // With the profiler on, one event per node inside the CachedOp's.
-        const bool profile = profiler::enabled();
-        for (const Program::Step& step : program->steps) {
-          const int64_t start_ns = profile ? profiler::now_ns() : 0;
-          size_t k = 0;
-          for (const auto* refs : {&step.in, &step.out}) {
-            for (const Program::Ref& r : *refs) {
-              void* data = r.ext >= 0     ? bound[static_cast<size_t>(r.ext)].data()
-                           : r.in_block ? block_data + r.offset
-                                        : arena + r.offset;
-              views[k++] = TensorView{data, r.shape, r.dtype};
+  std::vector<engine::Var*> reads, writes;
+  for (size_t s = 0; s < p.segments.size(); ++s) {
+    const Program::Segment& seg = p.segments[s];
+    reads.clear();
+    writes.clear();
+    int64_t new_bytes = 0;
+    for (int32_t x : seg.reads) reads.push_back((*bound)[static_cast<size_t>(x)].var());
+    for (int32_t x : seg.writes) {
+      writes.push_back((*bound)[static_cast<size_t>(x)].var());
+      new_bytes += output_bytes[static_cast<size_t>(x)];
+    }
+    if (!p.arena.is_none()) writes.push_back(p.arena.var());
+    if (p.block_bytes > 0) {
+      writes.push_back(args.block.var());
+      // The block is memory this queued run holds (the forward allocated it
+      // for this call; the backward frees it): back-pressure must see it, or
+      // a loop that never reads a value runs ahead one block per step.
+      if (s + 1 == p.segments.size()) new_bytes += static_cast<int64_t>(args.block.nbytes());
+    }
+    // One variable may back several arrays (views, an input passed twice).
+    auto dedupe = [](std::vector<engine::Var*>& v) {
+      std::sort(v.begin(), v.end());
+      v.erase(std::unique(v.begin(), v.end()), v.end());
+    };
+    dedupe(writes);
+    dedupe(reads);
+    std::erase_if(reads, [&](engine::Var* v) { return std::binary_search(writes.begin(), writes.end(), v); });
+
+    engine::get().push(
+        [program = program_, bound, fresh_attrs, block = args.block, is_train, begin = seg.begin,
+         end = seg.end](engine::RunContext rc) {
+          char* arena = program->arena.is_none() ? nullptr : static_cast<char*>(program->arena.data());
+          char* block_data = program->block_bytes == 0 ? nullptr : static_cast<char*>(block.data());
+          // One buffer for every step's views (a TensorView holds a Shape:
+          // not something to construct 32 of per step).
+          std::vector<TensorView> buffer(program->max_views);
+          TensorView* views = buffer.data();
+          // With the profiler on, one event per node inside the CachedOp's.
+          const bool profile = profiler::enabled();
+          for (size_t s = begin; s < end; ++s) {
+            const Program::Step& step = program->steps[s];
+            const int64_t start_ns = profile ? profiler::now_ns() : 0;
+            size_t k = 0;
+            for (const auto* refs : {&step.in, &step.out}) {
+              for (const Program::Ref& r : *refs) {
+                void* data = r.ext >= 0     ? (*bound)[static_cast<size_t>(r.ext)].data()
+                             : r.in_block ? block_data + r.offset
+                                          : arena + r.offset;
+                views[k++] = TensorView{data, r.shape, r.dtype};
+              }
+            }
+            KernelContext ctx{rc, step.fresh >= 0 ? (*fresh_attrs)[static_cast<size_t>(step.fresh)] : step.attrs,
+                              is_train};
+            step.fn(ctx, {views, step.in.size()}, {views + step.in.size(), step.out.size()});
+            if (profile) {
+              profiler::record({.name = fmt::format("CachedOp/{}", op_def(step.op).name),
+                                .device = program->device,
+                                .thread = engine::detail::current_thread_id(),
+                                .start_ns = start_ns,
+                                .end_ns = profiler::now_ns()});
             }
           }
-          KernelContext ctx{rc, step.fresh >= 0 ? fresh_attrs[static_cast<size_t>(step.fresh)] : step.attrs,
-                            is_train};
-          step.fn(ctx, {views, step.in.size()}, {views + step.in.size(), step.out.size()});
-          if (profile) {
-            profiler::record({.name = fmt::format("CachedOp/{}", op_def(step.op).name),
-                              .device = program->device,
-                              .thread = engine::detail::current_thread_id(),
-                              .start_ns = start_ns,
-                              .end_ns = profiler::now_ns()});
-          }
-        }
-      },
-      reads, writes, {.device = p.device, .lane = engine::Lane::kCompute, .name = "CachedOp", .bytes = new_bytes});
+        },
+        reads, writes, {.device = p.device, .lane = engine::Lane::kCompute, .name = "CachedOp", .bytes = new_bytes});
+  }
 
   std::vector<NDArray> result;
   result.reserve(p.output_ext.size());

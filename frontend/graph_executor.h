@@ -15,6 +15,14 @@
 // Calls on one executor are ordered by the arena's engine variable: they may
 // come from several threads and overlap freely with other work.
 //
+// Segments: `split_into_segments(n)` makes a run push up to n engine
+// operations instead of one, each a consecutive range of the steps that ends
+// where a graph output has just been written. An output is then ready when
+// its segment finishes, not when the whole graph has: a training step's
+// backward part uses this so that data-parallel gradient aggregation of the
+// last layers overlaps the backward of the first (MXNet's bulk size). The
+// segments run in order (they all write the arena).
+//
 // With the profiler on (runtime/profiler.h, KILN_PROFILE=trace.json), every
 // node's kernel is an event of its own, "CachedOp/<op>", inside the
 // CachedOp's event.
@@ -77,6 +85,12 @@ class GraphExecutor {
   std::vector<NDArray> run(std::span<const NDArray> inputs, bool is_train, const RunArgs& args);
   std::vector<NDArray> run(std::span<const NDArray> inputs, bool is_train) { return run(inputs, is_train, RunArgs{}); }
 
+  // Runs as up to `max_segments` engine operations (at least 1). Cuts fall
+  // after steps that write a graph output, spread so that the segments hold
+  // about equal numbers of steps. Not thread-safe with run().
+  void split_into_segments(int max_segments);
+  int num_segments() const;
+
   // Makes `a` and `b` use one arena of the larger size (for programs that
   // never run at the same time, such as a training step's forward and
   // backward: calls are still ordered by the shared arena's variable).
@@ -88,6 +102,9 @@ class GraphExecutor {
 
  private:
   struct Program;
+  // Sets the segments ending before the given step indices (the last is the
+  // number of steps) and each one's externals.
+  static void set_segments(Program& p, const std::vector<size_t>& ends);
   std::shared_ptr<const trace::TracedGraph> traced_;
   std::shared_ptr<Program> program_;
 };
