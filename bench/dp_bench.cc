@@ -311,17 +311,27 @@ std::vector<Figure> bench_dp_lenet(const Options& options) {
           {"dp2_speedup_lenet", two / one, "x"}};
 }
 
-// ResNet-18 is about 50 img/s on two cores: batch 64, one warm-up and two
-// timed steps, a single run (--repeat does not apply), so each side takes
-// a few seconds.
+// ResNet-18 is about 50 img/s on two cores: one warm-up and two timed steps,
+// a single run (--repeat does not apply), so each side takes a few seconds.
+// Two settings:
+// - the same global batch (64) on one device and split over two: the speedup
+//   of the same training (dp2_speedup_resnet18);
+// - the chapter's (12.6: batch 256 on one GPU, 512 on two): the same batch
+//   per device (64), so two devices train on twice the global batch
+//   (dp2_speedup_resnet18_same_per_device).
 std::vector<Figure> bench_dp_resnet18(const Options&) {
   DpRun run{.model = "resnet18", .batch = 64, .warmup = 1, .steps = 2};
+  DpRun doubled = run;
+  doubled.batch = 2 * run.batch;
   Options once{.repeat = 1};
   double one = images_per_s(once, run, {kCpu0});
   double two = images_per_s(once, run, {kCpu0, kCpu1});
+  double two_doubled = images_per_s(once, doubled, {kCpu0, kCpu1});
   return {{"dp1_resnet18_images_per_s", one, "img/s"},
           {"dp2_resnet18_images_per_s", two, "img/s"},
-          {"dp2_speedup_resnet18", two / one, "x"}};
+          {"dp2_speedup_resnet18", two / one, "x"},
+          {"dp2_resnet18_same_per_device_images_per_s", two_doubled, "img/s"},
+          {"dp2_speedup_resnet18_same_per_device", two_doubled / one, "x"}};
 }
 
 // ---- mpi2_speedup_resnet18: processes instead of devices.
@@ -331,18 +341,22 @@ std::vector<Figure> bench_dp_resnet18(const Options&) {
 // for so few ranks, and each process computes on cpu(0) with one intra-op
 // thread), each running the worker below; rank 0 writes its images/s to the
 // file KILN_BENCH_MPI_OUT names. The global batch (64, as dp_resnet18) is
-// the same for both, so the ratio is the speedup of the same training.
+// the same for both, so the ratio is the speedup of the same training; a
+// third job runs two processes on twice the batch (64 per process, the
+// chapter's setting, as dp2_speedup_resnet18_same_per_device). The worker
+// reads the global batch from KILN_BENCH_MPI_BATCH.
 constexpr const char* kMpiWorkerEnv = "KILN_BENCH_MPI_OUT";
+constexpr const char* kMpiBatchEnv = "KILN_BENCH_MPI_BATCH";
 const DpRun kMpiRun{.model = "resnet18", .batch = 64, .warmup = 1, .steps = 3};
 
-double run_mpi_worker_job(int processes) {
+double run_mpi_worker_job(int processes, int64_t batch) {
   if (std::system("command -v mpirun > /dev/null 2>&1") != 0) throw NotSupported("mpi2_speedup_resnet18: no mpirun on PATH");
   std::string out = fmt::format("/tmp/kiln_bench_mpi_{}_{}.txt", static_cast<long>(::getpid()), processes);
   std::remove(out.c_str());
   // --allow-run-as-root: CI and these machines run as root.
   std::string cmd = fmt::format(
-      "{}=\"{}\" mpirun --allow-run-as-root -np {} -x {} /proc/{}/exe bench mpi_resnet18_worker > /dev/null", kMpiWorkerEnv,
-      out, processes, kMpiWorkerEnv, static_cast<long>(::getpid()));
+      "{}=\"{}\" {}={} mpirun --allow-run-as-root -np {} -x {} -x {} /proc/{}/exe bench mpi_resnet18_worker > /dev/null",
+      kMpiWorkerEnv, out, kMpiBatchEnv, batch, processes, kMpiWorkerEnv, kMpiBatchEnv, static_cast<long>(::getpid()));
   int rc = std::system(cmd.c_str());
   std::ifstream in(out);
   double ips = 0;
@@ -354,11 +368,14 @@ double run_mpi_worker_job(int processes) {
 }
 
 std::vector<Figure> bench_mpi_resnet18(const Options&) {
-  double one = run_mpi_worker_job(1);
-  double two = run_mpi_worker_job(2);
+  double one = run_mpi_worker_job(1, kMpiRun.batch);
+  double two = run_mpi_worker_job(2, kMpiRun.batch);
+  double two_doubled = run_mpi_worker_job(2, 2 * kMpiRun.batch);
   return {{"mpi1_resnet18_images_per_s", one, "img/s"},
           {"mpi2_resnet18_images_per_s", two, "img/s"},
-          {"mpi2_speedup_resnet18", two / one, "x"}};
+          {"mpi2_speedup_resnet18", two / one, "x"},
+          {"mpi2_resnet18_same_per_process_images_per_s", two_doubled, "img/s"},
+          {"mpi2_speedup_resnet18_same_per_process", two_doubled / one, "x"}};
 }
 
 // One process's part of the job above (selected only by name: it is run by
@@ -368,7 +385,9 @@ std::vector<Figure> bench_mpi_resnet18_worker(const Options&) {
   KILN_CHECK(out != nullptr, ValueError, "mpi_resnet18_worker is run by `kiln bench dp_mpi_resnet18` (it needs {})",
              kMpiWorkerEnv);
   kv::ProcessGroup group = kv::launched_process_group();
-  double ips = images_per_s({.repeat = 1}, kMpiRun, {kCpu0}, group);
+  DpRun run = kMpiRun;
+  if (const char* b = std::getenv(kMpiBatchEnv)) run.batch = std::max<int64_t>(1, std::atoll(b));
+  double ips = images_per_s({.repeat = 1}, run, {kCpu0}, group);
   if (group.rank == 0) {
     std::ofstream(out) << ips << "\n";
   }
@@ -389,9 +408,13 @@ void register_dp_benchmarks() {
         "allreduce_resnet18_algbw_gbps", "memcpy_gbps", "allreduce_resnet18_vs_memcpy"},
        &bench_allreduce});
   add({"dp_lenet", {"dp1_lenet_images_per_s", "dp2_lenet_images_per_s", "dp2_speedup_lenet"}, &bench_dp_lenet});
-  add({"dp_resnet18", {"dp1_resnet18_images_per_s", "dp2_resnet18_images_per_s", "dp2_speedup_resnet18"},
+  add({"dp_resnet18",
+       {"dp1_resnet18_images_per_s", "dp2_resnet18_images_per_s", "dp2_speedup_resnet18",
+        "dp2_resnet18_same_per_device_images_per_s", "dp2_speedup_resnet18_same_per_device"},
        &bench_dp_resnet18});
-  add({"dp_mpi_resnet18", {"mpi1_resnet18_images_per_s", "mpi2_resnet18_images_per_s", "mpi2_speedup_resnet18"},
+  add({"dp_mpi_resnet18",
+       {"mpi1_resnet18_images_per_s", "mpi2_resnet18_images_per_s", "mpi2_speedup_resnet18",
+        "mpi2_resnet18_same_per_process_images_per_s", "mpi2_speedup_resnet18_same_per_process"},
        &bench_mpi_resnet18});
   add({"mpi_resnet18_worker", {"mpi_worker_images_per_s"}, &bench_mpi_resnet18_worker, /*internal=*/true});
   add({"dp_overlap",
