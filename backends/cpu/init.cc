@@ -84,19 +84,50 @@ void uniform_kernel(const KernelContext& ctx, std::span<const TensorView>, std::
   fill_with(ctx, out[0], [&](int64_t i) { return a.a + scale * unit_uniform(random_bits(seed, offset + i)); });
 }
 
-// Box–Muller on pairs: positions 2k and 2k+1 share one pair of uniforms.
+// Box–Muller on pairs: positions 2k and 2k+1 share one pair of uniforms,
+// 2k takes the cosine and 2k+1 the sine. Each pair is computed once (its
+// log, square root and sincos serve both positions); a chunk that starts or
+// ends inside a pair computes that position alone, with the same formula,
+// so the values do not depend on how the work is split.
+struct BoxMuller {
+  uint64_t seed;
+  double loc, scale;
+  // r and theta of the pair holding stream position `pos`.
+  void polar(uint64_t pos, double& r, double& theta) const {
+    const uint64_t pair = pos / 2;
+    const double u1 = 1.0 - unit_uniform(random_bits(seed, 2 * pair));  // (0, 1]: log is finite
+    const double u2 = unit_uniform(random_bits(seed, 2 * pair + 1));
+    r = std::sqrt(-2.0 * std::log(u1));
+    theta = 2.0 * std::numbers::pi * u2;
+  }
+  double at(uint64_t pos) const {
+    double r, theta;
+    polar(pos, r, theta);
+    return loc + scale * r * ((pos & 1) ? std::sin(theta) : std::cos(theta));
+  }
+};
+
 void normal_kernel(const KernelContext& ctx, std::span<const TensorView>, std::span<const TensorView> out) {
   const auto& a = ctx.attrs.as<RandomAttrs>();
-  auto seed = static_cast<uint64_t>(a.seed);
-  auto offset = static_cast<uint64_t>(a.offset);  // even, see nd::random
-  fill_with(ctx, out[0], [&](int64_t i) {
-    uint64_t pos = offset + static_cast<uint64_t>(i);
-    uint64_t pair = pos / 2;
-    double u1 = 1.0 - unit_uniform(random_bits(seed, 2 * pair));  // (0, 1]: log is finite
-    double u2 = unit_uniform(random_bits(seed, 2 * pair + 1));
-    double r = std::sqrt(-2.0 * std::log(u1));
-    double theta = 2.0 * std::numbers::pi * u2;
-    return a.a + a.b * r * ((pos & 1) ? std::sin(theta) : std::cos(theta));
+  const BoxMuller bm{static_cast<uint64_t>(a.seed), a.a, a.b};
+  const auto offset = static_cast<uint64_t>(a.offset);  // even, see nd::random
+  dispatch_dtype(out[0].dtype, [&](auto tag) {
+    using T = decltype(tag);
+    T* p = out[0].ptr<T>();
+    cpu::parallel_for(ctx.run.num_threads, out[0].size(), [&](int64_t b, int64_t e) {
+      int64_t i = b;
+      if (i < e && ((offset + static_cast<uint64_t>(i)) & 1)) {
+        p[i] = from_double<T>(bm.at(offset + static_cast<uint64_t>(i)));
+        ++i;
+      }
+      for (; i + 1 < e; i += 2) {
+        double r, theta;
+        bm.polar(offset + static_cast<uint64_t>(i), r, theta);
+        p[i] = from_double<T>(bm.loc + bm.scale * r * std::cos(theta));
+        p[i + 1] = from_double<T>(bm.loc + bm.scale * r * std::sin(theta));
+      }
+      if (i < e) p[i] = from_double<T>(bm.at(offset + static_cast<uint64_t>(i)));
+    });
   });
 }
 
