@@ -6,27 +6,13 @@
 #include <algorithm>
 #include <cstring>
 
+#include "backends/cpu/counter_rng.h"
 #include "backends/cpu/nn_kernels.h"
 #include "backends/cpu/parallel.h"
 #include "ir/ops/nn.h"
 
 namespace kiln::cpu {
 namespace {
-
-inline uint64_t mix64(uint64_t x) {
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ull;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebull;
-  x ^= x >> 31;
-  return x;
-}
-
-// Uniform in [0, 1) with 53 bits, at `position` of the stream `seed`.
-inline double uniform_at(uint64_t seed, uint64_t position) {
-  uint64_t bits = mix64(seed ^ mix64(position + 0x9e3779b97f4a7c15ull));
-  return static_cast<double>(bits >> 11) * 0x1.0p-53;
-}
 
 template <typename T>
 void fill_mask(int threads, const DropoutAttrs& a, T* mask, int64_t n) {
