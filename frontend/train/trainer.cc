@@ -78,17 +78,21 @@ void Trainer::reduce_grads(bool ignore_stale_grad, bool to_every_copy) {
   have_fresh_ = true;
   primary_.resize(params_.size(), 0);
   if (!kvstore_) return;
-  int index = 0;
-  for (const auto& [name, p] : params_) {
-    const std::vector<size_t>& fresh = fresh_[static_cast<size_t>(index)];
-    ++index;
+  // Keys are pushed last parameter first: backward writes the later layers'
+  // gradients first, and dist_sync runs its allreduces in push order (the
+  // same on every process), so this order lets them start during backward.
+  // The priorities (the parameter's position) also favour later layers among
+  // ready reductions.
+  const std::vector<nn::ParameterDict::Item> items(params_.begin(), params_.end());
+  for (int index = static_cast<int>(items.size()); index >= 1; --index) {
+    const auto& [name, p] = items[static_cast<size_t>(index - 1)];
+    const std::vector<size_t>& fresh = fresh_[static_cast<size_t>(index - 1)];
     if (p.grad_req() == GradReq::kNull || fresh.empty()) continue;
     std::vector<NDArray> grads = p.list_grad();
     if (grads.size() < 2 && kvstore_->num_workers() == 1) continue;
     if (!kvstore_->has_key(name)) kvstore_->init(name, grads[fresh[0]]);
     std::vector<NDArray> values;
     for (size_t d : fresh) values.push_back(grads[d]);
-    // Later parameters' gradients are written first by backward: reduce them first.
     kvstore_->push(name, values, index);
     // The primary copy: the one on the key's home device (no copy needed), else the first.
     size_t& primary = primary_[static_cast<size_t>(index - 1)];
