@@ -61,7 +61,7 @@ std::string dump_subdir(const std::string& dir, const std::string& what, bool tr
 // KILN_DUMP_GRAPHS=dir writes the graph after each pass; KILN_PIPELINE=passes
 // replaces the pipeline (to measure what a pass buys; "" runs none).
 constexpr std::string_view kPipeline =
-    "eliminate-common-expr,simplify-algebra,fold-batch-norm,fuse-conv-activation,eliminate-dead-code";
+    "eliminate-common-expr,fold-constants,simplify-algebra,fold-batch-norm,fuse-conv-activation,eliminate-dead-code";
 
 std::string_view pipeline() {
   static const std::string p = [] {

@@ -766,6 +766,34 @@ TEST(Hybridize, ExecutorWritesOutputsIntoGivenArraysOrIntoTheBlock) {
   EXPECT_THROW(to_block.run({&x, 1}, false), InternalError) << "a layout with a block needs one";
 }
 
+struct ConstantBranch : nn::HybridBlock {
+  std::vector<NDArray> forward(std::span<const NDArray> xs) override {
+    NDArray bias = nd::exp(nd::zeros({4})) * 2;  // a constant: 2 everywhere
+    return {xs[0] + bias};
+  }
+};
+
+// The pipeline folds what depends only on uniform constants: the compiled
+// graph computes `bias` at compile time (one _full node), not per call.
+TEST(Hybridize, PipelineFoldsUniformConstants) {
+  ConstantBranch net;
+  NDArray x = nd::array(std::vector<float>{1.f, 2.f, 3.f, 4.f});
+  NDArray want = net(std::span<const NDArray>(&x, 1))[0];
+  net.hybridize();
+  NDArray got = net(std::span<const NDArray>(&x, 1))[0];
+  expect_close(got, want, 1e-6, "folded");
+  auto graph = net.cached_op()->last_graph();
+  ASSERT_NE(graph, nullptr);
+  int64_t exps = 0, fulls = 0;
+  for (const ir::Node& n : graph->graph.nodes()) {
+    if (!n.is_op()) continue;
+    exps += n.op == OpId::kExp;
+    fulls += n.op == OpId::kFull;
+  }
+  EXPECT_EQ(exps, 0) << graph->graph.to_text();
+  EXPECT_EQ(fulls, 1) << graph->graph.to_text();
+}
+
 struct Chain : nn::HybridBlock {
   std::vector<NDArray> forward(std::span<const NDArray> xs) override {
     NDArray a = xs[0] * 2;
