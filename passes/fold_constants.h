@@ -13,9 +13,13 @@
 // sum, mean, max, min, prod and norm. Values are computed in double and
 // rounded once to the output dtype (a float32 kernel may differ in the last
 // bit). Chains fold in one run, since the graph is visited in order.
-// Not folded: arrays that are not uniform (_arange, const nodes, random
-// ops): that needs a constant table and an evaluator, which passes/ does
-// not have.
+// Not folded: arrays that are not uniform (_arange, random ops), and const
+// nodes. A const node is an array the traced forward captured; the compiled
+// graph reads it live at every call, as the imperative forward would, so a
+// user who updates it in place sees the update. Folding ops over it would
+// bake in its value at trace time (a silent difference between imperative
+// and hybridized), so it is left alone on purpose.
+// CachedOp's default pipeline runs this pass (frontend/cached_op.cc).
 // The folded node keeps its name; what only it read is left, unused, for
 // eliminate-dead-code. PassStats::rewritten counts the folded nodes.
 #pragma once
