@@ -220,6 +220,35 @@ TEST(Hybridize, BatchNormRunningStatsUpdateLikeImperative) {
   expect_close(ph.at(ph.names()[0]).data(), pi.at(pi.names()[0]).data(), 1e-6, "running_mean");
 }
 
+// A whole training step (forward and backward, where the compiled backward
+// recomputes some BatchNorm outputs) moves every running statistic of
+// ResNet-18 exactly as the imperative step does: once per forward.
+TEST(Hybridize, TrainingStepUpdatesEveryRunningStatOnceLikeImperative) {
+  nd::random::seed(14);
+  auto make = [] {
+    auto net = models::make("resnet18", 10);
+    net.initialize(init::Xavier());
+    return net;
+  };
+  NDArray x = nd::random::normal({4, 1, 28, 28});
+  auto imperative = make(), hybrid = make();
+  imperative(x).wait_to_read();
+  hybrid(x).wait_to_read();
+  for (auto& [name, p] : hybrid.collect_params()) p.data().assign(imperative.collect_params().at(name).data());
+  hybrid.hybridize();
+  for (int step = 0; step < 2; ++step) {
+    for (auto* net : {&imperative, &hybrid}) {
+      autograd::Record record;
+      NDArray loss = nd::sum(nd::square((*net)(x)));
+      autograd::backward({loss});
+    }
+  }
+  auto pi = imperative.collect_params(".*running_(mean|var)");
+  ASSERT_GE(pi.size(), 20u);
+  for (const auto& name : pi.names())
+    expect_close(hybrid.collect_params().at(name).data(), pi.at(name).data(), 1e-4, name);
+}
+
 struct ReadsAValue : nn::HybridBlock {
   NDArray forward(const NDArray& x) override {
     if (nd::sum(x).item<float>() > 0) return x * 2;  // data-dependent: not traceable
