@@ -28,6 +28,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "backends/cpu/gemv.h"
 #include "backends/cpu/linalg_kernels.h"
 #include "backends/cpu/onednn_util.h"
 #include "backends/cpu/parallel.h"
@@ -175,66 +176,16 @@ T vector_dot(const T* a, const T* b, int64_t n) {
   return static_cast<T>(sum);
 }
 
-// y[j] = x . w[j, :] for j in [j0, j1): four rows at a time share each load
-// of x, with SIMD partial sums per row.
-inline void gemv_rows(const float* x, const float* w, int64_t k, float* y, int64_t j0, int64_t j1) {
-  int64_t j = j0;
-  for (; j + 4 <= j1; j += 4) {
-    const float *w0 = w + j * k, *w1 = w0 + k, *w2 = w1 + k, *w3 = w2 + k;
-    float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-#pragma omp simd reduction(+ : s0, s1, s2, s3)
-    for (int64_t p = 0; p < k; ++p) {
-      float xv = x[p];
-      s0 += xv * w0[p];
-      s1 += xv * w1[p];
-      s2 += xv * w2[p];
-      s3 += xv * w3[p];
-    }
-    y[j] = s0;
-    y[j + 1] = s1;
-    y[j + 2] = s2;
-    y[j + 3] = s3;
-  }
-  for (; j < j1; ++j) y[j] = vector_dot(x, w + j * k, k);
-}
-
-// y[j] = act(y[j] + bias[j]) for j in [0, n); bias may be null.
-void bias_act(float* y, const float* bias, int64_t n, std::optional<ActType> act) {
-  if (bias != nullptr) {
-#pragma omp simd
-    for (int64_t j = 0; j < n; ++j) y[j] += bias[j];
-  }
-  if (!act) return;
-  switch (*act) {
-    case ActType::kRelu:
-#pragma omp simd
-      for (int64_t j = 0; j < n; ++j) y[j] = y[j] > 0.0f ? y[j] : 0.0f;
-      return;
-    case ActType::kSigmoid:
-      for (int64_t j = 0; j < n; ++j) y[j] = 1.0f / (1.0f + std::exp(-y[j]));
-      return;
-    case ActType::kTanh:
-      for (int64_t j = 0; j < n; ++j) y[j] = std::tanh(y[j]);
-      return;
-    case ActType::kSoftrelu:
-      for (int64_t j = 0; j < n; ++j) y[j] = std::max(y[j], 0.0f) + std::log1p(std::exp(-std::abs(y[j])));
-      return;
-    case ActType::kSoftsign:
-      break;
-  }
-  KILN_ASSERT(!"softsign is not fused (inference rejects it)");
-}
-
-// A dense layer's one-row GEMV splits its rows over threads from this many
-// multiply-adds (a 256x512 layer: 512 KiB of weights, which the two
-// cores' L2 caches then hold half each). Below it, one OpenMP fork/join costs
-// more than the rows save: d2l's MLP (512 -> 256 -> 128 -> 2) splits its
-// first layer only, one parallel region per call instead of two.
+// A dense layer on a few samples splits its rows over threads from this many
+// multiply-adds (a 256x512 layer: 512 KiB of weights, which the two cores'
+// L2 caches then hold half each). Below it, one OpenMP fork/join costs more
+// than the rows save: d2l's MLP (512 -> 256 -> 128 -> 2) splits its first
+// layer only, one parallel region per call instead of two.
 constexpr int64_t kGemvParallelWork = int64_t{1} << 17;
 
-// The GEMV split: rows per chunk such that each chunk is about 2^14
-// multiply-adds (see dense_f32).
-int64_t gemv_grain(int64_t k) { return std::max<int64_t>(1, (int64_t{1} << 14) / std::max<int64_t>(1, k)); }
+// The split's unit: a multiple of gemv_rows' row blocks, so each thread's
+// range starts on a block boundary.
+constexpr int64_t kGemvSplitRows = 8;
 
 // One product of the batch: rows [r0, r1) of c [m, n].
 template <typename T>
@@ -295,16 +246,9 @@ void matmul(const KernelContext& ctx, const MatmulDims& d, const TensorView& a, 
   }
   const int threads = std::max(1, ctx.run.num_threads);
   if constexpr (std::is_same_v<T, float>) {
-    if (d.batch == 1 && d.m == 1 && d.tb && !d.ta && d.n > 1) {
-      // A row vector times rows of b (a Dense layer on one sample): one
-      // contiguous dot product per output. Rows are split statically over
-      // the threads, so each core streams the same rows every call and keeps
-      // them in its own cache (d2l's MLP: 656 KB of weights over two cores'
-      // 512 KB L2s).
-      const float* x = a.ptr<float>();
-      const float* w = b.ptr<float>();
-      cpu::parallel_for(
-          threads, d.n, [&](int64_t j0, int64_t j1) { gemv_rows(x, w, d.k, out, j0, j1); }, gemv_grain(d.k));
+    if (d.batch == 1 && d.m <= cpu::kGemvMaxSamples && d.tb && !d.ta) {
+      // A few rows times rows of b (a Dense layer on a few samples).
+      cpu::dense_f32(ctx.run, {d.m, d.k, d.n}, a.ptr<float>(), b.ptr<float>(), nullptr, std::nullopt, out);
       return;
     }
     if (d.batch * d.m * d.n * d.k > kSmallProduct && !(d.m == 1 && d.n == 1)) {
@@ -338,25 +282,27 @@ void cpu::dense_f32(const engine::RunContext& run, DenseDims d, const float* x, 
                     std::optional<ActType> act, float* y) {
   if (d.m == 0 || d.n == 0) return;
   const int threads = std::max(1, run.num_threads);
-  if (d.m == 1 && d.n > 1) {  // one sample: as in matmul above, with the epilogue per block of outputs
+  if (d.m <= cpu::kGemvMaxSamples) {
+    // Rows are split statically over the threads, so each core streams the
+    // same rows every call and keeps them in its own cache.
+    const int64_t blocks = (d.n + kGemvSplitRows - 1) / kGemvSplitRows;
+    const int64_t block_work = d.m * d.k * kGemvSplitRows;
     cpu::parallel_for(
-        d.n * d.k >= kGemvParallelWork ? threads : 1, d.n,
-        [&](int64_t j0, int64_t j1) {
-          if (d.k > 0) gemv_rows(x, w, d.k, y, j0, j1);
-          else std::fill(y + j0, y + j1, 0.0f);
-          bias_act(y + j0, bias == nullptr ? nullptr : bias + j0, j1 - j0, act);
+        d.m * d.n * d.k >= kGemvParallelWork ? threads : 1, blocks,
+        [&](int64_t b0, int64_t b1) {
+          cpu::gemv_rows(d, x, w, bias, act, y, b0 * kGemvSplitRows, std::min(d.n, b1 * kGemvSplitRows));
         },
-        gemv_grain(d.k));
+        std::max<int64_t>(1, (int64_t{1} << 14) / std::max<int64_t>(1, block_work)));
     return;
   }
-  if (d.k > 0 && d.m * d.n * d.k > kSmallProduct) {  // m > 1 here
+  if (d.k > 0 && d.m * d.n * d.k > kSmallProduct) {
     MatmulKey key{DType::kFloat32, 1, d.m, d.k, d.n, false, true, threads, bias != nullptr, act ? int(*act) : -1};
     onednn_matmul(key, x, w, y, bias);
     return;
   }
   if (d.k == 0) std::fill(y, y + d.m * d.n, 0.0f);
   else gemm_loops<float>(threads, {1, d.m, d.k, d.n, false, true}, x, w, y);
-  for (int64_t i = 0; i < d.m; ++i) bias_act(y + i * d.n, bias, d.n, act);
+  for (int64_t i = 0; i < d.m; ++i) cpu::bias_act(y + i * d.n, bias, d.n, act);
 }
 
 void register_cpu_linalg_kernels() {

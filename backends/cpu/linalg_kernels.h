@@ -5,10 +5,11 @@
 //   cpu::dense_f32(ctx.run, {.m = 1, .k = 512, .n = 256}, x, w, bias, ActType::kRelu, y);
 //   // y [m, n] = relu(x [m, k] . w [n, k]^T + bias [n])
 //
-// One sample (m == 1) runs the GEMV loops with the bias and activation applied
-// to each block of outputs as it is produced; larger products run oneDNN's
-// matmul with the bias and an eltwise post-op; tiny ones run the plain loops
-// and a second pass. Arrays are dense, row-major and must not overlap.
+// Up to four samples (m <= kGemvMaxSamples) run cpu::gemv_rows
+// (backends/cpu/gemv.h), its rows split over the threads, with the bias and
+// activation applied to each block of outputs as it is produced; larger
+// products run oneDNN's matmul with the bias and an eltwise post-op; tiny
+// ones run the plain loops and a second pass. Arrays are dense, row-major and must not overlap.
 #pragma once
 
 #include <cstdint>
