@@ -54,6 +54,7 @@ struct GraphExecutor::Program {
   int32_t num_fresh = 0;
   std::vector<External> externals;
   std::vector<int32_t> output_ext;  // per graph output
+  std::vector<std::vector<int32_t>> result_positions;  // per external: the graph outputs it is
   std::vector<TensorType> output_types;  // per kOutput external, by index
   std::vector<int32_t> output_position;  // per kOutput external: the graph output, or -1 when several name it
   int64_t block_bytes = 0;  // the call's block, when the layout uses one
@@ -188,6 +189,9 @@ GraphExecutor::GraphExecutor(std::shared_ptr<const trace::TracedGraph> traced, B
     p.steps.push_back(std::move(step));
   }
   for (const ir::Entry& e : g.outputs()) p.output_ext.push_back(refs[static_cast<size_t>(e.node)][static_cast<size_t>(e.index)].ext);
+  p.result_positions.resize(p.externals.size());
+  for (size_t i = 0; i < p.output_ext.size(); ++i)
+    if (p.output_ext[i] >= 0) p.result_positions[static_cast<size_t>(p.output_ext[i])].push_back(static_cast<int32_t>(i));
   p.arena_bytes = plan.arena_bytes - reserved;
   p.naive_bytes = plan.naive_bytes;
   if (p.arena_bytes > 0) p.arena = NDArray::empty(Shape{p.arena_bytes}, {DType::kUint8, p.device});
@@ -273,23 +277,85 @@ void GraphExecutor::share_arena(GraphExecutor& a, GraphExecutor& b) {
 int64_t GraphExecutor::arena_bytes() const { return program_->arena_bytes; }
 int64_t GraphExecutor::naive_bytes() const { return program_->naive_bytes; }
 
+// What one call's engine operations share: the chunks of the arrays it binds
+// (kept alive until its last segment ran) and their data pointers, resolved
+// at the call (the frontend touches every chunk for its engine variable
+// anyway; the worker then reads one compact array instead of following each
+// array to its chunk). Each segment's operation holds a reference and runs
+// its range of steps.
+struct GraphExecutor::Call {
+  struct Bound {
+    void* data = nullptr;
+    std::shared_ptr<detail::Chunk> chunk;
+    int64_t fresh_bytes = 0;  // a graph output allocated by this call: its bytes (back-pressure)
+  };
+  std::shared_ptr<const Program> program;
+  std::vector<Bound> bound;  // per external
+  std::vector<OpAttrs> fresh_attrs;
+  Bound block;  // the call's block, if any
+  bool is_train = false;
+
+  void run_steps(engine::RunContext rc, size_t begin, size_t end) const;
+};
+
+void GraphExecutor::Call::run_steps(engine::RunContext rc, size_t begin, size_t end) const {
+  const Program& p = *program;
+  char* arena = p.arena.is_none() ? nullptr : static_cast<char*>(p.arena.data());
+  char* block_data = static_cast<char*>(block.data);
+  // One buffer for every step's views (a TensorView holds a Shape: not
+  // something to construct 32 of per step), on the stack for small graphs.
+  constexpr size_t kInlineViews = 8;
+  TensorView inline_views[kInlineViews];
+  std::vector<TensorView> heap_views(p.max_views > kInlineViews ? p.max_views : 0);
+  TensorView* views = p.max_views > kInlineViews ? heap_views.data() : inline_views;
+  // With the profiler on, one event per node inside the CachedOp's.
+  const bool profile = profiler::enabled();
+  for (size_t s = begin; s < end; ++s) {
+    const Program::Step& step = p.steps[s];
+    const int64_t start_ns = profile ? profiler::now_ns() : 0;
+    size_t k = 0;
+    for (const auto* refs : {&step.in, &step.out}) {
+      for (const Program::Ref& r : *refs) {
+        views[k].data = r.ext >= 0 ? bound[static_cast<size_t>(r.ext)].data
+                        : r.in_block ? block_data + r.offset
+                                     : arena + r.offset;
+        views[k].shape = r.shape;
+        views[k].dtype = r.dtype;
+        ++k;
+      }
+    }
+    KernelContext ctx{rc, step.fresh >= 0 ? fresh_attrs[static_cast<size_t>(step.fresh)] : step.attrs, is_train};
+    step.fn(ctx, {views, step.in.size()}, {views + step.in.size(), step.out.size()});
+    if (profile) {
+      profiler::record({.name = fmt::format("CachedOp/{}", op_def(step.op).name),
+                        .device = p.device,
+                        .thread = engine::detail::current_thread_id(),
+                        .start_ns = start_ns,
+                        .end_ns = profiler::now_ns()});
+    }
+  }
+}
+
 std::vector<NDArray> GraphExecutor::run(std::span<const NDArray> inputs, bool is_train, const RunArgs& args) {
-  Program& p = *program_;
+  const Program& p = *program_;
   const trace::TracedGraph& t = *traced_;
   using Source = Program::Source;
   KILN_CHECK(inputs.size() == t.inputs.size(), ValueError, "compiled graph: {} inputs given, the graph takes {}",
              inputs.size(), t.inputs.size());
 
-  auto bound = std::make_shared<std::vector<NDArray>>(p.externals.size());
-  std::vector<NDArray> outputs(p.output_types.size());
-  std::vector<int64_t> output_bytes(p.externals.size(), 0);  // fresh outputs: their bytes, per external
+  // One allocation for the call's shared state; each segment's closure (a
+  // pointer and a range) then fits the engine's inline function storage.
+  auto call = std::make_shared<Call>();
+  call->bound.resize(p.externals.size());
+  std::vector<NDArray> result(p.output_ext.size());  // none for outputs written into the block
   for (size_t i = 0; i < p.externals.size(); ++i) {
     const Program::External& x = p.externals[i];
-    NDArray& a = (*bound)[i];
+    NDArray fresh;
+    const NDArray* a = &fresh;
     switch (x.source) {
-      case Source::kInput: a = inputs[static_cast<size_t>(x.index)]; break;
-      case Source::kParam: a = t.params[static_cast<size_t>(x.index)].second.data(p.device); break;
-      case Source::kConst: a = t.consts[static_cast<size_t>(x.index)].second; break;
+      case Source::kInput: a = &inputs[static_cast<size_t>(x.index)]; break;
+      case Source::kParam: fresh = t.params[static_cast<size_t>(x.index)].second.data(p.device); break;
+      case Source::kConst: a = &t.consts[static_cast<size_t>(x.index)].second; break;
       case Source::kOutput: {
         const TensorType& type = p.output_types[static_cast<size_t>(x.index)];
         const int32_t pos = p.output_position[static_cast<size_t>(x.index)];
@@ -297,118 +363,83 @@ std::vector<NDArray> GraphExecutor::run(std::span<const NDArray> inputs, bool is
           const NDArray& into = args.outputs_into[static_cast<size_t>(pos)];
           if (!into.is_none() && into.shape() == type.shape && into.dtype() == type.dtype &&
               into.device() == p.device) {
-            a = into;
-            outputs[static_cast<size_t>(x.index)] = a;
+            a = &into;
             break;
           }
         }
-        a = NDArray::empty(type.shape, {type.dtype, p.device});
-        outputs[static_cast<size_t>(x.index)] = a;
-        output_bytes[i] = static_cast<int64_t>(a.nbytes());
+        fresh = NDArray::empty(type.shape, {type.dtype, p.device});
+        call->bound[i].fresh_bytes = static_cast<int64_t>(fresh.nbytes());
         break;
       }
     }
+    call->bound[i].data = a->data();
+    call->bound[i].chunk = a->chunk();
+    for (int32_t pos : p.result_positions[i]) result[static_cast<size_t>(pos)] = *a;
   }
   if (p.block_bytes > 0) {
     KILN_CHECK(!args.block.is_none() && static_cast<int64_t>(args.block.nbytes()) >= p.block_bytes &&
                    args.block.device() == p.device,
                InternalError, "compiled graph: needs a block of {} bytes on {}", p.block_bytes, p.device);
+    call->block = {args.block.data(), args.block.chunk()};
   }
 
   // Dropout masks and random ops: new values per call, their stream
   // positions drawn here (at the call, as nd::dropout and nd::random do).
-  auto fresh_attrs = std::make_shared<std::vector<OpAttrs>>();
   if (p.num_fresh > 0) {
     for (const Program::Step& step : p.steps) {
       if (step.fresh < 0) continue;
       Shape in0 = step.in.empty() ? Shape{} : step.in[0].shape;
-      fresh_attrs->push_back(attrs_for_call(step.op, step.attrs, in0, p.device, is_train));
+      call->fresh_attrs.push_back(attrs_for_call(step.op, step.attrs, in0, p.device, is_train));
     }
   }
+  call->program = program_;
+  call->is_train = is_train;
 
-  std::vector<engine::Var*> reads, writes;
+  // Each segment's variables: reads from the front, writes from the back of
+  // one buffer (on the stack for small graphs).
+  const size_t max_vars = p.externals.size() + 2;
+  constexpr size_t kInlineVars = 32;
+  engine::Var* inline_vars[kInlineVars];
+  std::vector<engine::Var*> heap_vars(max_vars > kInlineVars ? max_vars : 0);
+  engine::Var** vars = max_vars > kInlineVars ? heap_vars.data() : inline_vars;
   for (size_t s = 0; s < p.segments.size(); ++s) {
     const Program::Segment& seg = p.segments[s];
-    reads.clear();
-    writes.clear();
+    size_t num_reads = 0, first_write = max_vars;
     int64_t new_bytes = 0;
-    for (int32_t x : seg.reads) reads.push_back((*bound)[static_cast<size_t>(x)].var());
+    for (int32_t x : seg.reads) vars[num_reads++] = call->bound[static_cast<size_t>(x)].chunk->var;
     for (int32_t x : seg.writes) {
-      writes.push_back((*bound)[static_cast<size_t>(x)].var());
-      new_bytes += output_bytes[static_cast<size_t>(x)];
+      vars[--first_write] = call->bound[static_cast<size_t>(x)].chunk->var;
+      new_bytes += call->bound[static_cast<size_t>(x)].fresh_bytes;
     }
-    if (!p.arena.is_none()) writes.push_back(p.arena.var());
+    if (!p.arena.is_none()) vars[--first_write] = p.arena.var();
     if (p.block_bytes > 0) {
-      writes.push_back(args.block.var());
+      vars[--first_write] = args.block.var();
       // The block is memory this queued run holds (the forward allocated it
       // for this call; the backward frees it): back-pressure must see it, or
       // a loop that never reads a value runs ahead one block per step.
       if (s + 1 == p.segments.size()) new_bytes += static_cast<int64_t>(args.block.nbytes());
     }
     // One variable may back several arrays (views, an input passed twice).
-    auto dedupe = [](std::vector<engine::Var*>& v) {
+    std::span<engine::Var*> reads(vars, num_reads), writes(vars + first_write, max_vars - first_write);
+    auto dedupe = [](std::span<engine::Var*> v) {
       std::sort(v.begin(), v.end());
-      v.erase(std::unique(v.begin(), v.end()), v.end());
+      return v.first(static_cast<size_t>(std::unique(v.begin(), v.end()) - v.begin()));
     };
-    dedupe(writes);
-    dedupe(reads);
-    std::erase_if(reads, [&](engine::Var* v) { return std::binary_search(writes.begin(), writes.end(), v); });
-
+    writes = dedupe(writes);
+    reads = dedupe(reads);
+    reads = reads.first(static_cast<size_t>(
+        std::remove_if(reads.begin(), reads.end(),
+                       [&](engine::Var* v) { return std::binary_search(writes.begin(), writes.end(), v); }) -
+        reads.begin()));
+    // The last segment takes the call's reference instead of copying it.
+    std::shared_ptr<const Call> held = s + 1 == p.segments.size() ? std::move(call) : call;
     engine::get().push(
-        [program = program_, bound, fresh_attrs, block = args.block, is_train, begin = seg.begin,
-         end = seg.end](engine::RunContext rc) {
-          char* arena = program->arena.is_none() ? nullptr : static_cast<char*>(program->arena.data());
-          char* block_data = program->block_bytes == 0 ? nullptr : static_cast<char*>(block.data());
-          // One buffer for every step's views (a TensorView holds a Shape:
-          // not something to construct 32 of per step).
-          std::vector<TensorView> buffer(program->max_views);
-          TensorView* views = buffer.data();
-          // With the profiler on, one event per node inside the CachedOp's.
-          const bool profile = profiler::enabled();
-          for (size_t s = begin; s < end; ++s) {
-            const Program::Step& step = program->steps[s];
-            const int64_t start_ns = profile ? profiler::now_ns() : 0;
-            size_t k = 0;
-            for (const auto* refs : {&step.in, &step.out}) {
-              for (const Program::Ref& r : *refs) {
-                void* data = r.ext >= 0     ? (*bound)[static_cast<size_t>(r.ext)].data()
-                             : r.in_block ? block_data + r.offset
-                                          : arena + r.offset;
-                views[k++] = TensorView{data, r.shape, r.dtype};
-              }
-            }
-            KernelContext ctx{rc, step.fresh >= 0 ? (*fresh_attrs)[static_cast<size_t>(step.fresh)] : step.attrs,
-                              is_train};
-            step.fn(ctx, {views, step.in.size()}, {views + step.in.size(), step.out.size()});
-            if (profile) {
-              profiler::record({.name = fmt::format("CachedOp/{}", op_def(step.op).name),
-                                .device = program->device,
-                                .thread = engine::detail::current_thread_id(),
-                                .start_ns = start_ns,
-                                .end_ns = profiler::now_ns()});
-            }
-          }
+        [call = std::move(held), begin = seg.begin, end = seg.end](engine::RunContext rc) {
+          call->run_steps(rc, begin, end);
         },
-        reads, writes, {.device = p.device, .lane = engine::Lane::kCompute, .name = "CachedOp", .bytes = new_bytes});
-  }
-
-  std::vector<NDArray> result;
-  result.reserve(p.output_ext.size());
-  for (int32_t ext : p.output_ext) {
-    if (ext < 0) {  // written into the block
-      result.emplace_back();
-      continue;
-    }
-    const Program::External& x = p.externals[static_cast<size_t>(ext)];
-    if (x.source == Source::kOutput) {
-      result.push_back(outputs[static_cast<size_t>(x.index)]);
-    } else if (x.source == Source::kInput) {
-      result.push_back(inputs[static_cast<size_t>(x.index)]);
-    } else if (x.source == Source::kParam) {
-      result.push_back(t.params[static_cast<size_t>(x.index)].second.data(p.device));
-    } else {
-      result.push_back(t.consts[static_cast<size_t>(x.index)].second);
-    }
+        std::span<engine::Var* const>(reads.data(), reads.size()),
+        std::span<engine::Var* const>(writes.data(), writes.size()),
+        {.device = p.device, .lane = engine::Lane::kCompute, .name = "CachedOp", .bytes = new_bytes});
   }
   return result;
 }

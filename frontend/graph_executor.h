@@ -102,6 +102,7 @@ class GraphExecutor {
 
  private:
   struct Program;
+  struct Call;
   // Sets the segments ending before the given step indices (the last is the
   // number of steps) and each one's externals.
   static void set_segments(Program& p, const std::vector<size_t>& ends);
