@@ -31,6 +31,7 @@
 #include "backends/cpu/gemv.h"
 #include "backends/cpu/linalg_kernels.h"
 #include "backends/cpu/onednn_util.h"
+#include "backends/cpu/parallel_claim.h"
 #include "backends/cpu/parallel.h"
 #include "ir/ops/linalg.h"
 #include "runtime/kernel.h"
@@ -178,13 +179,12 @@ T vector_dot(const T* a, const T* b, int64_t n) {
 
 // A dense layer on a few samples splits its rows over threads from this many
 // multiply-adds (a 256x512 layer: 512 KiB of weights, which the two cores'
-// L2 caches then hold half each). Below it, one OpenMP fork/join costs more
-// than the rows save: d2l's MLP (512 -> 256 -> 128 -> 2) splits its first
-// layer only, one parallel region per call instead of two.
+// L2 caches then hold half each). Below it, handing rows to a helper costs
+// more than they save: d2l's MLP (512 -> 256 -> 128 -> 2) splits its first
+// layer only.
 constexpr int64_t kGemvParallelWork = int64_t{1} << 17;
 
-// The split's unit: a multiple of gemv_rows' row blocks, so each thread's
-// range starts on a block boundary.
+// The split's unit: a multiple of gemv_rows' row blocks.
 constexpr int64_t kGemvSplitRows = 8;
 
 // One product of the batch: rows [r0, r1) of c [m, n].
@@ -283,16 +283,14 @@ void cpu::dense_f32(const engine::RunContext& run, DenseDims d, const float* x, 
   if (d.m == 0 || d.n == 0) return;
   const int threads = std::max(1, run.num_threads);
   if (d.m <= cpu::kGemvMaxSamples) {
-    // Rows are split statically over the threads, so each core streams the
-    // same rows every call and keeps them in its own cache.
+    // Blocks of rows are claimed by the threads, each its own share first
+    // (backends/cpu/parallel_claim.h), so each core streams the same rows
+    // every call and keeps them in its cache, and a helper thread that is
+    // not running does not hold the call up.
     const int64_t blocks = (d.n + kGemvSplitRows - 1) / kGemvSplitRows;
-    const int64_t block_work = d.m * d.k * kGemvSplitRows;
-    cpu::parallel_for(
-        d.m * d.n * d.k >= kGemvParallelWork ? threads : 1, blocks,
-        [&](int64_t b0, int64_t b1) {
-          cpu::gemv_rows(d, x, w, bias, act, y, b0 * kGemvSplitRows, std::min(d.n, b1 * kGemvSplitRows));
-        },
-        std::max<int64_t>(1, (int64_t{1} << 14) / std::max<int64_t>(1, block_work)));
+    cpu::parallel_claim(d.m * d.n * d.k >= kGemvParallelWork ? threads : 1, blocks, [&](int64_t b0, int64_t b1) {
+      cpu::gemv_rows(d, x, w, bias, act, y, b0 * kGemvSplitRows, std::min(d.n, b1 * kGemvSplitRows));
+    });
     return;
   }
   if (d.k > 0 && d.m * d.n * d.k > kSmallProduct) {
