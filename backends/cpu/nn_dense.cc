@@ -34,9 +34,13 @@ void add_bias(int threads, T* out, const T* bias, int64_t m, int64_t n) {
       std::max<int64_t>(1, kDefaultGrain / std::max<int64_t>(n, 1)));
 }
 
+// Inference checked the shapes: weight is [n, k] and the output [..., n]
+// holds one row per row of data seen as [m, k] (so the kernel reads m from
+// the output rather than rebuilding the shapes per call; k may be 0).
 void dense(const KernelContext& ctx, const FullyConnectedAttrs& a, std::optional<ActType> act,
            std::span<const TensorView> in, const TensorView& out) {
-  FullyConnectedDims d = fully_connected_dims(in[0].shape, in[1].shape, a);
+  cpu::DenseDims d{.m = 0, .k = in[1].shape[1], .n = in[1].shape[0]};
+  if (d.n > 0) d.m = out.size() / d.n;
   if (out.dtype == DType::kFloat32) {
     return dense_f32(ctx.run, {d.m, d.k, d.n}, in[0].ptr<float>(), in[1].ptr<float>(),
                      a.no_bias ? nullptr : in[2].ptr<float>(), act, out.ptr<float>());
