@@ -184,7 +184,7 @@ T vector_dot(const T* a, const T* b, int64_t n) {
 // layer only.
 constexpr int64_t kGemvParallelWork = int64_t{1} << 17;
 
-// The split's unit: a multiple of gemv_rows' row blocks.
+// The split's units are multiples of gemv_rows' row blocks.
 constexpr int64_t kGemvSplitRows = 8;
 
 // One product of the batch: rows [r0, r1) of c [m, n].
@@ -283,14 +283,19 @@ void cpu::dense_f32(const engine::RunContext& run, DenseDims d, const float* x, 
   if (d.m == 0 || d.n == 0) return;
   const int threads = std::max(1, run.num_threads);
   if (d.m <= cpu::kGemvMaxSamples) {
-    // Blocks of rows are claimed by the threads, each its own share first
+    // Units of rows are claimed by the threads, each its own share first
     // (backends/cpu/parallel_claim.h), so each core streams the same rows
     // every call and keeps them in its cache, and a helper thread that is
-    // not running does not hold the call up.
-    const int64_t blocks = (d.n + kGemvSplitRows - 1) / kGemvSplitRows;
-    cpu::parallel_claim(d.m * d.n * d.k >= kGemvParallelWork ? threads : 1, blocks, [&](int64_t b0, int64_t b1) {
-      cpu::gemv_rows(d, x, w, bias, act, y, b0 * kGemvSplitRows, std::min(d.n, b1 * kGemvSplitRows));
-    });
+    // not running does not hold the call up. A unit is about 2^14
+    // multiply-adds (32 rows of a 512-wide layer): its claim and gemv_rows
+    // call cost little, and a caller whose helper is late takes the helper's
+    // share over in steps of a fraction of a microsecond.
+    const int64_t per_block = kGemvSplitRows * d.m * std::max<int64_t>(1, d.k);
+    const int64_t unit = kGemvSplitRows * std::max<int64_t>(1, (int64_t{1} << 14) / per_block);
+    cpu::parallel_claim(d.m * d.n * d.k >= kGemvParallelWork ? threads : 1, (d.n + unit - 1) / unit,
+                        [&](int64_t u0, int64_t u1) {
+                          cpu::gemv_rows(d, x, w, bias, act, y, u0 * unit, std::min(d.n, u1 * unit));
+                        });
     return;
   }
   if (d.k > 0 && d.m * d.n * d.k > kSmallProduct) {
