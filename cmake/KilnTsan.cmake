@@ -1,9 +1,11 @@
-# -DKILN_TSAN=ON: builds only the engine and profiler tests, with ThreadSanitizer.
+# -DKILN_TSAN=ON: builds only the engine and profiler tests, and those of the
+# CPU backend's lock-free row split (backends/cpu/parallel_claim.h), with
+# ThreadSanitizer.
 #
 #   cmake -S . -B build-tsan -DKILN_TSAN=ON && cmake --build build-tsan -j2 && ctest --test-dir build-tsan
 #
-# The program compiles the engine from source (nothing else of Kiln, so no
-# oneDNN or OpenMP, whose uninstrumented threads would give false reports).
+# The program compiles the engine and parallel_claim from source (nothing else
+# of Kiln, so no oneDNN or OpenMP, whose uninstrumented threads would give false reports).
 # KILN_TSAN_BUILD shrinks the stress tests: TSan runs them about 10x slower.
 find_package(GTest REQUIRED)
 include(GoogleTest)
@@ -12,11 +14,13 @@ enable_testing()
 file(GLOB KILN_TSAN_ENGINE_SOURCES CONFIGURE_DEPENDS
   ${PROJECT_SOURCE_DIR}/runtime/engine*.cc
   ${PROJECT_SOURCE_DIR}/tests/runtime/engine*_test.cc
-  ${PROJECT_SOURCE_DIR}/tests/runtime/profiler*_test.cc)
+  ${PROJECT_SOURCE_DIR}/tests/runtime/profiler*_test.cc
+  ${PROJECT_SOURCE_DIR}/tests/runtime/parallel_claim_test.cc)
 
 add_executable(engine_tests_tsan
   ${KILN_TSAN_ENGINE_SOURCES}
   ${PROJECT_SOURCE_DIR}/runtime/profiler.cc
+  ${PROJECT_SOURCE_DIR}/backends/cpu/parallel_claim.cc
   ${PROJECT_SOURCE_DIR}/ir/device.cc
   ${PROJECT_SOURCE_DIR}/backends/cuda_absent.cc)
 target_include_directories(engine_tests_tsan PRIVATE ${PROJECT_SOURCE_DIR})
