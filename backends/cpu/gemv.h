@@ -1,6 +1,7 @@
 // Internal to the CPU backend: the dense-layer product for a few samples
 // (a GEMV when m == 1), which cpu::dense_f32 (backends/cpu/linalg_kernels.h)
-// and dot's row-vector case use instead of oneDNN.
+// runs instead of oneDNN for FullyConnected, _kiln_fc_act and dot(x, w^T)
+// with at most 4 rows.
 //
 //   // rows [j0, j1) of y [m, n] = relu(x [m, k] . w [n, k]^T + bias [n]), m <= 4
 //   cpu::gemv_rows({.m = 1, .k = 512, .n = 256}, x, w, bias, ActType::kRelu, y, j0, j1);
