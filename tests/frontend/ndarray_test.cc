@@ -1,12 +1,16 @@
 // NDArray core: creation, random streams, views, copies, printing, errors.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
+#include <thread>
 #include <numeric>
 
 #include "frontend/invoke.h"
 #include "frontend/nd.h"
 #include "frontend/ndarray.h"
+#include "runtime/engine.h"
+#include "runtime/storage.h"
 
 namespace kiln {
 namespace {
@@ -72,6 +76,33 @@ TEST_P(NDArrayOnDevice, RandomIsReproducibleAndWellDistributed) {
 }
 INSTANTIATE_TEST_SUITE_P(Cpu, NDArrayOnDevice, ::testing::Values(0, 1),
                          [](const auto& info) { return "cpu" + std::to_string(info.param); });
+
+// An array dropped while an op writing it is pending keeps its storage until
+// that op has finished (ops hold the engine variable, not the chunk).
+TEST(NDArray, StorageOutlivesTheLastHandleUntilPendingOpsFinish) {
+  engine::wait_all();
+  storage::Pool& pool = storage::pool(Device::cpu(0));
+  constexpr int64_t kN = 123457;  // a size class of its own in this test
+  std::atomic<bool> open{false};
+  std::atomic<int> wrote{0};
+  int64_t in_use_before = pool.stats().in_use;
+  {
+    NDArray y = NDArray::empty({kN});
+    float* data = static_cast<float*>(y.data());
+    engine::get().push(
+        [&open, &wrote, data](engine::RunContext) {
+          while (!open.load()) std::this_thread::yield();
+          for (int64_t i = 0; i < kN; ++i) data[i] = 1.0f;  // the storage is still ours
+          wrote.store(1);
+        },
+        {}, {y.var()}, {.name = "slow_fill"});
+  }  // the last handle goes while slow_fill is pending
+  EXPECT_GE(pool.stats().in_use, in_use_before + kN * 4);
+  open.store(true);
+  engine::wait_all();
+  EXPECT_EQ(wrote.load(), 1);
+  EXPECT_EQ(pool.stats().in_use, in_use_before);
+}
 
 TEST(NDArray, ItemNeedsOneElement) {
   EXPECT_FLOAT_EQ(nd::full({1, 1}, 3.0).item(), 3.0f);
