@@ -32,7 +32,8 @@ namespace {
 // Sizes up to kSmallLimit (64-byte classes) keep their free blocks in an
 // array indexed by class, larger ones in a map: the small arrays an eager
 // loop allocates and frees once per op cost no tree search. A spin lock:
-// the critical sections are a few dozen instructions.
+// the critical sections are a few dozen instructions (system allocations and
+// frees happen outside it).
 class CpuPool final : public Pool {
   static constexpr size_t kSmallLimit = 4096;
   static constexpr size_t kSmallStep = 64;
@@ -45,7 +46,7 @@ class CpuPool final : public Pool {
 
   Block alloc(size_t size) override {
     size_t rounded = round_size(size);
-    std::lock_guard lock(mu_);
+    std::unique_lock lock(mu_);
     ++stats_.num_allocs;
     std::vector<void*>* list = free_list(rounded, false);
     void* p = nullptr;
@@ -55,14 +56,16 @@ class CpuPool final : public Pool {
       stats_.cached -= static_cast<int64_t>(rounded);
       ++stats_.num_cache_hits;
     } else {
-      p = system_alloc(rounded);
+      p = system_alloc(rounded, lock);
       if (p == nullptr) {
-        release_cached_locked();
-        p = system_alloc(rounded);
+        release_blocks(take_cached_locked(), lock);
+        p = system_alloc(rounded, lock);
       }
       if (p == nullptr) {
+        Stats stats = stats_;
+        lock.unlock();
         throw OutOfMemory(fmt::format("{}: cannot allocate {} bytes (rounded to {}); pool: {}", device_, size,
-                                      rounded, stats_.to_string()));
+                                      rounded, stats.to_string()));
       }
       ++stats_.num_system_allocs;
     }
@@ -90,8 +93,10 @@ class CpuPool final : public Pool {
   }
 
   int64_t release_cached() override {
-    std::lock_guard lock(mu_);
-    return release_cached_locked();
+    std::unique_lock lock(mu_);
+    int64_t released = stats_.cached;
+    release_blocks(take_cached_locked(), lock);
+    return released;
   }
 
   void set_system_limit(int64_t bytes) override {
@@ -100,41 +105,58 @@ class CpuPool final : public Pool {
   }
 
  private:
-  void* system_alloc(size_t size) {
+  // Allocates `size` bytes from the system, counted against the test limit.
+  // Called with mu_ held, which it releases meanwhile (the system call may
+  // take far longer than the spin lock's other critical sections); the bytes
+  // are counted first, so concurrent allocations respect the limit.
+  void* system_alloc(size_t size, std::unique_lock<SpinLock>& lock) {
     if (system_limit_ >= 0 && system_bytes_ + static_cast<int64_t>(size) > system_limit_) return nullptr;
+    system_bytes_ += static_cast<int64_t>(size);
+    lock.unlock();
     void* p = std::aligned_alloc(64, size);
-    if (p) system_bytes_ += static_cast<int64_t>(size);
+    lock.lock();
+    if (p == nullptr) system_bytes_ -= static_cast<int64_t>(size);
     return p;
   }
 
   // The free blocks of `rounded` bytes (null when none were ever cached and
   // `create` is false).
   std::vector<void*>* free_list(size_t rounded, bool create) {
-    if (rounded <= kSmallLimit) return &small_free_[rounded / kSmallStep - 1];
-    if (create) return &free_[rounded];
-    auto it = free_.find(rounded);
-    return it == free_.end() ? nullptr : &it->second;
+    if (rounded <= kSmallLimit) return &free_.small[rounded / kSmallStep - 1];
+    if (create) return &free_.large[rounded];
+    auto it = free_.large.find(rounded);
+    return it == free_.large.end() ? nullptr : &it->second;
   }
 
-  int64_t release_cached_locked() {
-    int64_t released = 0;
-    auto release = [&](size_t size, std::vector<void*>& ptrs) {
-      for (void* p : ptrs) std::free(p);
-      released += static_cast<int64_t>(size * ptrs.size());
-      system_bytes_ -= static_cast<int64_t>(size * ptrs.size());
-      ptrs.clear();
-    };
-    for (size_t i = 0; i < small_free_.size(); ++i) release((i + 1) * kSmallStep, small_free_[i]);
-    for (auto& [size, ptrs] : free_) release(size, ptrs);
-    free_.clear();
+  // The free blocks by size class.
+  struct FreeLists {
+    std::array<std::vector<void*>, kSmallLimit / kSmallStep> small;  // class i holds (i + 1) * kSmallStep bytes
+    std::map<size_t, std::vector<void*>> large;
+  };
+
+  // Empties the cache (mu_ held; allocates nothing): returns its blocks, no
+  // longer counted.
+  FreeLists take_cached_locked() {
+    FreeLists taken;
+    std::swap(taken, free_);
+    system_bytes_ -= stats_.cached;
     stats_.cached = 0;
-    return released;
+    return taken;
+  }
+
+  // Gives `blocks` back to the system with mu_ released meanwhile.
+  static void release_blocks(const FreeLists& blocks, std::unique_lock<SpinLock>& lock) {
+    lock.unlock();
+    for (const std::vector<void*>& ptrs : blocks.small)
+      for (void* p : ptrs) std::free(p);
+    for (const auto& [size, ptrs] : blocks.large)
+      for (void* p : ptrs) std::free(p);
+    lock.lock();
   }
 
   const Device device_;
   mutable SpinLock mu_;
-  std::array<std::vector<void*>, kSmallLimit / kSmallStep> small_free_;
-  std::map<size_t, std::vector<void*>> free_;
+  FreeLists free_;
   Stats stats_;
   int64_t system_bytes_ = 0;
   int64_t system_limit_ = -1;
