@@ -338,6 +338,27 @@ TEST_P(EngineTest, DeleteVarRunsOnIdleAfterTheLastOpUsingIt) {
   EXPECT_TRUE(idle_after_reader.load());
 }
 
+// An op that throws still lets go of its variables: on_idle runs once it
+// (the last op using the variable) has finished, failed or skipped.
+TEST_P(EngineTest, DeleteVarRunsOnIdleAfterTheLastOpFails) {
+  Gate gate;
+  if (GetParam() == Kind::kNaive) gate.open();  // runs each op inside push
+  Var* v = engine_->new_var();
+  std::atomic<int> idle_calls{0};
+  engine_->push(
+      [&gate](RunContext) {
+        gate.wait();
+        throw ValueError("the write failed");
+      },
+      {}, {v}, {.name = "failing_write"});
+  engine_->push([](RunContext) { ADD_FAILURE() << "ran on a poisoned input"; }, {v}, {}, {.name = "skipped_read"});
+  engine_->delete_var(v, [&] { idle_calls.fetch_add(1); });
+  if (GetParam() == Kind::kThreaded) EXPECT_EQ(idle_calls.load(), 0);  // both ops still pending
+  gate.open();
+  expect_error_containing([&] { engine_->wait_all(); }, "the write failed");
+  EXPECT_EQ(idle_calls.load(), 1);
+}
+
 // wait_for_var returns once the pending write has finished (the polling fast
 // path), and still rethrows the writer's error.
 TEST_P(EngineTest, WaitForVarAfterEachShortWrite) {
