@@ -13,45 +13,44 @@
 namespace kiln {
 namespace {
 
-// Everything a queued kernel needs, in one allocation for the common case of
-// at most kInline arrays. Holding the NDArrays keeps their chunks (storage and
-// engine variables) alive until the kernel has run.
-// Recycled through RecordPool: allocated where the op is pushed, returned to
-// the pool (and its arrays released) on the worker that ran it.
+// Everything a queued kernel needs: the kernel, its attributes and views of
+// its arrays, in one record for the common case of at most kInline arrays.
+// It holds no reference to the arrays' chunks: every array of the call is a
+// read or a write of the pushed op, and a chunk's storage is freed only once
+// its engine variable is idle (NDArray's chunk frees it from delete_var's
+// on_idle), so the views stay valid until the op has finished. The worker
+// then touches no reference count the frontend thread also touches.
+// Recycled through RecordPool: allocated where the op is pushed and returned
+// to the pool on the worker that ran it. The attributes are released when
+// the record is reused, on the pushing thread (so a loop pushing the same
+// attributes, `y = x + 1`, does not bounce their reference count between
+// threads); a pooled record may so keep the attributes of its last call.
 struct KernelCall {
   static constexpr int kInline = 4;
   KernelCall* pool_next = nullptr;
   KernelFn fn = nullptr;
-  OpAttrs attrs;
   bool is_train = false;
   int num_in = 0, num_out = 0;
-  std::array<NDArray, kInline> inline_arrays;
-  std::vector<NDArray> heap_arrays;
+  OpAttrs attrs;
+  std::array<TensorView, kInline> inline_views;
+  std::vector<TensorView> heap_views;
 
-  NDArray* arrays() { return num_in + num_out <= kInline ? inline_arrays.data() : heap_arrays.data(); }
-
-  void reset() {
-    fn = nullptr;
-    attrs = OpAttrs();
-    for (NDArray& a : inline_arrays) a = NDArray();
-    heap_arrays.clear();
-    num_in = num_out = 0;
+  // Sizes the view list; returns it.
+  TensorView* set_counts(int in, int out) {
+    num_in = in;
+    num_out = out;
+    if (in + out <= kInline) return inline_views.data();
+    heap_views.resize(static_cast<size_t>(in + out));
+    return heap_views.data();
   }
+  TensorView* views() { return num_in + num_out <= kInline ? inline_views.data() : heap_views.data(); }
+
+  void reset() { fn = nullptr; }
 
   void run(const engine::RunContext& rc) {
-    constexpr int kMaxViews = 16;
-    std::array<TensorView, kMaxViews> small;
-    std::vector<TensorView> big;
-    int n = num_in + num_out;
-    TensorView* views = small.data();
-    if (n > kMaxViews) {
-      big.resize(static_cast<size_t>(n));
-      views = big.data();
-    }
-    NDArray* a = arrays();
-    for (int i = 0; i < n; ++i) views[i] = TensorView{a[i].data(), a[i].shape(), a[i].dtype()};
+    TensorView* v = views();
     KernelContext ctx{rc, attrs, is_train};
-    fn(ctx, {views, static_cast<size_t>(num_in)}, {views + num_in, static_cast<size_t>(num_out)});
+    fn(ctx, {v, static_cast<size_t>(num_in)}, {v + num_in, static_cast<size_t>(num_out)});
   }
 };
 
@@ -70,23 +69,46 @@ class PooledCall {
   KernelCall* call_;
 };
 
-// The outputs of one call: up to 4 without a heap allocation.
+// The outputs of one call: up to 4 without a heap allocation, constructed
+// only as they are added.
 class Outputs {
  public:
-  void resize(size_t n) {
-    n_ = n;
-    if (n > inline_.size()) heap_.resize(n);
+  Outputs() = default;
+  Outputs(const Outputs&) = delete;
+  Outputs& operator=(const Outputs&) = delete;
+  ~Outputs() {
+    if (n_ <= kInline)
+      for (size_t i = 0; i < n_; ++i) inline_data()[i].~NDArray();
   }
-  void push_back(NDArray a) {
-    resize(n_ + 1);
-    (*this)[n_ - 1] = std::move(a);
+
+  void push_back(NDArray&& a) {
+    if (n_ < kInline) [[likely]] {
+      ::new (static_cast<void*>(inline_data() + n_)) NDArray(std::move(a));
+      ++n_;
+      return;
+    }
+    push_back_heap(std::move(a));
   }
-  NDArray& operator[](size_t i) { return n_ <= inline_.size() ? inline_[i] : heap_[i]; }
-  std::span<NDArray> span() { return {n_ <= inline_.size() ? inline_.data() : heap_.data(), n_}; }
+  void push_back(const NDArray& a) { push_back(NDArray(a)); }
+  NDArray& operator[](size_t i) { return n_ <= kInline ? inline_data()[i] : heap_[i]; }
+  std::span<NDArray> span() { return {n_ <= kInline ? inline_data() : heap_.data(), n_}; }
   size_t size() const { return n_; }
 
  private:
-  std::array<NDArray, 4> inline_;
+  static constexpr size_t kInline = 4;
+  void push_back_heap(NDArray&& a) {
+    if (n_ == kInline) {  // move the inline ones to the heap
+      heap_.reserve(2 * kInline);
+      for (size_t i = 0; i < kInline; ++i) {
+        heap_.push_back(std::move(inline_data()[i]));
+        inline_data()[i].~NDArray();
+      }
+    }
+    heap_.push_back(std::move(a));
+    ++n_;
+  }
+  NDArray* inline_data() { return std::launder(reinterpret_cast<NDArray*>(inline_)); }
+  alignas(NDArray) unsigned char inline_[kInline * sizeof(NDArray)];
   std::vector<NDArray> heap_;
   size_t n_ = 0;
 };
@@ -133,7 +155,6 @@ void invoke_into(OpId op, std::span<const NDArray> inputs, const OpAttrs& attrs,
   infer_types(def, attrs, in_types, out_types);
   KernelFn fn = find_kernel(def, device);
 
-  outputs.resize(out_types.size());
   int64_t new_bytes = 0;
   if (!options.out.empty()) {
     KILN_CHECK(options.out.size() == out_types.size(), ValueError, "{}: {} output array(s) given, op has {}",
@@ -145,27 +166,23 @@ void invoke_into(OpId op, std::span<const NDArray> inputs, const OpAttrs& attrs,
                  o.shape(), dtype_short_name(out_types[i].dtype), out_types[i].shape);
       KILN_CHECK(o.device() == device, DeviceError, "{}: output {} is on {} but the inputs are on {}", def.name, i,
                  o.device(), device);
-      outputs[i] = o;
+      outputs.push_back(o);
     }
   } else {
-    for (size_t i = 0; i < out_types.size(); ++i) {
-      outputs[i] = NDArray::empty(out_types[i].shape, {out_types[i].dtype, device});
-      new_bytes += static_cast<int64_t>(outputs[i].nbytes());
+    for (const TensorType& t : out_types) {
+      outputs.push_back(NDArray::empty(t.shape, {t.dtype, device}));
+      new_bytes += static_cast<int64_t>(outputs[outputs.size() - 1].nbytes());
     }
   }
 
   KernelCall* call = RecordPool<KernelCall>::alloc();
   PooledCall owner(call);
   call->fn = fn;
-  call->attrs = attrs;
+  if (!call->attrs.same(attrs)) call->attrs = attrs;
   call->is_train = autograd::is_training();
-  call->num_in = static_cast<int>(inputs.size());
-  call->num_out = static_cast<int>(outputs.size());
-  if (call->num_in + call->num_out > KernelCall::kInline)
-    call->heap_arrays.resize(static_cast<size_t>(call->num_in + call->num_out));
-  NDArray* arrays = call->arrays();
-  for (int i = 0; i < call->num_in; ++i) arrays[i] = inputs[static_cast<size_t>(i)];
-  for (int i = 0; i < call->num_out; ++i) arrays[call->num_in + i] = outputs[static_cast<size_t>(i)];
+  TensorView* views = call->set_counts(static_cast<int>(inputs.size()), static_cast<int>(outputs.size()));
+  for (const NDArray& x : inputs) *views++ = TensorView{x.data(), x.shape(), x.dtype()};
+  for (const NDArray& o : outputs.span()) *views++ = TensorView{o.data(), o.shape(), o.dtype()};
 
   // Variables: outputs and mutated inputs are written; other inputs read.
   constexpr size_t kMaxVars = 16;

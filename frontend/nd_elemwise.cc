@@ -19,7 +19,7 @@ NDArray arithmetic(OpId same_shape, OpId broadcast, const NDArray& lhs, const ND
 // `y = x + 1` in a loop would make equal attributes on every call: reuse
 // the last ones this thread made (OpAttrs are immutable and shared). Bitwise
 // equality, so -0.0 and NaN payloads keep their own attributes.
-OpAttrs scalar_attrs(double s) {
+const OpAttrs& scalar_attrs(double s) {
   thread_local uint64_t last_bits = std::bit_cast<uint64_t>(s);
   thread_local OpAttrs last = OpAttrs::make(ScalarAttrs{.scalar = s});
   if (std::bit_cast<uint64_t>(s) != last_bits) {
@@ -29,9 +29,12 @@ OpAttrs scalar_attrs(double s) {
   return last;
 }
 
-NDArray scalar(OpId op, const NDArray& x, double s) { return invoke1(op, {x}, scalar_attrs(s)); }
+// One input: a span over the caller's array (no copy of the handle).
+NDArray scalar(OpId op, const NDArray& x, double s) {
+  return invoke1(op, std::span<const NDArray>(&x, 1), scalar_attrs(s));
+}
 
-NDArray unary(OpId op, const NDArray& x) { return invoke1(op, {x}); }
+NDArray unary(OpId op, const NDArray& x) { return invoke1(op, std::span<const NDArray>(&x, 1)); }
 
 }  // namespace
 

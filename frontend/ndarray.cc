@@ -13,17 +13,14 @@ namespace kiln {
 
 namespace detail {
 
-Chunk::Chunk(size_t bytes, Device device) : block(storage::pool(device).alloc(bytes)) {
+Chunk::Chunk(size_t bytes, Device device) : pool(&storage::pool(device)), block(pool->alloc(bytes)) {
   var = engine::get().new_var();
 }
 
-// Every operation that touches a chunk holds a reference to it, so when the
-// last reference goes no operation on it is pending: the block can be reused
-// at once, and the engine defers the variable's deletion if it still holds
-// bookkeeping for the op that is finishing.
+// Operations on the chunk may still be pending (they hold its variable, not
+// the chunk): the engine frees the storage once the last one has finished.
 Chunk::~Chunk() {
-  engine::get().delete_var(var);
-  storage::pool(block.device).free(block);
+  engine::get().delete_var(var, [pool = pool, block = block] { pool->free(block); });
 }
 
 }  // namespace detail

@@ -43,7 +43,10 @@ namespace kiln {
 namespace detail {
 // Device memory plus its engine variable. Freed (and its variable deleted)
 // when the last handle and the last pending operation using it let go.
+// The storage is freed once the variable is idle (every operation pushed on
+// it has finished), so operations need not hold the chunk.
 struct Chunk {
+  storage::Pool* pool;
   storage::Block block;
   engine::Var* var = nullptr;
   Chunk(size_t bytes, Device device);

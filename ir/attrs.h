@@ -85,6 +85,8 @@ class OpAttrs {
   static OpAttrs parse(std::string_view op, const AttrMap& strings);
 
   bool empty() const { return holder_ == nullptr; }
+  // True when both share one attributes object (or both are empty).
+  bool same(const OpAttrs& o) const { return holder_ == o.holder_; }
 
   template <typename T>
   const T& as() const {

@@ -6,6 +6,7 @@
 //   eng.push([](engine::RunContext) { /* read a */ }, {a}, {}, {.device = Device::cpu(1), .name = "use"});
 //   eng.wait_for_var(a);   // rethrows the error of the op that failed writing `a`, if any
 //   eng.delete_var(a);     // deferred until the work pending on `a` has finished
+//   eng.delete_var(b, [block] { free(block); });  // and then frees what `b` guarded
 //
 // Ordering: an operation runs after every earlier-pushed operation that writes
 // a variable it reads or writes, and after every earlier-pushed reader of a
@@ -85,6 +86,8 @@ struct RunContext {
 };
 
 using Fn = UniqueFunction<void(RunContext)>;
+// Called once a deleted variable is idle (see delete_var). Must not throw.
+using OnIdle = UniqueFunction<void()>;
 
 struct PushOptions {
   Device device = Device::cpu(0);
@@ -110,7 +113,13 @@ class Engine {
     push(std::move(fn), std::span<Var* const>(reads.begin(), reads.size()),
          std::span<Var* const>(writes.begin(), writes.size()), options);
   }
-  virtual void delete_var(Var* var) = 0;
+  // Frees `var` once every operation pushed so far that uses it has
+  // finished, and then calls `on_idle` (when given): on this thread when
+  // none is pending, else on the thread that finishes the last one. Storage
+  // that only operations on `var` touch can so be freed in `on_idle` without
+  // those operations holding a reference to it (NDArray chunks do).
+  void delete_var(Var* var) { delete_var(var, nullptr); }
+  virtual void delete_var(Var* var, OnIdle on_idle) = 0;
   virtual void wait_for_var(Var* var) = 0;
   virtual void wait_all() = 0;
 

@@ -19,6 +19,7 @@ class NaiveEngine final : public Engine {
     for (auto& t : cpu_threads_) t.store(default_cpu_threads(), std::memory_order_relaxed);
   }
 
+  using Engine::delete_var;
   using Engine::push;
 
   Var* new_var() override { return RecordPool<Var>::alloc(); }
@@ -59,12 +60,13 @@ class NaiveEngine final : public Engine {
     pending_.fetch_sub(1, std::memory_order_release);
   }
 
-  void delete_var(Var* var) override {
+  void delete_var(Var* var, OnIdle on_idle) override {
     if (!var) return;
     std::lock_guard<std::recursive_mutex> lock(mutex_);
     KILN_ASSERT(!var->deleted);
     var->deleted = true;
-    if (var->active_readers == 0) RecordPool<Var>::free(var);
+    var->on_idle = std::move(on_idle);
+    if (var->active_readers == 0) free_idle_var(var);
   }
 
   void wait_for_var(Var* var) override {
@@ -98,7 +100,7 @@ class NaiveEngine final : public Engine {
 
  private:
   static void unuse(Var* v) {
-    if (v && --v->active_readers == 0 && v->deleted) RecordPool<Var>::free(v);
+    if (v && --v->active_readers == 0 && v->deleted) free_idle_var(v);
   }
 
   std::recursive_mutex mutex_;  // guards every Var and first_error_

@@ -16,6 +16,7 @@
 // wait_for_var and wait_all poll the same way before sleeping. The pair
 // (queue size, sleeping flag) is a Dekker handshake in sequentially consistent
 // order: either the pusher sees the flag or the worker sees the new op.
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <condition_variable>
@@ -89,6 +90,11 @@ struct WaitSignal {
 
 // A (device, lane) queue of ready ops and the thread that runs them. Among
 // ready ops, higher priority first, FIFO among equals.
+//
+// What a pusher and the worker both touch for every op (the lock, the size,
+// the sleeping flag and, while at most kInlineBuckets priorities are queued,
+// the buckets) shares one cache line, so handing an op over moves one line
+// between their cores.
 class Worker {
  public:
   Worker(ThreadedEngine* engine, Device device, Lane lane) : engine_(engine), device_(device), lane_(lane) {}
@@ -99,22 +105,29 @@ class Worker {
 
  private:
   struct Bucket {
-    int priority;
+    int32_t priority;
     Op* head;
     Op* tail;
   };
+  static constexpr uint32_t kInlineBuckets = 2;
 
   void main();
   Op* pop();
   bool spin_for_work();
+  Bucket* buckets() { return heap_buckets_.empty() ? inline_buckets_ : heap_buckets_.data(); }
+
+  // The shared line: guarded by lock_ except the atomics.
+  alignas(64) SpinLock lock_;
+  std::atomic<bool> sleeping_{false};
+  uint32_t num_buckets_ = 0;        // non-empty buckets, by descending priority
+  std::atomic<int64_t> size_{0};    // queued ops
+  Bucket inline_buckets_[kInlineBuckets];
+  // Used instead of inline_buckets_ while more priorities are queued (rare).
+  alignas(64) std::vector<Bucket> heap_buckets_;
 
   ThreadedEngine* const engine_;
   const Device device_;
   const Lane lane_;
-  SpinLock lock_;                // guards buckets_
-  std::vector<Bucket> buckets_;  // non-empty, by descending priority
-  alignas(64) std::atomic<int64_t> size_{0};
-  std::atomic<bool> sleeping_{false};
   std::mutex sleep_mutex_;
   std::condition_variable wake_;
   bool stop_ = false;  // guarded by sleep_mutex_
@@ -139,6 +152,7 @@ class ThreadedEngine final : public Engine {
     }
   }
 
+  using Engine::delete_var;
   using Engine::push;
 
   Var* new_var() override { return RecordPool<Var>::alloc(); }
@@ -163,20 +177,25 @@ class ThreadedEngine final : public Engine {
     submit(op);
   }
 
-  void delete_var(Var* var) override {
+  void delete_var(Var* var, OnIdle on_idle) override {
     if (!var) return;
     var->lock.lock();
     bool twice = var->deleted;
     bool free_now = !twice && var->idle();
-    var->deleted = true;
+    if (!twice) {
+      var->deleted = true;
+      var->on_idle = std::move(on_idle);
+    }
     var->lock.unlock();
     KILN_ASSERT(!twice);
-    if (free_now) RecordPool<Var>::free(var);
+    if (free_now) free_idle_var(var);
   }
 
   void wait_for_var(Var* var) override {
     check_not_worker("wait_for_var");
     if (!var) return;
+    // A short write finishes within the spin: no marker op then.
+    bool spun_out = !spin_until([&] { return var->writes_pending.load(std::memory_order_acquire) == 0; });
     var->lock.lock();
     if (!var->active_writer && var->head == nullptr) {  // no write pending: the value is final
       std::exception_ptr error = var->error;
@@ -200,7 +219,7 @@ class ThreadedEngine final : public Engine {
       throw;
     }
     auto done = [&] { return signal->state.load(std::memory_order_acquire) == WaitSignal::kDone; };
-    if (!spin_until(done)) {
+    if (spun_out || !spin_until(done)) {
       std::unique_lock<std::mutex> lock(signal->mutex);
       int expected = WaitSignal::kWaiting;
       if (signal->state.compare_exchange_strong(expected, WaitSignal::kSleeping, std::memory_order_acq_rel))
@@ -222,8 +241,16 @@ class ThreadedEngine final : public Engine {
     if (error) std::rethrow_exception(error);
   }
 
-  int64_t num_pending() const override { return counters_.pending.load(std::memory_order_acquire); }
-  int64_t pending_bytes() const override { return counters_.bytes.load(std::memory_order_acquire); }
+  int64_t num_pending() const override {
+    int64_t n = 0;
+    for_each_used_slot([&](const DeviceLoad& load) { n += load.pending(); });
+    return n;
+  }
+  int64_t pending_bytes() const override {
+    int64_t n = 0;
+    for_each_used_slot([&](const DeviceLoad& load) { n += load.pending_bytes(); });
+    return n;
+  }
   Kind kind() const override { return Kind::kThreaded; }
 
   void set_cpu_threads(Device device, int threads) override {
@@ -279,22 +306,25 @@ class ThreadedEngine final : public Engine {
       }
     }
     if (!op->signal) {  // counted before any grant can let the op complete
-      counters_.pending.fetch_add(1, std::memory_order_relaxed);
-      if (op->bytes != 0) counters_.bytes.fetch_add(op->bytes, std::memory_order_relaxed);
       DeviceLoad& load = device_load_[device_index(op->device)];
-      load.pending.fetch_add(1, std::memory_order_relaxed);
-      if (op->bytes != 0) load.bytes.fetch_add(op->bytes, std::memory_order_relaxed);
+      load.pushed.ops.fetch_add(1, std::memory_order_relaxed);
+      if (op->bytes != 0) load.pushed.bytes.fetch_add(op->bytes, std::memory_order_relaxed);
       if (op->rendezvous) open_rendezvous_.fetch_add(1, std::memory_order_seq_cst);
     }
     int32_t granted = 0;
     for (VarUse& u : uses) granted += append(u);
     for (VarUse& u : uses) u.var->lock.unlock();
-    if (op->pending_grants.fetch_sub(granted + 1, std::memory_order_acq_rel) == granted + 1) dispatch(op);
+    // All granted here: no other thread knows the op, so no atomic is needed.
+    if (granted == static_cast<int32_t>(uses.size()) ||
+        op->pending_grants.fetch_sub(granted + 1, std::memory_order_acq_rel) == granted + 1)
+      dispatch(op);
   }
 
   // Grants `u` at once when nothing waits before it; else queues it.
   static bool append(VarUse& u) {
     Var* v = u.var;
+    if (u.write)
+      v->writes_pending.store(v->writes_pending.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
     if (v->head == nullptr) {
       if (u.write && !v->active_writer && v->active_readers == 0) {
         v->active_writer = true;
@@ -332,13 +362,9 @@ class ThreadedEngine final : public Engine {
       r = next;
     }
     if (!counted) return;
-    if (bytes != 0) {
-      load.bytes.fetch_sub(bytes, std::memory_order_seq_cst);
-      counters_.bytes.fetch_sub(bytes, std::memory_order_seq_cst);
-    }
+    if (bytes != 0) load.done.bytes.fetch_add(bytes, std::memory_order_seq_cst);
     if (rendezvous) open_rendezvous_.fetch_sub(1, std::memory_order_seq_cst);
-    load.pending.fetch_sub(1, std::memory_order_seq_cst);
-    counters_.pending.fetch_sub(1, std::memory_order_seq_cst);
+    load.done.ops.fetch_add(1, std::memory_order_seq_cst);
     if (progress_waiters_.load(std::memory_order_seq_cst) > 0) {
       std::lock_guard<std::mutex> lock(progress_mutex_);
       progress_cv_.notify_all();
@@ -361,6 +387,7 @@ class ThreadedEngine final : public Engine {
     v->lock.lock();
     if (u.write) {
       v->active_writer = false;
+      v->writes_pending.store(v->writes_pending.load(std::memory_order_relaxed) - 1, std::memory_order_release);
     } else {
       --v->active_readers;
     }
@@ -377,7 +404,7 @@ class ThreadedEngine final : public Engine {
     }
     bool free_now = v->deleted && v->idle();
     v->lock.unlock();
-    if (free_now) RecordPool<Var>::free(v);
+    if (free_now) free_idle_var(v);
   }
 
   static VarUse* pop_head(Var* v) {
@@ -422,6 +449,12 @@ class ThreadedEngine final : public Engine {
     std::lock_guard<std::mutex> lock(workers_mutex_);
     w = workers_[index].load(std::memory_order_relaxed);
     if (!w) {
+      int slot = device_index(device);
+      int n = num_used_slots_.load(std::memory_order_relaxed);
+      if (std::find(used_slots_.begin(), used_slots_.begin() + n, slot) == used_slots_.begin() + n) {
+        used_slots_[n] = slot;
+        num_used_slots_.store(n + 1, std::memory_order_release);
+      }
       w = new Worker(this, device, lane);
       w->start();
       workers_[index].store(w, std::memory_order_release);
@@ -439,10 +472,16 @@ class ThreadedEngine final : public Engine {
   // work behind this device's backlog and leave it idle.
   void throttle(Device device) {
     const int self = device_index(device);
-    const DeviceLoad& load = device_load_[self];
+    DeviceLoad& load = device_load_[self];
+    // Fast path without reading the completion line (written by the worker):
+    // completions only grow, so pushed bytes minus the completed bytes seen
+    // last time bounds the pending bytes from above.
+    int64_t pushed = load.pushed.bytes.load(std::memory_order_relaxed);
+    if (pushed - load.pushed.done_bytes_seen.load(std::memory_order_relaxed) <= max_pending_bytes_) return;
+    load.pushed.done_bytes_seen.store(load.done.bytes.load(std::memory_order_relaxed), std::memory_order_relaxed);
     auto over = [&] {
-        int64_t bytes = load.bytes.load(std::memory_order_seq_cst);
-      if (bytes <= max_pending_bytes_ || load.pending.load(std::memory_order_seq_cst) == 0 ||
+      int64_t bytes = load.pending_bytes();
+      if (bytes <= max_pending_bytes_ || load.pending() == 0 ||
           open_rendezvous_.load(std::memory_order_seq_cst) != 0)
         return false;
       return bytes > kStarvingSlack * max_pending_bytes_ || !another_device_starves(self);
@@ -457,8 +496,11 @@ class ThreadedEngine final : public Engine {
   // Records that a frontend push went to `device` (for another_device_starves).
   void note_fed(Device device) {
     int index = device_index(device);
-    int64_t now = push_clock_.fetch_add(1, std::memory_order_relaxed) + 1;
-    device_load_[index].last_fed.store(now, std::memory_order_relaxed);
+    // A heuristic clock: pushers racing may lose a tick, which only shifts
+    // "recently" by a push or two; a plain increment costs no locked op.
+    int64_t now = push_clock_.load(std::memory_order_relaxed) + 1;
+    push_clock_.store(now, std::memory_order_relaxed);
+    device_load_[index].pushed.last_fed.store(now, std::memory_order_relaxed);
     int seen = fed_slots_.load(std::memory_order_relaxed);
     while (index >= seen && !fed_slots_.compare_exchange_weak(seen, index + 1, std::memory_order_relaxed)) {
     }
@@ -474,17 +516,44 @@ class ThreadedEngine final : public Engine {
     for (int i = 0; i < slots; ++i) {
       if (i == self) continue;
       const DeviceLoad& other = device_load_[i];
-      int64_t fed = other.last_fed.load(std::memory_order_relaxed);
-      if (fed > 0 && now - fed <= kRecentPushes && other.pending.load(std::memory_order_seq_cst) == 0) return true;
+      int64_t fed = other.pushed.last_fed.load(std::memory_order_relaxed);
+      if (fed > 0 && now - fed <= kRecentPushes && other.pending() == 0) return true;
     }
     return false;
   }
 
+  // Calls f(DeviceLoad&) for every device that has a worker (only those get ops).
+  template <typename F>
+  void for_each_used_slot(F&& f) const {
+    int n = num_used_slots_.load(std::memory_order_acquire);
+    for (int i = 0; i < n; ++i) f(device_load_[used_slots_[i]]);
+  }
+
+  // True when no op was pending at some instant during the call. Pass one
+  // finds every device's completion count equal to its push count; pass two
+  // finds no push count changed since. Between the two passes there is then
+  // an instant when every device had nothing pending (an op that pushes an
+  // op onto another device, then completes, cannot slip between two devices'
+  // checks).
+  bool idle() const {
+    int n = num_used_slots_.load(std::memory_order_acquire);
+    std::array<int64_t, kNumDeviceSlots> pushed;
+    for (int i = 0; i < n; ++i) {
+      const DeviceLoad& load = device_load_[used_slots_[i]];
+      pushed[i] = load.pushed.ops.load(std::memory_order_seq_cst);
+      if (load.done.ops.load(std::memory_order_seq_cst) != pushed[i]) return false;
+    }
+    if (num_used_slots_.load(std::memory_order_acquire) != n) return false;
+    for (int i = 0; i < n; ++i)
+      if (device_load_[used_slots_[i]].pushed.ops.load(std::memory_order_seq_cst) != pushed[i]) return false;
+    return true;
+  }
+
   void wait_idle() {
-    if (spin_until([&] { return counters_.pending.load(std::memory_order_acquire) == 0; })) return;
+    if (spin_until([&] { return idle(); })) return;
     std::unique_lock<std::mutex> lock(progress_mutex_);
     progress_waiters_.fetch_add(1, std::memory_order_seq_cst);
-    progress_cv_.wait(lock, [&] { return counters_.pending.load(std::memory_order_seq_cst) == 0; });
+    progress_cv_.wait(lock, [&] { return idle(); });
     progress_waiters_.fetch_sub(1, std::memory_order_relaxed);
   }
 
@@ -498,22 +567,39 @@ class ThreadedEngine final : public Engine {
     if (!first_error_) first_error_ = error;
   }
 
-  struct alignas(64) Counters {
-    std::atomic<int64_t> pending{0};
-    std::atomic<int64_t> bytes{0};
-  };
-  Counters counters_;
-  struct alignas(64) DeviceLoad {
-    std::atomic<int64_t> pending{0};
-    std::atomic<int64_t> bytes{0};
-    std::atomic<int64_t> last_fed{0};  // push_clock_ at the last frontend push to the device
+  // Per-device counts of ops and output bytes, pushed and completed: each
+  // half on its own cache line, written only by the pushing threads or only
+  // by the threads completing ops, so the frontend and a worker do not pass a
+  // line back and forth per op. Pending = pushed - done.
+  struct DeviceLoad {
+    struct alignas(64) Pushed {
+      std::atomic<int64_t> ops{0};
+      std::atomic<int64_t> bytes{0};
+      std::atomic<int64_t> last_fed{0};         // push_clock_ at the last frontend push to the device
+      std::atomic<int64_t> done_bytes_seen{0};  // a past value of done.bytes (throttle's fast path)
+    } pushed;
+    struct alignas(64) Done {
+      std::atomic<int64_t> ops{0};
+      std::atomic<int64_t> bytes{0};
+    } done;
+    int64_t pending() const {
+      int64_t d = done.ops.load(std::memory_order_seq_cst);  // done first: never above pushed
+      return pushed.ops.load(std::memory_order_seq_cst) - d;
+    }
+    int64_t pending_bytes() const {
+      int64_t d = done.bytes.load(std::memory_order_seq_cst);
+      return pushed.bytes.load(std::memory_order_seq_cst) - d;
+    }
   };
   std::array<DeviceLoad, kNumDeviceSlots> device_load_;
-  alignas(64) std::atomic<int> progress_waiters_{0};
+  // Slots of devices that have a worker, in order of first use.
+  std::array<int, kNumDeviceSlots> used_slots_{};
+  std::atomic<int> num_used_slots_{0};
+  alignas(64) std::atomic<int> progress_waiters_{0};  // read per completion
   std::atomic<int64_t> open_rendezvous_{0};  // pending ops pushed with PushOptions::rendezvous
-  std::atomic<int64_t> push_clock_{0};       // frontend pushes so far
+  alignas(64) std::atomic<int64_t> push_clock_{0};  // frontend pushes so far (written per push)
   std::atomic<int> fed_slots_{0};            // 1 + the highest device index the frontend fed
-  std::mutex progress_mutex_;
+  alignas(64) std::mutex progress_mutex_;
   std::condition_variable progress_cv_;
 
   std::mutex error_mutex_;
@@ -539,13 +625,24 @@ void Worker::stop_and_join() {
 
 void Worker::enqueue(Op* op) {
   lock_.lock();
-  auto it = buckets_.begin();
-  while (it != buckets_.end() && it->priority > op->priority) ++it;
-  if (it != buckets_.end() && it->priority == op->priority) {
-    it->tail->next = op;
-    it->tail = op;
+  Bucket* b = buckets();
+  uint32_t i = 0;
+  while (i < num_buckets_ && b[i].priority > op->priority) ++i;
+  if (i < num_buckets_ && b[i].priority == op->priority) {
+    b[i].tail->next = op;
+    b[i].tail = op;
   } else {
-    buckets_.insert(it, Bucket{op->priority, op, op});
+    if (num_buckets_ == kInlineBuckets && heap_buckets_.empty()) {  // spill to the heap
+      heap_buckets_.assign(inline_buckets_, inline_buckets_ + kInlineBuckets);
+      b = heap_buckets_.data();
+    }
+    if (!heap_buckets_.empty()) {
+      heap_buckets_.insert(heap_buckets_.begin() + i, Bucket{op->priority, op, op});
+    } else {
+      for (uint32_t j = num_buckets_; j > i; --j) b[j] = b[j - 1];
+      b[i] = Bucket{op->priority, op, op};
+    }
+    ++num_buckets_;
   }
   size_.fetch_add(1, std::memory_order_seq_cst);
   lock_.unlock();
@@ -558,10 +655,21 @@ void Worker::enqueue(Op* op) {
 Op* Worker::pop() {
   if (size_.load(std::memory_order_acquire) == 0) return nullptr;
   lock_.lock();
-  Bucket& b = buckets_.front();
-  Op* op = b.head;
-  b.head = op->next;
-  if (!b.head) buckets_.erase(buckets_.begin());
+  Bucket* b = buckets();
+  Op* op = b[0].head;
+  b[0].head = op->next;
+  if (!b[0].head) {
+    --num_buckets_;
+    if (!heap_buckets_.empty()) {
+      heap_buckets_.erase(heap_buckets_.begin());
+      if (heap_buckets_.size() <= kInlineBuckets) {  // back to the shared line
+        std::copy(heap_buckets_.begin(), heap_buckets_.end(), inline_buckets_);
+        heap_buckets_.clear();
+      }
+    } else {
+      for (uint32_t j = 0; j < num_buckets_; ++j) b[j] = b[j + 1];
+    }
+  }
   size_.fetch_sub(1, std::memory_order_relaxed);
   lock_.unlock();
   op->next = nullptr;

@@ -53,13 +53,19 @@ struct VarUse {
 
 struct Var {
   detail::SpinLock lock;
-  int32_t active_readers = 0;  // granted read uses (NaiveEngine: running ops using it)
   bool active_writer = false;
   bool deleted = false;               // delete_var called; freed once idle
+  int32_t active_readers = 0;  // granted read uses (NaiveEngine: running ops using it)
+  // Write uses queued or active (ThreadedEngine). Changed under `lock`; read
+  // without it by wait_for_var, which polls it before queueing a marker (a
+  // release store when the last write finishes, so the poller that sees 0
+  // sees the writes).
+  std::atomic<int32_t> writes_pending{0};
   detail::VarUse* head = nullptr;     // waiting uses, oldest first
   detail::VarUse* tail = nullptr;
   std::exception_ptr error;           // poison: the error of the last write
   Var* pool_next = nullptr;
+  OnIdle on_idle;                     // from delete_var; run when the record is freed
 
   bool idle() const { return active_readers == 0 && !active_writer && head == nullptr; }
   // Called before the record goes back to the pool.
@@ -68,7 +74,9 @@ struct Var {
     active_writer = false;
     deleted = false;
     head = tail = nullptr;
+    writes_pending.store(0, std::memory_order_relaxed);
     error = nullptr;
+    on_idle.reset();
   }
 };
 
@@ -107,6 +115,25 @@ struct Op {
   // sorted by address so that locking them in order cannot deadlock.
   void set_uses(std::span<Var* const> reads, std::span<Var* const> writes) {
     size_t n = reads.size() + writes.size();
+    if (n <= 2) {  // the common eager op: one output, at most one input
+      uses = inline_uses;
+      uint32_t k = 0;
+      for (Var* v : writes)
+        if (v) uses[k++] = VarUse{v, this, nullptr, true, false};
+      for (Var* v : reads)
+        if (v) uses[k++] = VarUse{v, this, nullptr, false, true};
+      if (k == 2) {
+        if (uses[0].var == uses[1].var) {
+          uses[0].write |= uses[1].write;
+          uses[0].reads |= uses[1].reads;
+          k = 1;
+        } else if (uses[1].var < uses[0].var) {
+          std::swap(uses[0], uses[1]);
+        }
+      }
+      num_uses = k;
+      return;
+    }
     if (n <= kInlineUses) {
       uses = inline_uses;
     } else {
@@ -132,13 +159,14 @@ struct Op {
     } else {
       std::sort(uses, uses + k, by_var);
     }
-    uint32_t m = 0;
-    for (uint32_t i = 0; i < k; ++i) {
-      if (m > 0 && uses[m - 1].var == uses[i].var) {
+    uint32_t m = k > 0 ? 1 : 0;
+    for (uint32_t i = 1; i < k; ++i) {
+      if (uses[m - 1].var == uses[i].var) {
         uses[m - 1].write |= uses[i].write;
         uses[m - 1].reads |= uses[i].reads;
       } else {
-        uses[m++] = uses[i];
+        if (m != i) uses[m] = uses[i];
+        ++m;
       }
     }
     num_uses = m;
@@ -156,6 +184,13 @@ struct Op {
 };
 
 using kiln::RecordPool;
+
+// Frees a deleted variable that has become idle: runs its on_idle, then
+// recycles the record.
+inline void free_idle_var(Var* v) {
+  if (v->on_idle) v->on_idle();
+  RecordPool<Var>::free(v);
+}
 
 }  // namespace detail
 }  // namespace kiln::engine

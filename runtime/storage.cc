@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "ir/error.h"
+#include "runtime/record_pool.h"
 
 namespace kiln::storage {
 
@@ -28,7 +29,15 @@ size_t round_size(size_t size) {
 
 namespace {
 
+// Sizes up to kSmallLimit (64-byte classes) keep their free blocks in an
+// array indexed by class, larger ones in a map: the small arrays an eager
+// loop allocates and frees once per op cost no tree search. A spin lock:
+// the critical sections are a few dozen instructions (system allocations and
+// frees happen outside it).
 class CpuPool final : public Pool {
+  static constexpr size_t kSmallLimit = 4096;
+  static constexpr size_t kSmallStep = 64;
+
  public:
   explicit CpuPool(Device device) : device_(device) {}
   ~CpuPool() override {
@@ -37,24 +46,26 @@ class CpuPool final : public Pool {
 
   Block alloc(size_t size) override {
     size_t rounded = round_size(size);
-    std::lock_guard lock(mu_);
+    std::unique_lock lock(mu_);
     ++stats_.num_allocs;
-    auto it = free_.find(rounded);
+    std::vector<void*>* list = free_list(rounded, false);
     void* p = nullptr;
-    if (it != free_.end() && !it->second.empty()) {
-      p = it->second.back();
-      it->second.pop_back();
+    if (list != nullptr && !list->empty()) {
+      p = list->back();
+      list->pop_back();
       stats_.cached -= static_cast<int64_t>(rounded);
       ++stats_.num_cache_hits;
     } else {
-      p = system_alloc(rounded);
+      p = system_alloc(rounded, lock);
       if (p == nullptr) {
-        release_cached_locked();
-        p = system_alloc(rounded);
+        release_blocks(take_cached_locked(), lock);
+        p = system_alloc(rounded, lock);
       }
       if (p == nullptr) {
+        Stats stats = stats_;
+        lock.unlock();
         throw OutOfMemory(fmt::format("{}: cannot allocate {} bytes (rounded to {}); pool: {}", device_, size,
-                                      rounded, stats_.to_string()));
+                                      rounded, stats.to_string()));
       }
       ++stats_.num_system_allocs;
     }
@@ -68,7 +79,7 @@ class CpuPool final : public Pool {
     std::lock_guard lock(mu_);
     stats_.in_use -= static_cast<int64_t>(block.size);
     stats_.cached += static_cast<int64_t>(block.size);
-    free_[block.size].push_back(block.ptr);
+    free_list(block.size, true)->push_back(block.ptr);
   }
 
   Stats stats() const override {
@@ -82,8 +93,10 @@ class CpuPool final : public Pool {
   }
 
   int64_t release_cached() override {
-    std::lock_guard lock(mu_);
-    return release_cached_locked();
+    std::unique_lock lock(mu_);
+    int64_t released = stats_.cached;
+    release_blocks(take_cached_locked(), lock);
+    return released;
   }
 
   void set_system_limit(int64_t bytes) override {
@@ -92,28 +105,58 @@ class CpuPool final : public Pool {
   }
 
  private:
-  void* system_alloc(size_t size) {
+  // Allocates `size` bytes from the system, counted against the test limit.
+  // Called with mu_ held, which it releases meanwhile (the system call may
+  // take far longer than the spin lock's other critical sections); the bytes
+  // are counted first, so concurrent allocations respect the limit.
+  void* system_alloc(size_t size, std::unique_lock<SpinLock>& lock) {
     if (system_limit_ >= 0 && system_bytes_ + static_cast<int64_t>(size) > system_limit_) return nullptr;
+    system_bytes_ += static_cast<int64_t>(size);
+    lock.unlock();
     void* p = std::aligned_alloc(64, size);
-    if (p) system_bytes_ += static_cast<int64_t>(size);
+    lock.lock();
+    if (p == nullptr) system_bytes_ -= static_cast<int64_t>(size);
     return p;
   }
 
-  int64_t release_cached_locked() {
-    int64_t released = 0;
-    for (auto& [size, ptrs] : free_) {
-      for (void* p : ptrs) std::free(p);
-      released += static_cast<int64_t>(size * ptrs.size());
-      system_bytes_ -= static_cast<int64_t>(size * ptrs.size());
-    }
-    free_.clear();
+  // The free blocks of `rounded` bytes (null when none were ever cached and
+  // `create` is false).
+  std::vector<void*>* free_list(size_t rounded, bool create) {
+    if (rounded <= kSmallLimit) return &free_.small[rounded / kSmallStep - 1];
+    if (create) return &free_.large[rounded];
+    auto it = free_.large.find(rounded);
+    return it == free_.large.end() ? nullptr : &it->second;
+  }
+
+  // The free blocks by size class.
+  struct FreeLists {
+    std::array<std::vector<void*>, kSmallLimit / kSmallStep> small;  // class i holds (i + 1) * kSmallStep bytes
+    std::map<size_t, std::vector<void*>> large;
+  };
+
+  // Empties the cache (mu_ held; allocates nothing): returns its blocks, no
+  // longer counted.
+  FreeLists take_cached_locked() {
+    FreeLists taken;
+    std::swap(taken, free_);
+    system_bytes_ -= stats_.cached;
     stats_.cached = 0;
-    return released;
+    return taken;
+  }
+
+  // Gives `blocks` back to the system with mu_ released meanwhile.
+  static void release_blocks(const FreeLists& blocks, std::unique_lock<SpinLock>& lock) {
+    lock.unlock();
+    for (const std::vector<void*>& ptrs : blocks.small)
+      for (void* p : ptrs) std::free(p);
+    for (const auto& [size, ptrs] : blocks.large)
+      for (void* p : ptrs) std::free(p);
+    lock.lock();
   }
 
   const Device device_;
-  mutable std::mutex mu_;
-  std::map<size_t, std::vector<void*>> free_;
+  mutable SpinLock mu_;
+  FreeLists free_;
   Stats stats_;
   int64_t system_bytes_ = 0;
   int64_t system_limit_ = -1;

@@ -128,6 +128,19 @@ void scalar(const KernelContext& ctx, std::span<const TensorView> in, std::span<
       if (value == 2) return cpu::binary_kernel<T>(ctx, in[0], in[0], out[0], MulOp{});  // x ** 2: no pow call
     }
     T s = cpu::saturate_cast<T>(value);
+    // The input has the output's shape: unless the two overlap partially
+    // (views of one chunk at different offsets), a small one is one span,
+    // without binary_kernel's overlap copies and broadcast checks.
+    const int64_t n = out[0].size();
+    const T* px = in[0].ptr<const T>();
+    T* po = out[0].ptr<T>();
+    if (n < cpu::kDefaultGrain && (px == po || px + n <= po || po + n <= px)) {
+      if constexpr (kReversed)
+        cpu::binary_span<false, true>(&s, px, po, n, Op{});
+      else
+        cpu::binary_span<true, false>(px, &s, po, n, Op{});
+      return;
+    }
     TensorView sv{&s, Shape{}, in[0].dtype};
     if constexpr (kReversed)
       cpu::binary_kernel<T>(ctx, sv, in[0], out[0], Op{});

@@ -1,12 +1,17 @@
 // NDArray core: creation, random streams, views, copies, printing, errors.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <numeric>
+#include <thread>
 
 #include "frontend/invoke.h"
 #include "frontend/nd.h"
 #include "frontend/ndarray.h"
+#include "runtime/engine.h"
+#include "runtime/storage.h"
 
 namespace kiln {
 namespace {
@@ -72,6 +77,109 @@ TEST_P(NDArrayOnDevice, RandomIsReproducibleAndWellDistributed) {
 }
 INSTANTIATE_TEST_SUITE_P(Cpu, NDArrayOnDevice, ::testing::Values(0, 1),
                          [](const auto& info) { return "cpu" + std::to_string(info.param); });
+
+// Waits for `open` (at most 10 s, then fails the test so a broken engine
+// does not hang the suite).
+void wait_open(const std::atomic<bool>& open) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!open.load()) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      ADD_FAILURE() << "the gate never opened";
+      return;
+    }
+    std::this_thread::yield();
+  }
+}
+
+// The tests below hold an op on a gate while the frontend goes on: the
+// synchronous engine would run it at once and never return.
+bool engine_is_synchronous() { return engine::get().kind() == engine::Kind::kNaive; }
+
+// An array dropped while an op writing it is pending keeps its storage until
+// that op has finished (ops hold the engine variable, not the chunk).
+TEST(NDArray, StorageOutlivesTheLastHandleUntilPendingOpsFinish) {
+  if (engine_is_synchronous()) GTEST_SKIP() << "needs the threaded engine";
+  engine::wait_all();
+  storage::Pool& pool = storage::pool(Device::cpu(0));
+  constexpr int64_t kN = 123457;  // a size class of its own in this test
+  std::atomic<bool> open{false};
+  std::atomic<int> wrote{0};
+  int64_t in_use_before = pool.stats().in_use;
+  {
+    NDArray y = NDArray::empty({kN});
+    float* data = static_cast<float*>(y.data());
+    engine::get().push(
+        [&open, &wrote, data](engine::RunContext) {
+          wait_open(open);
+          for (int64_t i = 0; i < kN; ++i) data[i] = 1.0f;  // the storage is still ours
+          wrote.store(1);
+        },
+        {}, {y.var()}, {.name = "slow_fill"});
+  }  // the last handle goes while slow_fill is pending
+  EXPECT_GE(pool.stats().in_use, in_use_before + kN * 4);
+  open.store(true);
+  engine::wait_all();
+  EXPECT_EQ(wrote.load(), 1);
+  EXPECT_EQ(pool.stats().in_use, in_use_before);
+}
+
+// A queued kernel (invoke) reading a view of an array whose handles are all
+// gone still reads that array's storage: the view's chunk variable keeps it.
+TEST(NDArray, QueuedKernelReadsAViewAfterTheLastHandleGoes) {
+  if (engine_is_synchronous()) GTEST_SKIP() << "needs the threaded engine";
+  engine::wait_all();
+  storage::Pool& pool = storage::pool(Device::cpu(0));
+  constexpr int64_t kRows = 61, kCols = 1009;  // 246,196 bytes: a size class of its own here
+  const int64_t bytes = static_cast<int64_t>(storage::round_size(kRows * kCols * 4));
+  std::atomic<bool> open{false};
+  int64_t in_use_before = pool.stats().in_use;
+  NDArray z;
+  {
+    NDArray y = NDArray::empty({kRows, kCols});
+    float* data = static_cast<float*>(y.data());
+    engine::get().push(
+        [&open, data](engine::RunContext) {
+          wait_open(open);
+          for (int64_t i = 0; i < kRows * kCols; ++i) data[i] = static_cast<float>(i % kCols);
+        },
+        {}, {y.var()}, {.name = "slow_fill"});
+    z = y.at(kRows - 1).reshape({1, kCols}) + 1;  // queued behind slow_fill
+  }
+  EXPECT_EQ(pool.stats().in_use, in_use_before + bytes + static_cast<int64_t>(storage::round_size(kCols * 4)));
+  open.store(true);
+  std::vector<float> got = z.to_vector<float>();
+  ASSERT_EQ(got.size(), static_cast<size_t>(kCols));
+  for (int64_t j = 0; j < kCols; ++j) ASSERT_EQ(got[static_cast<size_t>(j)], static_cast<float>(j + 1)) << j;
+  engine::wait_all();
+  z = NDArray();
+  EXPECT_EQ(pool.stats().in_use, in_use_before);
+}
+
+// When the op producing an array fails, the kernels queued on it are skipped
+// and the storage of every array involved still goes back to the pool.
+TEST(NDArray, StorageIsFreedWhenThePendingOpsFailOrAreSkipped) {
+  if (engine_is_synchronous()) GTEST_SKIP() << "needs the threaded engine";
+  engine::wait_all();
+  storage::Pool& pool = storage::pool(Device::cpu(0));
+  constexpr int64_t kN = 123461;
+  std::atomic<bool> open{false};
+  int64_t in_use_before = pool.stats().in_use;
+  {
+    NDArray y = NDArray::empty({kN});
+    engine::get().push(
+        [&open](engine::RunContext) {
+          wait_open(open);
+          throw ValueError("the producer failed");
+        },
+        {}, {y.var()}, {.name = "failing_fill"});
+    NDArray z = nd::exp(y * 2);  // two kernels queued behind the failing producer
+    NDArray w = z + 1;
+  }  // every handle goes while all four ops are pending
+  EXPECT_GE(pool.stats().in_use, in_use_before + kN * 4 * 4);
+  open.store(true);
+  EXPECT_THROW(engine::wait_all(), ValueError);
+  EXPECT_EQ(pool.stats().in_use, in_use_before);
+}
 
 TEST(NDArray, ItemNeedsOneElement) {
   EXPECT_FLOAT_EQ(nd::full({1, 1}, 3.0).item(), 3.0f);

@@ -312,6 +312,69 @@ TEST_P(EngineTest, DeleteVarFromInsideAnOpAndFromAClosureDestructor) {
   }
 }
 
+// delete_var's on_idle runs once the variable is idle: at once when nothing
+// is pending, else after the last op using it (what frees NDArray storage).
+TEST_P(EngineTest, DeleteVarRunsOnIdleAfterTheLastOpUsingIt) {
+  Var* idle = engine_->new_var();
+  bool ran_at_once = false;
+  engine_->delete_var(idle, [&] { ran_at_once = true; });
+  EXPECT_TRUE(ran_at_once);
+
+  Engine* e = engine_.get();
+  Var* v = engine_->new_var();
+  std::atomic<int> stage{0};  // 1: the reader ran; 2: on_idle ran
+  std::atomic<bool> idle_after_reader{false};
+  engine_->push([](RunContext) {}, {}, {v}, {});
+  engine_->push(
+      [&, v, e](RunContext) {
+        // Deleted while this op (the last one using v) still runs.
+        e->delete_var(v, [&] { idle_after_reader.store(stage.load() == 1); stage.store(2); });
+        EXPECT_EQ(stage.load(), 0);  // not before the op has finished
+        stage.store(1);
+      },
+      {v}, {}, {});
+  engine_->wait_all();
+  EXPECT_EQ(stage.load(), 2);
+  EXPECT_TRUE(idle_after_reader.load());
+}
+
+// An op that throws still lets go of its variables: on_idle runs once it
+// (the last op using the variable) has finished, failed or skipped.
+TEST_P(EngineTest, DeleteVarRunsOnIdleAfterTheLastOpFails) {
+  Gate gate;
+  if (GetParam() == Kind::kNaive) gate.open();  // runs each op inside push
+  Var* v = engine_->new_var();
+  std::atomic<int> idle_calls{0};
+  engine_->push(
+      [&gate](RunContext) {
+        gate.wait();
+        throw ValueError("the write failed");
+      },
+      {}, {v}, {.name = "failing_write"});
+  engine_->push([](RunContext) { ADD_FAILURE() << "ran on a poisoned input"; }, {v}, {}, {.name = "skipped_read"});
+  engine_->delete_var(v, [&] { idle_calls.fetch_add(1); });
+  if (GetParam() == Kind::kThreaded) EXPECT_EQ(idle_calls.load(), 0);  // both ops still pending
+  gate.open();
+  expect_error_containing([&] { engine_->wait_all(); }, "the write failed");
+  EXPECT_EQ(idle_calls.load(), 1);
+}
+
+// wait_for_var returns once the pending write has finished (the polling fast
+// path), and still rethrows the writer's error.
+TEST_P(EngineTest, WaitForVarAfterEachShortWrite) {
+  Var* v = engine_->new_var();
+  int value = 0;
+  for (int i = 0; i < 200; ++i) {
+    engine_->push([&value, i](RunContext) { value = i; }, {}, {v}, {});
+    engine_->wait_for_var(v);
+    ASSERT_EQ(value, i);
+  }
+  engine_->push([](RunContext) { throw ValueError("bad write"); }, {}, {v}, {});
+  expect_error_containing([&] { engine_->wait_for_var(v); }, "bad write");
+  EXPECT_THROW(engine_->wait_all(), ValueError);
+  engine_->delete_var(v);
+}
+
 TEST_P(EngineTest, SeveralThreadsPushingKeepPerThreadOrderOnEveryVar) {
 #ifdef KILN_TSAN_BUILD
   constexpr int kOpsPerThread = 2000;
