@@ -12,7 +12,7 @@ extern "C" __m256d _ZGVdN4v_sin(__m256d);
 extern "C" __m256d _ZGVdN4v_cos(__m256d);
 #endif
 
-#include "backends/cpu/counter_rng.h"
+#include "backends/counter_rng.h"
 #include "backends/cpu/parallel.h"
 #include "ir/ops/init.h"
 #include "runtime/kernel.h"
@@ -20,8 +20,8 @@ extern "C" __m256d _ZGVdN4v_cos(__m256d);
 namespace kiln {
 namespace {
 
-using cpu::random_bits;
-using cpu::unit_uniform;
+using rng::random_bits;
+using rng::unit_uniform;
 
 template <typename T>
 T from_double(double v) {

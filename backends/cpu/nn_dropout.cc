@@ -6,13 +6,15 @@
 #include <algorithm>
 #include <cstring>
 
-#include "backends/cpu/counter_rng.h"
+#include "backends/counter_rng.h"
 #include "backends/cpu/nn_kernels.h"
 #include "backends/cpu/parallel.h"
 #include "ir/ops/nn.h"
 
 namespace kiln::cpu {
 namespace {
+
+using rng::uniform_at;
 
 template <typename T>
 void fill_mask(int threads, const DropoutAttrs& a, T* mask, int64_t n) {

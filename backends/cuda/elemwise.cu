@@ -5,6 +5,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "backends/counter_rng.h"
 #include "backends/cuda/elemwise_ops.cuh"
 #include "backends/cuda/kernels.h"
 
@@ -179,19 +180,7 @@ __global__ void fill_kernel(void* y, int dtype, int64_t n, double value, double 
     store_double(y, dtype, i, kind == 0 ? value : value + static_cast<double>(i / repeat) * step);
 }
 
-__device__ __forceinline__ uint64_t mix64(uint64_t x) {
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ull;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebull;
-  x ^= x >> 31;
-  return x;
-}
-
-__device__ __forceinline__ double uniform_at(uint64_t seed, uint64_t position) {
-  uint64_t bits = mix64(seed ^ mix64(position + 0x9e3779b97f4a7c15ull));
-  return static_cast<double>(bits >> 11) * 0x1.0p-53;
-}
+using rng::uniform_at;  // the stream of backends/counter_rng.h, as on the CPU
 
 __global__ void random_kernel(void* y, int dtype, int64_t n, double a, double b, uint64_t seed, uint64_t offset,
                               int kind) {
