@@ -469,7 +469,9 @@ class ThreadedEngine final : public Engine {
   // not applied while another device that the frontend fed recently has
   // nothing pending: one thread feeding several devices (a data-parallel
   // loop issuing shard after shard) would otherwise hold the next device's
-  // work behind this device's backlog and leave it idle.
+  // work behind this device's backlog and leave it idle. That exemption
+  // ends at kStarvingSlack times the bound, or at the second pending op when
+  // a single op is larger.
   void throttle(Device device) {
     const int self = device_index(device);
     DeviceLoad& load = device_load_[self];
@@ -484,7 +486,15 @@ class ThreadedEngine final : public Engine {
       if (bytes <= max_pending_bytes_ || load.pending() == 0 ||
           open_rendezvous_.load(std::memory_order_seq_cst) != 0)
         return false;
-      return bytes > kStarvingSlack * max_pending_bytes_ || !another_device_starves(self);
+      // The exemption's limit (kStarvingSlack times the bound) does not hold
+      // back the push after a single pending op: one op larger than the
+      // limit (a hybridized forward and the per-call block of values it
+      // saves for backward) must not keep the frontend from feeding the
+      // idle device, or a data-parallel step runs the devices' forwards one
+      // after the other. The next push is held again, so the backlog stays
+      // bounded by that op plus one.
+      if (!another_device_starves(self)) return true;
+      return bytes > kStarvingSlack * max_pending_bytes_ && load.pending() > 1;
     };
     if (!over()) return;
     std::unique_lock<std::mutex> lock(progress_mutex_);

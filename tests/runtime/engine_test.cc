@@ -625,6 +625,34 @@ TEST_F(ThreadedEngineTest, BackPressureDoesNotHoldOneDeviceWhileARecentlyFedOneI
   EXPECT_LT(held, 1s);
 }
 
+TEST_F(ThreadedEngineTest, OneOpLargerThanTheSlackDoesNotHoldAnIdleDevicesWork) {
+  // A hybridized data-parallel step: cpu(0)'s forward is one op holding far
+  // more than kStarvingSlack times the bound (its saved values); the next
+  // push for cpu(0) (the loss) must not wait for it while cpu(1), fed last
+  // step, idles, or cpu(1)'s forward would start only after cpu(0)'s. The
+  // push after that is held again: the backlog stays bounded.
+  engine_->set_max_pending_bytes(100);
+  engine_->push([](RunContext) {}, {}, {}, {.device = Device::cpu(1)});
+  engine_->wait_all();
+  Gate release;
+  std::thread opener([&] {  // frees cpu(0) after 2 s, in case the push below is held
+    for (int i = 0; i < 200 && !release.is_open(); ++i) std::this_thread::sleep_for(10ms);
+    release.open();
+  });
+  engine_->push([&](RunContext) { release.wait(); }, {}, {}, {.device = Device::cpu(0), .bytes = 100000});
+  auto start = std::chrono::steady_clock::now();
+  engine_->push([](RunContext) {}, {}, {}, {.device = Device::cpu(0), .bytes = 10});
+  auto held = std::chrono::steady_clock::now() - start;
+  EXPECT_LT(held, 1s) << "the push after one large op waited while cpu(1) was idle";
+  // A third push waits for cpu(0) (the opener frees it after 2 s).
+  start = std::chrono::steady_clock::now();
+  engine_->push([](RunContext) {}, {}, {}, {.device = Device::cpu(0), .bytes = 10});
+  EXPECT_GE(std::chrono::steady_clock::now() - start, 500ms) << "the backlog grew past one large op plus one";
+  release.open();
+  opener.join();
+  engine_->wait_all();
+}
+
 TEST_F(ThreadedEngineTest, DestroyingAnEngineWaitsForItsWork) {
   std::atomic<int> runs{0};
   {
