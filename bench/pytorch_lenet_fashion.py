@@ -68,16 +68,21 @@ def accuracy(net, x, y):
     return correct / len(x)
 
 
-def main():
+def recipe_args(epochs, lr, threads):
+    """The recipe's command line (shared with pytorch_resnet18_fashion.py)."""
     p = argparse.ArgumentParser()
     p.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
     p.add_argument("--seeds", type=int, nargs="+", default=[0])
     p.add_argument("--init", default="xavier", help="xavier, normal:SIGMA or torch")
-    p.add_argument("--epochs", type=int, default=10)
+    p.add_argument("--epochs", type=int, default=epochs)
     p.add_argument("--batch-size", type=int, default=256)
-    p.add_argument("--lr", type=float, default=0.2)
-    p.add_argument("--threads", type=int, default=1)
-    args = p.parse_args()
+    p.add_argument("--lr", type=float, default=lr)
+    p.add_argument("--threads", type=int, default=threads)
+    return p.parse_args()
+
+
+def main():
+    args = recipe_args(epochs=10, lr=0.2, threads=1)
     torch.set_num_threads(args.threads)
     xtr, ytr, xte, yte = load(args.data)
     loss_fn = nn.CrossEntropyLoss()

@@ -12,13 +12,12 @@ one `name value unit` line per epoch and seed.
 
     /usr/bin/python3 bench/pytorch_resnet18_fashion.py --epochs 2 --threads 2 --seeds 0
 """
-import argparse
 import time
 
 import torch
 from torch import nn
 
-from pytorch_lenet_fashion import init_weights, load
+from pytorch_lenet_fashion import init_weights, load, recipe_args
 
 
 class Residual(nn.Module):
@@ -56,15 +55,7 @@ def accuracy(net, x, y):
 
 
 def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
-    p.add_argument("--seeds", type=int, nargs="+", default=[0])
-    p.add_argument("--init", default="xavier", help="xavier, normal:SIGMA or torch")
-    p.add_argument("--epochs", type=int, default=2)
-    p.add_argument("--batch-size", type=int, default=256)
-    p.add_argument("--lr", type=float, default=0.1)
-    p.add_argument("--threads", type=int, default=2)
-    args = p.parse_args()
+    args = recipe_args(epochs=2, lr=0.1, threads=2)
     torch.set_num_threads(args.threads)
     xtr, ytr, xte, yte = load(args.data)
     loss_fn = nn.CrossEntropyLoss()
