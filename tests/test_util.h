@@ -6,8 +6,11 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <exception>
 #include <string>
+
+#include "frontend/ndarray.h"
 
 namespace kiln::test {
 
@@ -25,6 +28,15 @@ std::string error_of(F&& f) {
   }
   ADD_FAILURE() << "no exception thrown";
   return "";
+}
+
+// Same shape, and every element within tol * (1 + |want|); names the index.
+inline void expect_close(const NDArray& got, const NDArray& want, double tol, const std::string& what) {
+  ASSERT_EQ(got.shape(), want.shape()) << what;
+  auto g = got.to_vector<double>(), w = want.to_vector<double>();
+  for (size_t i = 0; i < g.size(); ++i) {
+    ASSERT_NEAR(g[i], w[i], tol * (1 + std::abs(w[i]))) << what << " at flat index " << i;
+  }
 }
 
 }  // namespace kiln::test

@@ -83,9 +83,9 @@ void Trainer::reduce_grads(bool ignore_stale_grad, bool to_every_copy) {
   // same on every process), so this order lets them start during backward.
   // The priorities (the parameter's position) also favour later layers among
   // ready reductions.
-  const std::vector<nn::ParameterDict::Item> items(params_.begin(), params_.end());
-  for (int index = static_cast<int>(items.size()); index >= 1; --index) {
-    const auto& [name, p] = items[static_cast<size_t>(index - 1)];
+  int index = static_cast<int>(params_.size());
+  for (auto it = params_.end(); it != params_.begin(); --index) {
+    const auto& [name, p] = *--it;
     const std::vector<size_t>& fresh = fresh_[static_cast<size_t>(index - 1)];
     if (p.grad_req() == GradReq::kNull || fresh.empty()) continue;
     std::vector<NDArray> grads = p.list_grad();
