@@ -68,7 +68,7 @@ std::vector<Figure> bench_elemwise(const Options& options) {
           {"cuda_add_vs_copy", add_gbps / copy_gbps, "x"}};
 }
 
-// fp32 GEMM through cuBLAS (TF32 only with KILN_CUDA_TF32=1).
+// fp32 GEMM through cuBLAS (TF32 tensor cores unless KILN_CUDA_TF32=0).
 std::vector<Figure> bench_matmul(const Options& options) {
   if (!have_gpu("cuda_matmul")) return {};
   const int64_t n = 4096;

@@ -78,6 +78,7 @@ def recipe_args(epochs, lr, threads):
     p.add_argument("--batch-size", type=int, default=256)
     p.add_argument("--lr", type=float, default=lr)
     p.add_argument("--threads", type=int, default=threads)
+    p.add_argument("--device", default="cpu", help="cpu or cuda (the recipe's spread over many seeds is quick on a GPU)")
     return p.parse_args()
 
 

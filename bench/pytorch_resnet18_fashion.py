@@ -11,6 +11,7 @@ accuracy the recipe reaches after N epochs in a reference framework. Prints
 one `name value unit` line per epoch and seed.
 
     /usr/bin/python3 bench/pytorch_resnet18_fashion.py --epochs 2 --threads 2 --seeds 0
+    python3 bench/pytorch_resnet18_fashion.py --device cuda --seeds 0 1 2 3 4 5 6 7
 """
 import time
 
@@ -57,16 +58,18 @@ def accuracy(net, x, y):
 def main():
     args = recipe_args(epochs=2, lr=0.1, threads=2)
     torch.set_num_threads(args.threads)
-    xtr, ytr, xte, yte = load(args.data)
+    dev = torch.device(args.device)
+    xtr, ytr, xte, yte = (t.to(dev) for t in load(args.data))
     loss_fn = nn.CrossEntropyLoss()
     for seed in args.seeds:
         torch.manual_seed(seed)
         net = resnet18()
         init_weights(net, args.init)
+        net.to(dev)
         opt = torch.optim.SGD(net.parameters(), lr=args.lr)
         for epoch in range(1, args.epochs + 1):
             start = time.time()
-            order = torch.randperm(len(xtr))
+            order = torch.randperm(len(xtr)).to(dev)
             correct = 0
             for i in range(0, len(xtr), args.batch_size):
                 idx = order[i:i + args.batch_size]

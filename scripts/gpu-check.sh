@@ -13,8 +13,13 @@
 # wheels beside PyTorch). Fashion-MNIST is carried too when it is here, for the training runs.
 #
 # Prints every command before running it, and a summary line per step at the end; exits non-zero
-# when a step failed. Environment: KILN_GPU_CHECK_QUICK=1 skips the training runs;
-# KILN_GPU_CHECK_EPOCHS (default 1) sets their length.
+# when a step failed. Every step runs under `timeout`, and the whole check keeps to a budget
+# (KILN_GPU_CHECK_BUDGET_S, default 480 s): a step that would start past it is skipped, so a hang
+# cannot eat the lease. Environment: KILN_GPU_CHECK_QUICK=1 skips the training runs;
+# KILN_GPU_CHECK_EPOCHS (default 1) sets LeNet's length, KILN_GPU_CHECK_RESNET_EPOCHS (default 2)
+# ResNet-18's; KILN_GPU_CHECK_TORCH_SEEDS (default "0 1 2 3 4 5 6 7", empty to skip) runs the
+# PyTorch twin of the ResNet-18 recipe on the GPU in the background, one 2-epoch run per seed, to
+# measure the recipe's spread of test accuracy (issue 3). Logs go to $OUT when it is set.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -25,6 +30,16 @@ gpu_tests=(cuda_runtime_test op_parity_test cuda_fault_test)
 
 step() { echo; echo "== $*"; }
 run() { echo "+ $*"; "$@"; }
+budget=${KILN_GPU_CHECK_BUDGET_S:-480}
+# timed SECONDS CMD...: run CMD under a timeout of at most SECONDS, cut to what is left of the budget.
+timed() {
+  local limit=$1; shift
+  local left=$((budget - SECONDS))
+  if (( left < 10 )); then echo "+ SKIPPED (budget of ${budget} s spent): $*"; return 125; fi
+  (( limit > left )) && limit=$left
+  echo "+ [timeout ${limit}s] $*"
+  timeout --kill-after=5 "$limit" "$@"
+}
 
 # ---- bundle: on the CPU machine
 if [[ "${1:-}" == "bundle" ]]; then
@@ -111,33 +126,61 @@ echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
 missing=$(ldd "$bin/kiln" | grep "not found")
 [[ -n $missing ]] && echo "MISSING LIBRARIES:" && echo "$missing"
 
+logs=${OUT:-/tmp/kiln-gpu-logs}
+mkdir -p "$logs"
+data_dir=${KILN_FASHION_MNIST_DIR:-/usr/share/datasets/fashion-mnist}
+have_data=0
+[[ -f $data_dir/train-images-idx3-ubyte.gz ]] && have_data=1
+
+# The PyTorch twin of the ResNet-18 recipe, in the background: one process, seeds one after another.
+torch_pid=""
+torch_seeds=${KILN_GPU_CHECK_TORCH_SEEDS-0 1 2 3 4 5 6 7}
+if [[ $have_data == 1 && -n $torch_seeds ]] && python3 -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; then
+  step "PyTorch ResNet-18 recipe on cuda, seeds $torch_seeds (background, log: $logs/torch_resnet18_seeds.log)"
+  # shellcheck disable=SC2086
+  PYTHONUNBUFFERED=1 python3 bench/pytorch_resnet18_fashion.py --device cuda --data "$data_dir" --epochs 2 \
+    --seeds $torch_seeds >"$logs/torch_resnet18_seeds.log" 2>&1 &
+  torch_pid=$!
+fi
+
 step "kiln info"
-run "$bin/kiln" info
+timed 30 "$bin/kiln" info
 record "kiln info" $?
 
 step "GPU tests (cuda_fault_test last: it destroys its process's CUDA context on purpose)"
 for t in "${gpu_tests[@]}"; do
-  run "$bin/$t" --gtest_color=no
-  record "$t" $?
+  timed 90 "$bin/$t" --gtest_color=no 2>&1 | tee "$logs/$t.log" | grep -v '^\[       OK \]\|^\[ RUN      \]'
+  record "$t" "${PIPESTATUS[0]}"
 done
-
-step "GPU benchmarks"
-run "$bin/kiln" bench cuda_
-record "kiln bench cuda_" $?
 
 if [[ "${KILN_GPU_CHECK_QUICK:-0}" != 1 ]]; then
   epochs=${KILN_GPU_CHECK_EPOCHS:-1}
-  if [[ -n "${KILN_FASHION_MNIST_DIR:-}" || -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]]; then
-    step "training on cuda:0 (Fashion-MNIST, $epochs epoch(s))"
-    run "$bin/kiln" train --model lenet --epochs "$epochs" --batch-size 256 --lr 0.9 --devices cuda:0
+  resnet_epochs=${KILN_GPU_CHECK_RESNET_EPOCHS:-2}
+  if [[ $have_data == 1 ]]; then
+    step "training on cuda:0 (Fashion-MNIST)"
+    timed 60 "$bin/kiln" train --data "$data_dir" --model lenet --epochs "$epochs" --batch-size 256 --lr 0.9 --devices cuda:0
     record "kiln train lenet cuda:0" $?
-    run "$bin/kiln" train --model lenet --epochs "$epochs" --batch-size 256 --lr 0.9 --devices cuda:0 --hybridize
+    timed 60 "$bin/kiln" train --data "$data_dir" --model lenet --epochs "$epochs" --batch-size 256 --lr 0.9 --devices cuda:0 --hybridize
     record "kiln train lenet cuda:0 --hybridize" $?
-    run "$bin/kiln" train --model resnet18 --epochs "$epochs" --batch-size 256 --lr 0.1 --devices cuda:0
+    timed 240 "$bin/kiln" train --data "$data_dir" --model resnet18 --epochs "$resnet_epochs" --batch-size 256 --lr 0.1 \
+      --devices cuda:0 --log "$logs/kiln_resnet18.jsonl"
     record "kiln train resnet18 cuda:0" $?
   else
     summary+=("SKIP  training: no Fashion-MNIST (carry it in the bundle or set KILN_FASHION_MNIST_DIR)")
   fi
+fi
+
+step "GPU benchmarks"
+timed 60 "$bin/kiln" bench cuda_
+record "kiln bench cuda_" $?
+
+if [[ -n $torch_pid ]]; then
+  step "PyTorch recipe seeds (waiting at most for what is left of the budget)"
+  while kill -0 "$torch_pid" 2>/dev/null && (( SECONDS < budget )); do sleep 2; done
+  kill "$torch_pid" 2>/dev/null && echo "stopped at the budget: seeds not finished are missing"
+  wait "$torch_pid" 2>/dev/null
+  grep test_acc "$logs/torch_resnet18_seeds.log"
+  tail -3 "$logs/torch_resnet18_seeds.log" | grep -iv test_acc
 fi
 
 step "summary"

@@ -105,7 +105,7 @@ struct ConvDesc {
                                                      CUDNN_DATA_FLOAT),
                      device);
     KILN_CUDNN_CHECK(cudnnSetConvolutionGroupCount(d, groups), device);
-    // FMA math forbids TF32; the default allows it (KILN_CUDA_TF32=1).
+    // FMA math forbids TF32; the default allows it (KILN_CUDA_TF32=0 forbids).
     KILN_CUDNN_CHECK(cudnnSetConvolutionMathType(d, cuda::tf32_allowed() ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH), device);
   }
   ~ConvDesc() { cudnnDestroyConvolutionDescriptor(d); }

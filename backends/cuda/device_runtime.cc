@@ -52,7 +52,7 @@ bool tf32_allowed() {
   int v = g_tf32.load(std::memory_order_relaxed);
   if (v < 0) {
     const char* env = std::getenv("KILN_CUDA_TF32");
-    v = env != nullptr && env[0] == '1' ? 1 : 0;
+    v = env != nullptr && env[0] == '0' ? 0 : 1;
     g_tf32.store(v, std::memory_order_relaxed);
   }
   return v == 1;

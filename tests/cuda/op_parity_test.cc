@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <map>
 #include <random>
 #include <set>
@@ -23,6 +24,10 @@
 
 namespace kiln {
 namespace {
+
+// The comparison is against float32 on the CPU: TF32 tensor-core math (the
+// CUDA backend's default) is turned off before the first GPU op reads it.
+[[maybe_unused]] const bool kTf32Off = [] { return setenv("KILN_CUDA_TF32", "0", 1) == 0; }();
 
 // One input: shape, dtype and the range of its random values (`integer`:
 // whole numbers in [lo, hi], for labels and indices).
