@@ -44,7 +44,7 @@ bool selected(const Benchmark& benchmark, std::span<const std::string> prefixes)
   return false;
 }
 
-CpuThreadsGuard::CpuThreadsGuard(std::initializer_list<Device> devices, int threads) {
+CpuThreadsGuard::CpuThreadsGuard(std::span<const Device> devices, int threads) {
   auto& eng = engine::get();
   for (Device d : devices) {
     saved_.emplace_back(d, eng.cpu_threads(d));

@@ -88,7 +88,9 @@ double best_of(int repeat, F&& fn) {
 // Sets the intra-op threads of CPU devices for a scope and restores them.
 class CpuThreadsGuard {
  public:
-  CpuThreadsGuard(std::initializer_list<Device> devices, int threads);
+  CpuThreadsGuard(std::span<const Device> devices, int threads);
+  CpuThreadsGuard(std::initializer_list<Device> devices, int threads)
+      : CpuThreadsGuard(std::span<const Device>(devices.begin(), devices.size()), threads) {}
   ~CpuThreadsGuard();
   CpuThreadsGuard(const CpuThreadsGuard&) = delete;
   CpuThreadsGuard& operator=(const CpuThreadsGuard&) = delete;

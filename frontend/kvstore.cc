@@ -4,7 +4,9 @@
 #include <cstring>
 #include <unordered_map>
 
+#include "frontend/invoke.h"
 #include "ir/dtype.h"
+#include "runtime/device_copy.h"
 
 namespace kiln::kv {
 
@@ -13,9 +15,20 @@ namespace detail {
 void copy_async(const NDArray& src, const NDArray& dst, int priority, std::string_view name) {
   KILN_ASSERT(src.nbytes() == dst.nbytes());
   if (src.var() == dst.var() && src.byte_offset() == dst.byte_offset()) return;  // the same storage
-  engine::get().push([src, dst](engine::RunContext) { std::memcpy(dst.data(), src.data(), src.nbytes()); }, {src.var()},
-                     {dst.var()},
-                     {.device = dst.device(), .lane = engine::Lane::kCopy, .priority = priority, .name = name});
+  const Device from = src.device(), to = dst.device();
+  if (from.is_cpu() && to.is_cpu()) {
+    engine::get().push([src, dst](engine::RunContext) { std::memcpy(dst.data(), src.data(), src.nbytes()); },
+                       {src.var()}, {dst.var()},
+                       {.device = to, .lane = engine::Lane::kCopy, .priority = priority, .name = name});
+    return;
+  }
+  // A GPU is involved: the copy lane of the GPU, through the CUDA backend.
+  engine::get().push(
+      [src, dst](engine::RunContext) {
+        copy_between_devices(dst.data(), dst.device(), src.data(), src.device(), src.nbytes());
+      },
+      {src.var()}, {dst.var()},
+      {.device = copy_lane_device(from, to), .lane = engine::Lane::kCopy, .priority = priority, .name = name});
 }
 
 namespace {
@@ -35,6 +48,14 @@ void add_into(T* out, const T* a, const T* b, int64_t n) {
 
 void sum_async(const std::vector<NDArray>& inputs, const NDArray& out, int priority) {
   KILN_ASSERT(!inputs.empty());
+  if (!out.device().is_cpu()) {
+    // On a GPU every input is on out's device (reduce_flat staged them): the
+    // registry's add_n (or copy) kernel of that device writes out in place.
+    NDArray dst = out;
+    invoke(inputs.size() == 1 ? OpId::kCopy : OpId::kAddN, std::span<const NDArray>(inputs), {},
+           {.out = {&dst, 1}, .priority = priority});
+    return;
+  }
   std::vector<engine::Var*> reads;
   for (const NDArray& a : inputs) {
     if (std::find(reads.begin(), reads.end(), a.var()) == reads.end()) reads.push_back(a.var());
@@ -197,10 +218,8 @@ void KVStore::check_arrays(const Key& key, const Entry& e, const std::vector<NDA
     KILN_CHECK(a.dtype() == e.stored.dtype(), TypeError,
                "KVStore({}) {} of key '{}': {} {} has dtype {} on {}, but the key was initialized with dtype {}",
                type(), what, key, role, i, a.dtype(), a.device(), e.stored.dtype());
-    KILN_CHECK(a.device().is_cpu(), DeviceError,
-               "KVStore({}) {} of key '{}': {} {} is on {}, which this store cannot reach (it serves CPU devices; "
-               "GPU arrays need the 'nccl' store)",
-               type(), what, key, role, i, a.device());
+    KILN_CHECK(reaches(a.device()), DeviceError, "KVStore({}) {} of key '{}': {} {} is on {}, which this store cannot reach{}",
+               type(), what, key, role, i, a.device(), unreachable_hint());
   }
 }
 
@@ -210,9 +229,9 @@ void KVStore::init(const Key& key, const NDArray& value) {
              type(), key, value.is_none() ? "empty (none)" : "symbolic (inside a traced forward)");
   KILN_CHECK(value.dtype() != DType::kBool, TypeError, "KVStore({}) init of key '{}': bool arrays cannot be summed",
              type(), key);
-  KILN_CHECK(value.device().is_cpu(), DeviceError,
-             "KVStore({}) init of key '{}': the value is on {}, which this store cannot reach (it serves CPU devices)",
-             type(), key, value.device());
+  KILN_CHECK(reaches(value.device()), DeviceError,
+             "KVStore({}) init of key '{}': the value is on {}, which this store cannot reach{}", type(), key,
+             value.device(), unreachable_hint());
   entries_.emplace(key, Entry{.stored = value.copy()});
 }
 

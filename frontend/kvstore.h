@@ -16,8 +16,10 @@
 //           far, so keys spread over the devices), and values are added in a
 //           binary tree whose pairs sum on the first one's device.
 // CPU devices share host memory, so a sum kernel reads the values of other
-// CPU devices in place; values on other kinds of device would be staged on
-// the summing device by a copy first.
+// CPU devices in place; a value on another device (a GPU, or the CPU when the
+// sum runs on a GPU) is first staged on the summing device by a copy on the
+// copy lane, and a GPU sums with its add_n kernel. So local and device serve
+// any mix of CPU and CUDA devices ([cuda(0), cpu(0)] included).
 //   dist_sync  several processes (launched with `mpirun -np N`), each with
 //           its devices: the device type's sum inside each process, then an
 //           MPI allreduce of the per-process sums. The allreduces run in the
@@ -112,6 +114,10 @@ class KVStore {
   virtual void sync_from_root(const Key& key, Entry& entry, int priority) {}
   const Entry& entry(const Key& key, std::string_view what) const;
   Entry& entry(const Key& key, std::string_view what);
+  // Whether values on `device` can take part (all devices for the in-process
+  // types), and what to tell the user when one cannot.
+  virtual bool reaches(Device device) const { return true; }
+  virtual std::string unreachable_hint() const { return {}; }
   // ShapeError / TypeError / DeviceError naming the key and the offending array.
   void check_arrays(const Key& key, const Entry& e, const std::vector<NDArray>& arrays, std::string_view what,
                     std::string_view role) const;
@@ -121,8 +127,9 @@ class KVStore {
 };
 
 namespace detail {
-// Queued building blocks (CPU devices): dst = src, on dst's copy lane; and
-// out = sum(inputs), all on out's device, on its compute lane. The copy's
+// Queued building blocks: dst = src, on the copy lane (dst's, or the GPU's
+// when one is involved); and out = sum(inputs), all on out's device, on its
+// compute lane. The copy's
 // `name` (a literal: it must outlive the op) is what the profiler shows; the
 // Trainer's broadcast of updated weights passes "trainer_copy", so a trace
 // tells it apart from gradient aggregation ("kv_copy", "kv_sum").

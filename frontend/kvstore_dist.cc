@@ -175,6 +175,13 @@ class DistSyncStore final : public KVStore {
   int num_workers() const override { return size_; }
 
  protected:
+  // MPI moves host memory: values on a GPU would need NCCL (the CUDA issue).
+  bool reaches(Device device) const override { return device.is_cpu(); }
+  std::string unreachable_hint() const override {
+    return " (dist_sync allreduces host memory over MPI and serves CPU devices; GPU arrays across processes need "
+           "NCCL, which this build does not have)";
+  }
+
   void reduce(const Key& key, Entry& entry, const std::vector<NDArray>& values, int priority) override {
     detail::reduce_device_tree(entry.stored, entry.home_fixed, load_, values, priority);
     if (size_ == 1) return;

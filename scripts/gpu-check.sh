@@ -19,14 +19,16 @@
 # KILN_GPU_CHECK_EPOCHS (default 1) sets LeNet's length, KILN_GPU_CHECK_RESNET_EPOCHS (default 2)
 # ResNet-18's; KILN_GPU_CHECK_TORCH_SEEDS (default "0 1 2 3 4 5 6 7", empty to skip) runs the
 # PyTorch twin of the ResNet-18 recipe on the GPU in the background, one 2-epoch run per seed, to
-# measure the recipe's spread of test accuracy (issue 3). Logs go to $OUT when it is set.
+# measure the recipe's spread of test accuracy (issue 3). KILN_GPU_CHECK_CHAPTER=N (default 0: off)
+# trains ResNet-18 hybridized for N epochs (the chapter's 12.6: 10) and then the PyTorch twin for N
+# epochs, one after the other, for s/epoch and test accuracy side by side. Logs go to $OUT when set.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 bundle_dir=$root/.gpu-bundle
 bundle=$bundle_dir/kiln-gpu.tar.xz
 # The programs a GPU run needs: the kiln program and the test programs of tests/cuda.
-gpu_tests=(cuda_runtime_test op_parity_test cuda_fault_test)
+gpu_tests=(cuda_runtime_test op_parity_test cuda_data_parallel_test cuda_fault_test)
 
 step() { echo; echo "== $*"; }
 run() { echo "+ $*"; "$@"; }
@@ -165,9 +167,26 @@ if [[ "${KILN_GPU_CHECK_QUICK:-0}" != 1 ]]; then
     timed 240 "$bin/kiln" train --data "$data_dir" --model resnet18 --epochs "$resnet_epochs" --batch-size 256 --lr 0.1 \
       --devices cuda:0 --log "$logs/kiln_resnet18.jsonl"
     record "kiln train resnet18 cuda:0" $?
+    step "data parallelism over cuda:0 and cpu:0 (the chapter's experiments, LeNet through the Trainer)"
+    timed 90 "$bin/kiln" example --quick --devices cuda:0,cpu:0
+    record "kiln example --devices cuda:0,cpu:0" $?
+    timed 60 "$bin/kiln" train --data "$data_dir" --model lenet --epochs 1 --batch-size 256 --lr 0.2 \
+      --devices cuda:0,cpu:0 --train-limit 8192
+    record "kiln train lenet cuda:0,cpu:0" $?
   else
     summary+=("SKIP  training: no Fashion-MNIST (carry it in the bundle or set KILN_FASHION_MNIST_DIR)")
   fi
+fi
+
+chapter_epochs=${KILN_GPU_CHECK_CHAPTER:-0}
+if [[ $chapter_epochs -gt 0 && $have_data == 1 ]]; then
+  step "the chapter's ResNet-18 run: $chapter_epochs epochs, Kiln hybridized then PyTorch eager, one after the other"
+  timed 300 "$bin/kiln" train --data "$data_dir" --model resnet18 --epochs "$chapter_epochs" --batch-size 256 \
+    --lr 0.1 --devices cuda:0 --hybridize --log "$logs/kiln_resnet18_chapter.jsonl"
+  record "kiln train resnet18 cuda:0 --hybridize, $chapter_epochs epochs" $?
+  PYTHONUNBUFFERED=1 timed 200 python3 bench/pytorch_resnet18_fashion.py --device cuda --data "$data_dir" \
+    --epochs "$chapter_epochs" --seeds 0
+  record "PyTorch resnet18 cuda, $chapter_epochs epochs" $?
 fi
 
 step "GPU benchmarks"

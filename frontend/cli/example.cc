@@ -21,6 +21,7 @@ struct ExampleArgs {
   std::vector<std::string> names;
   bool quick = false;
   bool list = false;
+  std::vector<std::string> devices{"cpu:0", "cpu:1"};
 };
 
 void run_examples(const ExampleArgs& args) {
@@ -31,6 +32,12 @@ void run_examples(const ExampleArgs& args) {
     KILN_CHECK(std::find(known.begin(), known.end(), n) != known.end(), ValueError,
                "example: no example named '{}' (examples: {})", n, fmt::join(known, ", "));
   }
+  examples::Options options{.quick = args.quick, .devices = {}};
+  for (const std::string& d : args.devices) options.devices.push_back(parse_device(d));
+  KILN_CHECK(options.devices.size() == 2 && options.devices[0] != options.devices[1], ValueError,
+             "example --devices: expected two different devices (the chapter's two GPUs), e.g. cpu:0,cpu:1 or "
+             "cuda:0,cpu:0; got {}",
+             fmt::join(args.devices, ","));
   for (const auto& e : all) {
     if (!args.names.empty() && std::find(args.names.begin(), args.names.end(), e.name) == args.names.end()) continue;
     if (args.list) {
@@ -38,7 +45,7 @@ void run_examples(const ExampleArgs& args) {
       continue;
     }
     fmt::print(stderr, "# {} (d2l {}): {}\n", e.name, e.section, e.summary);
-    e.run({.quick = args.quick});
+    e.run(options);
   }
 }
 
@@ -50,6 +57,8 @@ void add_example_command(CLI::App& app) {
   cmd->add_option("name", args->names, "Examples to run (all without one)");
   cmd->add_flag("--quick,-q", args->quick, "A smaller run of the same code (smoke tests)");
   cmd->add_flag("--list,-l", args->list, "List the examples instead of running them");
+  cmd->add_option("--devices", args->devices, "The two devices (default cpu:0,cpu:1; with a GPU: cuda:0,cpu:0)")
+      ->delimiter(',');
   cmd->callback([args] { run_examples(*args); });
 }
 

@@ -18,15 +18,15 @@ void Trainer::init_kvstore() {
   if (kvstore_ready_) return;
   kvstore_ready_ = true;
   size_t max_devices = 0;
-  bool gpus = false;
   for (const auto& [name, p] : params_) {
     if (p.grad_req() == GradReq::kNull || !p.is_initialized()) continue;
     max_devices = std::max(max_devices, p.list_devices().size());
-    for (Device d : p.list_devices()) gpus |= !d.is_cpu();
   }
   std::string type = kvstore_type_;
   if (type == "auto") {
-    type = kv::launched_under_mpi() ? "dist_sync" : max_devices < 2 ? "none" : gpus ? "nccl" : "device";
+    // Several devices take "device", GPUs included: it sums on the GPUs with
+    // their own kernels and serves a CPU+GPU mix ("nccl" is not built yet).
+    type = kv::launched_under_mpi() ? "dist_sync" : max_devices < 2 ? "none" : "device";
   }
   if (type != "none") kvstore_ = kv::KVStore::create(type);
   if (kvstore_ && kvstore_->num_workers() > 1) {

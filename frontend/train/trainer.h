@@ -17,8 +17,9 @@
 // priority). Parameters with grad_req null are skipped.
 //
 // kvstore: "auto" picks dist_sync when launched by mpirun with several
-// processes, else none for parameters on one device, "nccl" for several
-// with GPUs among them, "device" for several CPU devices; or name a type ("local", "device", ...), or "none" (no
+// processes, else none for parameters on one device and "device" for several
+// (CPUs, GPUs or a mix: "nccl" is not built yet); or name a type ("local",
+// "device", ...), or "none" (no
 // aggregation: each copy is updated with its own gradient, as Gluon does
 // without a kvstore). The store is created at the first step, when the
 // parameters' devices are known; with several processes (dist_sync) every

@@ -17,10 +17,10 @@
 namespace kiln::examples {
 
 void run_compute_copy(const Options& options) {
-  const Device cpu0 = Device::cpu(0), cpu1 = Device::cpu(1);
+  const Device cpu0 = options.devices.at(0), cpu1 = options.devices.at(1);
   const int64_t n = options.quick ? (1 << 18) : (1 << 22);  // floats per result: 1 Mi or 16 MiB
   const int results = 10;
-  bench::CpuThreadsGuard threads({cpu0, cpu1}, 1);
+  bench::CpuThreadsGuard threads(options.devices, 1);
   NDArray x = nd::random::normal({n}, 0, 1, {.device = cpu0});
   auto compute = [&] {
     std::vector<NDArray> ys;
@@ -53,7 +53,7 @@ void run_compute_copy(const Options& options) {
     copies.clear();
     overlapped_s = std::min(overlapped_s, timed([&] { copies = copy(compute()); }));
   }
-  fmt::print(stderr, "# {} results of {} floats computed on cpu(0) and copied to cpu(1)\n", results, n);
+  fmt::print(stderr, "# {} results of {} floats computed on {} and copied to {}\n", results, n, cpu0, cpu1);
   report("compute_copy_compute_s", compute_s, "s");
   report("compute_copy_copy_s", copy_s, "s");
   report("compute_copy_sequential_s", compute_s + copy_s, "s");

@@ -32,8 +32,8 @@ models::EpochStats train_on(const std::vector<Device>& devices, const Options& o
 }  // namespace
 
 void run_dp_concise(const Options& options) {
-  const Device cpu0 = Device::cpu(0), cpu1 = Device::cpu(1);
-  bench::CpuThreadsGuard threads({cpu0, cpu1}, 1);
+  const Device cpu0 = options.devices.at(0), cpu1 = options.devices.at(1);
+  bench::CpuThreadsGuard threads(options.devices, 1);
   models::EpochStats one = train_on({cpu0}, options);
   models::EpochStats two = train_on({cpu0, cpu1}, options);
   fmt::print(stderr, "# LeNet, batch 256, lr 0.2; test accuracy and training seconds of the last epoch\n");

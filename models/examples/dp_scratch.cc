@@ -95,11 +95,11 @@ double test_accuracy(const data::FashionMNIST& test, const std::vector<NDArray>&
 }  // namespace
 
 void run_dp_scratch(const Options& options) {
-  const std::vector<Device> devices{Device::cpu(0), Device::cpu(1)};
+  const std::vector<Device>& devices = options.devices;
   const int64_t batch_size = 256, train_images = options.quick ? 1024 : 4096;
   const int epochs = options.quick ? 1 : 3;
   const double lr = 0.2;
-  bench::CpuThreadsGuard threads({devices[0], devices[1]}, 1);
+  bench::CpuThreadsGuard threads(devices, 1);
   auto train = data::FashionMNIST::train().subset(0, train_images);
   auto test = data::FashionMNIST::test().subset(0, options.quick ? 512 : 2000);
   nd::random::seed(0);

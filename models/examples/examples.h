@@ -9,7 +9,8 @@
 //
 // cpu(0) and cpu(1) stand in for the chapter's two GPUs: each is a device
 // with its own engine workers (runtime/engine.h), given one intra-op thread so
-// that two devices use the machine's two cores.
+// that two devices use the machine's two cores. `--devices cuda:0,cpu:0`
+// runs them on a GPU and the CPU (the chapter's gpu(0)/cpu(0) variants).
 //
 // Registration is explicit: all() lists the examples of this directory.
 #pragma once
@@ -18,10 +19,15 @@
 #include <string_view>
 #include <vector>
 
+#include "ir/device.h"
+
 namespace kiln::examples {
 
 struct Options {
   bool quick = false;  // a smaller run (smoke tests): same code path, fewer iterations
+  // The two devices of the experiments (`--devices`): the chapter's two GPUs
+  // are cpu(0) and cpu(1) here, and cuda(0), cpu(0) on a machine with one GPU.
+  std::vector<Device> devices{Device::cpu(0), Device::cpu(1)};
 };
 
 struct Example {

@@ -12,10 +12,10 @@
 namespace kiln::examples {
 
 void run_multi_device(const Options& options) {
-  const Device cpu0 = Device::cpu(0), cpu1 = Device::cpu(1);
+  const Device cpu0 = options.devices.at(0), cpu1 = options.devices.at(1);
   const int64_t n = options.quick ? 200 : 800;
   const int products = 10;
-  bench::CpuThreadsGuard threads({cpu0, cpu1}, 1);
+  bench::CpuThreadsGuard threads(options.devices, 1);
   NDArray x0 = nd::random::normal({n, n}, 0, 1, {.device = cpu0});
   NDArray x1 = nd::random::normal({n, n}, 0, 1, {.device = cpu1});
   auto run = [&](const NDArray& x) {
@@ -50,7 +50,8 @@ void run_multi_device(const Options& options) {
                       run(x1);
                     }));
   }
-  fmt::print(stderr, "# {} products of {}x{} matrices per device, one intra-op thread per device\n", products, n, n);
+  fmt::print(stderr, "# {} products of {}x{} matrices on {} and on {}, one intra-op thread per CPU device\n", products,
+             n, n, cpu0, cpu1);
   report("multi_device_cpu0_s", one0, "s");
   report("multi_device_cpu1_s", one1, "s");
   report("multi_device_both_waiting_s", waiting, "s");
