@@ -26,6 +26,7 @@ namespace engine::detail {
 void run_on_cuda_lane(Fn&, RunContext ctx) {
   throw DeviceError(fmt::format("{}: Kiln was built without CUDA", ctx.device));
 }
+void drain_cuda_lanes() {}
 }  // namespace engine::detail
 
 }  // namespace kiln

@@ -33,6 +33,13 @@ uint64_t current_thread_id();
 // stream has finished the op's work, throwing the op's asynchronous errors.
 void run_on_cuda_lane(Fn& fn, RunContext ctx);
 
+// With asynchronous CUDA lanes (KILN_CUDA_LANES=async, backends/cuda/README.md)
+// a compute op completes once its work is queued on the GPU's stream: waits
+// (wait_for_var, wait_all) call this afterwards, and it returns once every GPU
+// that ran such an op has finished the work queued so far, throwing an
+// asynchronous GPU error. A no-op otherwise (and without CUDA).
+void drain_cuda_lanes();
+
 // Runs `fn` with `ctx`, recording a profiler event when the profiler is on.
 // Returns the error it raised, with "<name> on <device>" added to a
 // kiln::Error's message; other exceptions become kiln::Error with that prefix.

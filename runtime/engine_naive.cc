@@ -71,8 +71,11 @@ class NaiveEngine final : public Engine {
 
   void wait_for_var(Var* var) override {
     if (!var) return;
-    std::lock_guard<std::recursive_mutex> lock(mutex_);
-    if (var->error) std::rethrow_exception(var->error);
+    {
+      std::lock_guard<std::recursive_mutex> lock(mutex_);
+      if (var->error) std::rethrow_exception(var->error);
+    }
+    drain_cuda_lanes();
   }
 
   void wait_all() override {
@@ -82,6 +85,7 @@ class NaiveEngine final : public Engine {
       error = std::exchange(first_error_, nullptr);
     }
     if (error) std::rethrow_exception(error);
+    drain_cuda_lanes();
   }
 
   int64_t num_pending() const override { return pending_.load(std::memory_order_acquire); }

@@ -201,6 +201,7 @@ class ThreadedEngine final : public Engine {
       std::exception_ptr error = var->error;
       var->lock.unlock();
       if (error) std::rethrow_exception(error);
+      drain_cuda_lanes();
       return;
     }
     var->lock.unlock();
@@ -228,6 +229,7 @@ class ThreadedEngine final : public Engine {
     std::exception_ptr error = std::move(signal->error);
     signal->release();
     if (error) std::rethrow_exception(error);
+    drain_cuda_lanes();
   }
 
   void wait_all() override {
@@ -239,6 +241,7 @@ class ThreadedEngine final : public Engine {
       error = std::exchange(first_error_, nullptr);
     }
     if (error) std::rethrow_exception(error);
+    drain_cuda_lanes();
   }
 
   int64_t num_pending() const override {

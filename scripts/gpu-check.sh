@@ -155,18 +155,44 @@ for t in "${gpu_tests[@]}"; do
   record "$t" "${PIPESTATUS[0]}"
 done
 
+# The same programs with asynchronous lanes (KILN_CUDA_LANES=async: compute ops complete at launch),
+# except cuda_fault_test, which checks that the synchronous mode names the failing op. When they
+# pass, the training runs below use that mode too (lanes=async), else the synchronous default.
+step "GPU tests with KILN_CUDA_LANES=async"
+async_ok=1
+for t in "${gpu_tests[@]}"; do
+  [[ $t == cuda_fault_test ]] && continue
+  KILN_CUDA_LANES=async timed 90 "$bin/$t" --gtest_color=no 2>&1 | tee "$logs/$t.async.log" \
+    | grep -v '^\[       OK \]\|^\[ RUN      \]'
+  rc=${PIPESTATUS[0]}
+  record "$t (async lanes)" "$rc"
+  [[ $rc -ne 0 ]] && async_ok=0
+done
+lanes=sync
+[[ $async_ok == 1 ]] && lanes=async
+echo "lanes for the runs below: $lanes"
+
 if [[ "${KILN_GPU_CHECK_QUICK:-0}" != 1 ]]; then
   epochs=${KILN_GPU_CHECK_EPOCHS:-1}
   resnet_epochs=${KILN_GPU_CHECK_RESNET_EPOCHS:-2}
   if [[ $have_data == 1 ]]; then
     step "training on cuda:0 (Fashion-MNIST)"
-    timed 60 "$bin/kiln" train --data "$data_dir" --model lenet --epochs "$epochs" --batch-size 256 --lr 0.9 --devices cuda:0
+    timed 60 "$bin/kiln" train --data "$data_dir" --model lenet --epochs "$epochs" --batch-size 256 --lr 0.2 --devices cuda:0
     record "kiln train lenet cuda:0" $?
-    timed 60 "$bin/kiln" train --data "$data_dir" --model lenet --epochs "$epochs" --batch-size 256 --lr 0.9 --devices cuda:0 --hybridize
+    timed 60 "$bin/kiln" train --data "$data_dir" --model lenet --epochs "$epochs" --batch-size 256 --lr 0.2 --devices cuda:0 --hybridize
     record "kiln train lenet cuda:0 --hybridize" $?
     timed 240 "$bin/kiln" train --data "$data_dir" --model resnet18 --epochs "$resnet_epochs" --batch-size 256 --lr 0.1 \
       --devices cuda:0 --log "$logs/kiln_resnet18.jsonl"
     record "kiln train resnet18 cuda:0" $?
+    if [[ $lanes == async ]]; then
+      step "ResNet-18 with asynchronous lanes, imperative and hybridized ($resnet_epochs epoch(s) each)"
+      KILN_CUDA_LANES=async timed 240 "$bin/kiln" train --data "$data_dir" --model resnet18 --epochs "$resnet_epochs" \
+        --batch-size 256 --lr 0.1 --devices cuda:0
+      record "kiln train resnet18 cuda:0 (async lanes)" $?
+      KILN_CUDA_LANES=async timed 240 "$bin/kiln" train --data "$data_dir" --model resnet18 --epochs "$resnet_epochs" \
+        --batch-size 256 --lr 0.1 --devices cuda:0 --hybridize
+      record "kiln train resnet18 cuda:0 --hybridize (async lanes)" $?
+    fi
     step "data parallelism over cuda:0 and cpu:0 (the chapter's experiments, LeNet through the Trainer)"
     timed 90 "$bin/kiln" example --quick --devices cuda:0,cpu:0
     record "kiln example --devices cuda:0,cpu:0" $?
@@ -181,8 +207,8 @@ fi
 chapter_epochs=${KILN_GPU_CHECK_CHAPTER:-0}
 if [[ $chapter_epochs -gt 0 && $have_data == 1 ]]; then
   step "the chapter's ResNet-18 run: $chapter_epochs epochs, Kiln hybridized then PyTorch eager, one after the other"
-  timed 300 "$bin/kiln" train --data "$data_dir" --model resnet18 --epochs "$chapter_epochs" --batch-size 256 \
-    --lr 0.1 --devices cuda:0 --hybridize --log "$logs/kiln_resnet18_chapter.jsonl"
+  KILN_CUDA_LANES=$lanes timed 300 "$bin/kiln" train --data "$data_dir" --model resnet18 --epochs "$chapter_epochs" \
+    --batch-size 256 --lr 0.1 --devices cuda:0 --hybridize --log "$logs/kiln_resnet18_chapter.jsonl"
   record "kiln train resnet18 cuda:0 --hybridize, $chapter_epochs epochs" $?
   PYTHONUNBUFFERED=1 timed 200 python3 bench/pytorch_resnet18_fashion.py --device cuda --data "$data_dir" \
     --epochs "$chapter_epochs" --seeds 0
@@ -192,6 +218,10 @@ fi
 step "GPU benchmarks"
 timed 60 "$bin/kiln" bench cuda_
 record "kiln bench cuda_" $?
+if [[ $lanes == async ]]; then
+  KILN_CUDA_LANES=async timed 60 "$bin/kiln" bench cuda_op_latency cuda_elemwise
+  record "kiln bench cuda_ (async lanes)" $?
+fi
 
 if [[ -n $torch_pid ]]; then
   step "PyTorch recipe seeds (waiting at most for what is left of the budget)"

@@ -6,7 +6,11 @@
 // cudaMemcpyAsync'd into buffer k % 2 while chunk k - 1 is memcpy'd out.
 // GPU -> GPU: cudaMemcpyPeerAsync on the destination's D2D stream (same
 // device: cudaMemcpyAsync). Every copy waits for its stream before
-// returning: the engine op completes when the bytes have arrived.
+// returning: the engine op completes when the bytes have arrived. With
+// asynchronous lanes a copy's stream first waits for the work queued on the
+// compute stream of each GPU involved (cuda::order_after_compute): the
+// source's producer, and any queued kernel still using the destination's
+// memory before it was freed and reused.
 #include <cstring>
 
 #include "backends/cuda/pinned_staging.h"
@@ -18,8 +22,9 @@ namespace {
 
 void host_to_device(void* dst, Device to, const void* src, size_t bytes) {
   const int id = to.id;
-  cuda::bind_device(id);
   cudaStream_t s = cuda::stream(id, cuda::StreamKind::kH2D);
+  cuda::order_after_compute(id, s);
+  cuda::bind_device(id);
   cuda::StagingLease lease(id, cuda::StreamKind::kH2D);
   int k = 0;
   for (size_t at = 0; at < bytes; at += cuda::kChunkBytes, ++k) {
@@ -35,8 +40,9 @@ void host_to_device(void* dst, Device to, const void* src, size_t bytes) {
 
 void device_to_host(void* dst, const void* src, Device from, size_t bytes) {
   const int id = from.id;
-  cuda::bind_device(id);
   cudaStream_t s = cuda::stream(id, cuda::StreamKind::kD2H);
+  cuda::order_after_compute(id, s);
+  cuda::bind_device(id);
   cuda::StagingLease lease(id, cuda::StreamKind::kD2H);
   size_t previous_at = 0, previous_n = 0;
   int k = 0;
@@ -62,8 +68,10 @@ void device_to_host(void* dst, const void* src, Device from, size_t bytes) {
 }
 
 void device_to_device(void* dst, Device to, const void* src, Device from, size_t bytes) {
-  cuda::bind_device(to.id);
   cudaStream_t s = cuda::stream(to.id, cuda::StreamKind::kD2D);
+  cuda::order_after_compute(to.id, s);
+  if (from != to) cuda::order_after_compute(from.id, s);
+  cuda::bind_device(to.id);
   if (to == from) {
     KILN_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, s), to);
   } else {

@@ -4,7 +4,10 @@
 #include <atomic>
 #include <cstdlib>
 #include <mutex>
+#include <string_view>
 #include <vector>
+
+#include "backends/cuda/testing.h"
 
 namespace kiln::cuda {
 
@@ -34,6 +37,10 @@ DeviceStreams& device_streams(int device) {
 }
 
 std::atomic<int> g_tf32{-1};  // -1: not read from the environment yet
+std::atomic<int> g_async{-1};  // likewise
+// GPUs that ran an op in async mode (never cleared: draining an idle stream
+// costs a few microseconds).
+std::array<std::atomic<bool>, kMaxDevices> g_queued{};
 
 thread_local bool tl_in_lane_op = false;
 thread_local std::vector<storage::Block> tl_deferred;
@@ -59,6 +66,51 @@ bool tf32_allowed() {
 }
 
 void set_tf32_allowed(bool allowed) { g_tf32.store(allowed ? 1 : 0, std::memory_order_relaxed); }
+
+bool lanes_async() {
+  int v = g_async.load(std::memory_order_relaxed);
+  if (v < 0) {
+    const char* env = std::getenv("KILN_CUDA_LANES");
+    v = env != nullptr && std::string_view(env) == "async" ? 1 : 0;
+    g_async.store(v, std::memory_order_relaxed);
+  }
+  return v == 1;
+}
+
+void set_lanes_async(bool async) { g_async.store(async ? 1 : 0, std::memory_order_relaxed); }
+
+void note_queued_work(int device) {
+  std::atomic<bool>& q = g_queued[static_cast<size_t>(device)];
+  if (!q.load(std::memory_order_relaxed)) q.store(true, std::memory_order_release);
+}
+
+void drain_queued_work() {
+  for (int d = 0; d < kMaxDevices; ++d) {
+    if (!g_queued[static_cast<size_t>(d)].load(std::memory_order_acquire)) continue;
+    bind_device(d);
+    cudaError_t err = cudaStreamSynchronize(stream(d, StreamKind::kCompute));
+    if (err != cudaSuccess) {
+      (void)cudaGetLastError();
+      throw Error(fmt::format(
+          "cuda({}): an asynchronous GPU error surfaced at a wait: {} ({}); with KILN_CUDA_LANES=async the op that "
+          "caused it is not known: rerun with KILN_CUDA_LANES=sync to have the failing op named",
+          d, cudaGetErrorName(err), cudaGetErrorString(err)));
+    }
+  }
+}
+
+void order_after_compute(int device, cudaStream_t s) {
+  if (!lanes_async() || !g_queued[static_cast<size_t>(device)].load(std::memory_order_acquire)) return;
+  // One event per thread and GPU, recorded anew each time: a wait captures
+  // the event's state when it is issued.
+  thread_local std::array<cudaEvent_t, kMaxDevices> events{};
+  cudaEvent_t& e = events[static_cast<size_t>(device)];
+  Device dev = Device::cuda(device);
+  bind_device(device);  // the event lives on `device`; callers bind their own device afterwards
+  if (e == nullptr) KILN_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), dev);
+  KILN_CUDA_CHECK(cudaEventRecord(e, stream(device, StreamKind::kCompute)), dev);
+  KILN_CUDA_CHECK(cudaStreamWaitEvent(s, e, 0), dev);
+}
 
 cublasHandle_t cublas_handle(int device, cudaStream_t s) {
   thread_local std::array<cublasHandle_t, kMaxDevices> handles{};
@@ -107,5 +159,16 @@ void flush_deferred_frees() {
   for (const storage::Block& b : tl_deferred) storage::pool(b.device).free(b);
   tl_deferred.clear();
 }
+
+namespace testing {
+
+bool lanes_async() { return cuda::lanes_async(); }
+void set_lanes_async(bool async) { cuda::set_lanes_async(async); }
+bool compute_stream_idle(int device) {
+  bind_device(device);
+  return cudaStreamQuery(stream(device, StreamKind::kCompute)) == cudaSuccess;
+}
+
+}  // namespace testing
 
 }  // namespace kiln::cuda

@@ -10,11 +10,20 @@
 // engine's copy lane picks one by direction). All are non-blocking streams
 // (they do not synchronize with the legacy default stream).
 //
-// Completion design (see README.md): an engine operation on a CUDA lane ends
-// with cudaStreamSynchronize on its stream (engine_lane.cc), MXNet's classic
-// scheme. So when an op completes its kernels have finished, device memory
-// it used may be reused at once, and an asynchronous kernel error surfaces
-// in that very op, with its name.
+// Completion design (see README.md), two modes (lanes_async()):
+//  - synchronous (the default; KILN_CUDA_LANES=sync): an engine operation on
+//    a CUDA lane ends with cudaStreamSynchronize on its stream
+//    (engine_lane.cc), MXNet's classic scheme. When an op completes its
+//    kernels have finished, device memory it used may be reused at once, and
+//    an asynchronous kernel error surfaces in that very op, with its name.
+//  - asynchronous (KILN_CUDA_LANES=async): a compute-lane op completes once
+//    its work is queued on the GPU's one compute stream. Every consumer of a
+//    GPU array is either a later compute op (ordered by the stream) or a copy,
+//    and a copy first makes its stream wait for the compute stream
+//    (order_after_compute), which also covers memory freed by a queued kernel
+//    and reused by the copy. Waits drain the compute streams
+//    (engine::detail::drain_cuda_lanes). A kernel error then surfaces at the
+//    next synchronization, not in the op that caused it.
 //
 // Thread safety: streams are shared; cuBLAS/cuDNN handles are per thread and
 // per device (a handle must not be used by two threads at once).
@@ -55,10 +64,24 @@ cudnnHandle_t cudnn_handle(int device, cudaStream_t s);
 bool tf32_allowed();
 void set_tf32_allowed(bool allowed);
 
+// Whether compute-lane ops complete at launch (KILN_CUDA_LANES=async) rather
+// than after a stream synchronize; read once from the environment, or set by
+// set_lanes_async before the first GPU op.
+bool lanes_async();
+void set_lanes_async(bool async);
+// Marks `device` as having queued work that a wait must drain (async mode).
+void note_queued_work(int device);
+// Waits for the compute stream of every GPU marked by note_queued_work.
+void drain_queued_work();
+// Makes `s` (a copy stream) wait for the work queued so far on the compute
+// stream of `device` (async mode; a no-op in synchronous mode).
+void order_after_compute(int device, cudaStream_t s);
+
 // Frees `block` after the current CUDA lane op has synchronized its stream
-// (for workspaces and temporaries a kernel launches work on). Outside a
-// CUDA lane op (no op running on this thread) it synchronizes the device and
-// frees at once.
+// (for workspaces and temporaries a kernel launches work on); in async mode,
+// at the end of the op (later users are ordered after its kernels by the
+// stream). Outside a CUDA lane op (no op running on this thread) it
+// synchronizes the device and frees at once.
 void free_after_sync(storage::Block block);
 // A temporary device buffer for the current op: allocated from the device's
 // pool, freed (free_after_sync) once the op's stream has been synchronized.

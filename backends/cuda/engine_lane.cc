@@ -1,16 +1,20 @@
 // The engine's hook for CUDA lanes (declared in runtime/engine_impl.h, called
 // by run_op for every op whose device is cuda(i)).
 //
-// Completion: synchronous per op. The op's function launches its work on
-// ctx.stream (compute lane: the GPU's compute stream; copy lane: the D2D
-// stream, and copies pick the H2D/D2H/D2D stream by direction and
+// Completion, synchronous mode (the default): the op's function launches its
+// work on ctx.stream (compute lane: the GPU's compute stream; copy lane: the
+// D2D stream, and copies pick the H2D/D2H/D2D stream by direction and
 // synchronize it themselves, copy.cc); the hook then waits for the stream.
 // So an op completes when its GPU work has finished, which keeps the engine's
 // dependency tracking exact (no cross-stream events needed), lets device
 // memory be reused as soon as it is freed, and attributes an asynchronous
 // kernel error (illegal address, failed launch) to the op that caused it.
-// The cost is a host/GPU round trip per op; an event-based scheme (op
-// completes when its event fires) is the planned next step (README.md).
+// The cost is a host/GPU round trip per op.
+//
+// Asynchronous mode (KILN_CUDA_LANES=async, device_runtime.h): a compute-lane
+// op completes once launched; the stream orders it before later compute ops,
+// copies order themselves after the compute stream, and waits drain it
+// (drain_cuda_lanes). Launch errors still name the op.
 #include "backends/cuda/device_runtime.h"
 #include "runtime/engine_impl.h"
 
@@ -46,7 +50,15 @@ void run_on_cuda_lane(Fn& fn, RunContext ctx) {
   // A launch error (bad configuration, no kernel image for this GPU) is
   // reported by cudaGetLastError; an execution error by the synchronize.
   KILN_CUDA_CHECK(cudaGetLastError(), ctx.device);
+  if (ctx.lane == Lane::kCompute && cuda::lanes_async()) {
+    cuda::note_queued_work(id);
+    return;
+  }
   KILN_CUDA_CHECK(cudaStreamSynchronize(s), ctx.device);
+}
+
+void drain_cuda_lanes() {
+  if (cuda::lanes_async()) cuda::drain_queued_work();
 }
 
 }  // namespace kiln::engine::detail

@@ -18,4 +18,11 @@ void launch_bad_config(void* stream);
 // asynchronously and is sticky (the process's CUDA context is lost).
 void launch_illegal_address(void* stream);
 
+// The lane mode (device_runtime.h: lanes_async / set_lanes_async), and
+// whether cuda(device)'s compute stream has finished everything queued on it
+// (implemented in device_runtime.cc).
+bool lanes_async();
+void set_lanes_async(bool async);
+bool compute_stream_idle(int device);
+
 }  // namespace kiln::cuda::testing

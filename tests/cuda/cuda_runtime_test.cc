@@ -3,6 +3,7 @@
 // Every test skips with one line on a machine without a GPU.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <numeric>
 #include <vector>
 
@@ -129,6 +130,58 @@ TEST(CudaErrors, LaunchErrorSurfacesWithTheOpName) {
   // The engine and the GPU keep working.
   NDArray ok = nd::ones({4}, {.device = kGpu}) * 3.0;
   EXPECT_EQ(ok.to_vector<float>(), (std::vector<float>{3, 3, 3, 3}));
+}
+
+// Asynchronous lanes (KILN_CUDA_LANES=async): compute ops complete at launch.
+// Each test switches the mode on for itself, whatever the environment says.
+class AsyncLanes : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (cuda_device_count() == 0) return;
+    engine::wait_all();
+    was_async_ = cuda::testing::lanes_async();
+    cuda::testing::set_lanes_async(true);
+  }
+  void TearDown() override {
+    if (cuda_device_count() == 0) return;
+    engine::wait_all();
+    cuda::testing::set_lanes_async(was_async_);
+  }
+  bool was_async_ = false;
+};
+
+TEST_F(AsyncLanes, ACopyWaitsForTheKernelsQueuedBeforeIt) {
+  KILN_REQUIRE_CUDA();
+  const int64_t n = int64_t{1} << 22;
+  NDArray x = nd::zeros({n}, {.device = kGpu});
+  for (int i = 0; i < 200; ++i) x = x + 1.0;
+  std::vector<float> v = x.to_vector<float>();  // a device-to-host copy right behind 200 queued kernels
+  EXPECT_EQ(std::count(v.begin(), v.end(), 200.0f), n);
+}
+
+TEST_F(AsyncLanes, MemoryReusedByACopyIsNotOverwrittenUnderAQueuedKernel) {
+  KILN_REQUIRE_CUDA();
+  const int64_t n = int64_t{1} << 22;
+  NDArray sum;
+  {
+    NDArray a = nd::ones({n}, {.device = kGpu});
+    NDArray acc = a;
+    for (int i = 0; i < 100; ++i) acc = acc + a;  // 100 queued kernels read a
+    sum = acc;
+  }  // a's block is back in the pool while those kernels may still be queued
+  std::vector<float> big(static_cast<size_t>(n), 1000.0f);
+  NDArray b = nd::array<float>(big, Shape{n}, kGpu);  // from the pool (a's block): written by a host-to-device copy
+  std::vector<float> got = sum.to_vector<float>();
+  EXPECT_EQ(std::count(got.begin(), got.end(), 101.0f), n);
+  EXPECT_EQ(b.to_vector<float>(), big);
+}
+
+TEST_F(AsyncLanes, AWaitDrainsTheComputeStream) {
+  KILN_REQUIRE_CUDA();
+  NDArray x = nd::zeros({int64_t{1} << 22}, {.device = kGpu});
+  for (int i = 0; i < 200; ++i) x = x * 1.5 + 1.0;
+  x.wait_to_read();
+  EXPECT_TRUE(cuda::testing::compute_stream_idle(0));
 }
 
 TEST(CudaErrors, NoSuchGpuIsADeviceError) {
