@@ -44,6 +44,7 @@ void NDArray::check_readable(std::string_view what) const {
 void NDArray::wait_to_read() const {
   check_readable("wait_to_read");
   engine::get().wait_for_var(chunk_->var);
+  engine::drain_device(device());
 }
 
 void NDArray::wait_to_write() const {

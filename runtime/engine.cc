@@ -134,4 +134,8 @@ Engine& get() {
 
 void wait_all() { get().wait_all(); }
 
+void drain_device(Device device) {
+  if (device.is_cuda()) detail::drain_cuda_lanes();
+}
+
 }  // namespace kiln::engine

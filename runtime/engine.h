@@ -155,4 +155,12 @@ Engine& get();
 // torn down their static objects.
 void wait_all();
 
+// With asynchronous CUDA lanes (KILN_CUDA_LANES=async) a GPU compute op
+// completes once queued: this returns once the GPU work queued so far on
+// `device` has finished (rethrowing an asynchronous GPU error); a no-op for
+// CPUs and with synchronous lanes. NDArray::wait_to_read calls it for GPU
+// arrays, and wait_all() for every GPU; reading values needs no drain (copies
+// order themselves after the GPU's work).
+void drain_device(Device device);
+
 }  // namespace kiln::engine

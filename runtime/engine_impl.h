@@ -34,10 +34,10 @@ uint64_t current_thread_id();
 void run_on_cuda_lane(Fn& fn, RunContext ctx);
 
 // With asynchronous CUDA lanes (KILN_CUDA_LANES=async, backends/cuda/README.md)
-// a compute op completes once its work is queued on the GPU's stream: waits
-// (wait_for_var, wait_all) call this afterwards, and it returns once every GPU
-// that ran such an op has finished the work queued so far, throwing an
-// asynchronous GPU error. A no-op otherwise (and without CUDA).
+// a compute op completes once its work is queued on the GPU's stream: wait_all
+// and drain_device call this, and it returns once every GPU that ran such an
+// op has finished the work queued so far, throwing an asynchronous GPU error.
+// A no-op otherwise (and without CUDA).
 void drain_cuda_lanes();
 
 // Runs `fn` with `ctx`, recording a profiler event when the profiler is on.

@@ -71,11 +71,8 @@ class NaiveEngine final : public Engine {
 
   void wait_for_var(Var* var) override {
     if (!var) return;
-    {
-      std::lock_guard<std::recursive_mutex> lock(mutex_);
-      if (var->error) std::rethrow_exception(var->error);
-    }
-    drain_cuda_lanes();
+    std::lock_guard<std::recursive_mutex> lock(mutex_);
+    if (var->error) std::rethrow_exception(var->error);
   }
 
   void wait_all() override {

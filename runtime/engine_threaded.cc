@@ -201,7 +201,6 @@ class ThreadedEngine final : public Engine {
       std::exception_ptr error = var->error;
       var->lock.unlock();
       if (error) std::rethrow_exception(error);
-      drain_cuda_lanes();
       return;
     }
     var->lock.unlock();
@@ -229,7 +228,6 @@ class ThreadedEngine final : public Engine {
     std::exception_ptr error = std::move(signal->error);
     signal->release();
     if (error) std::rethrow_exception(error);
-    drain_cuda_lanes();
   }
 
   void wait_all() override {
