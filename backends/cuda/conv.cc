@@ -358,9 +358,10 @@ cuda::BatchNormArgs batch_norm_args(const KernelContext& ctx, const BatchNormAtt
 void batch_norm(const KernelContext& ctx, std::span<const TensorView> in, std::span<const TensorView> out) {
   cuda::require_f32(in, out);
   cuda::BatchNormArgs args = batch_norm_args(ctx, ctx.attrs.as<BatchNormAttrs>(), in[0].shape);
+  cuda::Scratch ws(ctx.run.device, cuda::batch_norm_workspace_bytes(args));
   KILN_CUDA_LAUNCH(cuda::launch_batch_norm_forward(in[0].ptr<float>(), in[1].ptr<float>(), in[2].ptr<float>(),
                                                    in[3].ptr<float>(), in[4].ptr<float>(), out[0].ptr<float>(),
-                                                   out[1].ptr<float>(), out[2].ptr<float>(), args,
+                                                   out[1].ptr<float>(), out[2].ptr<float>(), args, ws.get(),
                                                    cuda::stream_of(ctx)),
                    ctx);
 }
@@ -369,9 +370,10 @@ void batch_norm(const KernelContext& ctx, std::span<const TensorView> in, std::s
 void batch_norm_backward(const KernelContext& ctx, std::span<const TensorView> in, std::span<const TensorView> out) {
   cuda::require_f32(in, out);
   cuda::BatchNormArgs args = batch_norm_args(ctx, ctx.attrs.as<BatchNormAttrs>(), in[1].shape);
+  cuda::Scratch ws(ctx.run.device, cuda::batch_norm_workspace_bytes(args));
   KILN_CUDA_LAUNCH(cuda::launch_batch_norm_backward(in[0].ptr<float>(), in[1].ptr<float>(), in[2].ptr<float>(),
                                                     in[3].ptr<float>(), in[4].ptr<float>(), out[0].ptr<float>(),
-                                                    out[1].ptr<float>(), out[2].ptr<float>(), args,
+                                                    out[1].ptr<float>(), out[2].ptr<float>(), args, ws.get(),
                                                     cuda::stream_of(ctx)),
                    ctx);
 }

@@ -90,7 +90,13 @@ struct ReduceIndex {
   int64_t outputs = 1;
   int64_t count = 1;
 };
-cudaError_t launch_reduce(ReduceOp op, const float* x, float* y, const ReduceIndex& index, cudaStream_t s);
+// The device workspace launch_reduce needs (0: none; a Scratch the caller
+// keeps until the op's stream is synchronized). Few outputs with long
+// reductions (not arg reductions) run in two passes: partial results per
+// (output, chunk) in the workspace, then one warp per output combines them.
+size_t reduce_workspace_bytes(ReduceOp op, const ReduceIndex& index);
+cudaError_t launch_reduce(ReduceOp op, const float* x, float* y, const ReduceIndex& index, void* workspace,
+                          cudaStream_t s);
 
 // ---- nn (nn.cu), float32; rows are [outer, n, inner] splits along an axis
 cudaError_t launch_softmax(const float* x, float* y, int64_t outer, int64_t n, int64_t inner, float inv_temperature,
@@ -127,13 +133,17 @@ struct BatchNormArgs {
   float eps = 1e-3f, momentum = 0.9f;
   bool fix_gamma = true, train = false;
 };
+// The device workspace either launcher needs for `a` (a Scratch the caller
+// keeps until the op's stream is synchronized; contents need no setup).
+size_t batch_norm_workspace_bytes(const BatchNormArgs& a);
+// y may be x (in place).
 cudaError_t launch_batch_norm_forward(const float* x, const float* gamma, const float* beta, float* moving_mean,
                                       float* moving_var, float* y, float* mean, float* var, const BatchNormArgs& a,
-                                      cudaStream_t s);
+                                      void* workspace, cudaStream_t s);
 // dx may be dy (in place).
 cudaError_t launch_batch_norm_backward(const float* dy, const float* x, const float* gamma, const float* mean,
                                        const float* var, float* dx, float* d_gamma, float* d_beta,
-                                       const BatchNormArgs& a, cudaStream_t s);
+                                       const BatchNormArgs& a, void* workspace, cudaStream_t s);
 
 }  // namespace kiln::cuda
 

@@ -1,4 +1,7 @@
 // CUDA kernels of the reduce family (reduce.cu), float32.
+#include <optional>
+
+#include "backends/cuda/device_runtime.h"
 #include "backends/cuda/kernel_util.h"
 #include "ir/ops/reduce.h"
 
@@ -7,18 +10,31 @@ namespace {
 
 using cuda::ReduceOp;
 
+// Appends an axis of extent n and stride `stride` to (shape, strides):
+// extent-1 axes are left out, and an axis folds into the previous one when
+// the two walk memory as one (the previous stride is n * stride), so the
+// flat index over the axes, and with it argmax's position, is unchanged.
+void push_axis(int& ndim, int64_t* shape, int64_t* strides, int64_t n, int64_t stride) {
+  if (n == 1) return;
+  if (ndim > 0 && strides[ndim - 1] == n * stride) {
+    shape[ndim - 1] *= n;
+    strides[ndim - 1] = stride;
+    return;
+  }
+  shape[ndim] = n;
+  strides[ndim++] = stride;
+}
+
 // Splits x's axes into kept (outer, in order) and reduced (inner) by `mask`.
 cuda::ReduceIndex make_index(const Shape& x, uint32_t mask) {
   cuda::ReduceIndex ix;
   auto strides = x.strides();
   for (int d = 0; d < x.ndim(); ++d) {
     if (mask & (1u << d)) {
-      ix.inner_shape[ix.inner_ndim] = x[d];
-      ix.inner_stride[ix.inner_ndim++] = strides[d];
+      push_axis(ix.inner_ndim, ix.inner_shape, ix.inner_stride, x[d], strides[d]);
       ix.count *= x[d];
     } else {
-      ix.outer_shape[ix.outer_ndim] = x[d];
-      ix.outer_stride[ix.outer_ndim++] = strides[d];
+      push_axis(ix.outer_ndim, ix.outer_shape, ix.outer_stride, x[d], strides[d]);
       ix.outputs *= x[d];
     }
   }
@@ -27,7 +43,11 @@ cuda::ReduceIndex make_index(const Shape& x, uint32_t mask) {
 
 void run(const KernelContext& ctx, ReduceOp op, const TensorView& x, const TensorView& y, uint32_t mask) {
   cuda::require_f32(std::span<const TensorView>(&x, 1), std::span<const TensorView>(&y, 1));
-  KILN_CUDA_LAUNCH(cuda::launch_reduce(op, x.ptr<float>(), y.ptr<float>(), make_index(x.shape, mask),
+  const cuda::ReduceIndex index = make_index(x.shape, mask);
+  const size_t bytes = cuda::reduce_workspace_bytes(op, index);
+  std::optional<cuda::Scratch> ws;
+  if (bytes > 0) ws.emplace(ctx.run.device, bytes);
+  KILN_CUDA_LAUNCH(cuda::launch_reduce(op, x.ptr<float>(), y.ptr<float>(), index, ws ? ws->get() : nullptr,
                                        cuda::stream_of(ctx)),
                    ctx);
 }

@@ -1,11 +1,20 @@
-// Reductions over axes (sum, mean, max, min, prod, L1/L2 norm, argmax/argmin):
-// one block per output element, each thread strides over the reduced
-// elements, then a shared-memory tree combines the block. Simple and correct
-// for every axis layout; a warp-per-row or two-pass variant for very long
-// reductions into few outputs is future work (README.md).
+// Reductions over axes (sum, mean, max, min, prod, L1/L2 norm, argmax/argmin).
+//
+// Many outputs (or short reductions, or arg reductions): one block per
+// output element, each thread strides over the reduced elements, then a
+// shared-memory tree combines the block.
+//
+// Few outputs with long reductions (a conv bias gradient: sum over (0, 2, 3)
+// of N x C x H x W, C outputs of N*H*W each), when the reduced axes fold into
+// at most two (rows x cols with strides): two passes, so the whole GPU reads.
+// A grid of (output, chunk) blocks writes each chunk's partial result to the
+// workspace (float4 loads when the rows are contiguous and 16-byte aligned),
+// then one warp per output combines the partials and applies the final step
+// (mean's division, L2's square root).
 #include <cfloat>
 
 #include "backends/cuda/kernels.h"
+#include "backends/cuda/row_walk.cuh"
 
 namespace kiln::cuda {
 
@@ -104,10 +113,135 @@ __global__ void reduce_kernel(ReduceOp op, const float* __restrict__ x, float* _
   }
 }
 
+// ---- two passes for few, long reductions
+
+constexpr int kWarps = kThreads / 32;
+constexpr int64_t kTargetBlocks = 2048;         // a few waves of 256 threads on 132 SMs
+constexpr int64_t kMinPerBlock = 4 * kThreads;  // items per (output, chunk) block
+
+// The reduced elements as rows x cols (in items of `vec` floats) with strides.
+struct Plan {
+  bool two_pass = false;
+  int vec = 1;
+  int64_t cols = 1, row_stride = 0, col_stride = 1, n = 0;  // n = rows * cols items per output
+  ChunkSplit split;
+};
+
+bool is_arg(ReduceOp op) { return op == ReduceOp::kArgmax || op == ReduceOp::kArgmin; }
+
+Plan make_plan(ReduceOp op, const ReduceIndex& ix, bool vec4) {
+  Plan p;
+  if (is_arg(op) || ix.inner_ndim < 1 || ix.inner_ndim > 2 || ix.count <= 0) return p;
+  int64_t rows = 1;
+  if (ix.inner_ndim == 2) {
+    rows = ix.inner_shape[0];
+    p.row_stride = ix.inner_stride[0];
+  }
+  p.cols = ix.inner_shape[ix.inner_ndim - 1];
+  p.col_stride = ix.inner_stride[ix.inner_ndim - 1];
+  if (vec4) {
+    // Whole rows of float4 at 16-byte aligned offsets from every output's base.
+    bool ok = p.col_stride == 1 && p.cols % 4 == 0 && p.row_stride % 4 == 0;
+    for (int d = 0; d < ix.outer_ndim; ++d) ok = ok && ix.outer_stride[d] % 4 == 0;
+    if (!ok) return make_plan(op, ix, false);
+    p.vec = 4;
+    p.cols /= 4;
+    p.row_stride /= 4;
+  }
+  p.n = rows * p.cols;
+  int64_t per_output = (kTargetBlocks + ix.outputs - 1) / ix.outputs;
+  p.split = split_chunks(p.n, per_output < 65535 ? per_output : 65535, kMinPerBlock);
+  p.two_pass = p.split.chunks >= 2;
+  return p;
+}
+
+__device__ __forceinline__ float warp_combine(ReduceOp op, float v) {
+  for (int d = 16; d > 0; d /= 2) v = combine(op, v, __shfl_xor_sync(0xffffffffu, v, d));
+  return v;
+}
+
+template <int kVec> struct VecOf;
+template <> struct VecOf<1> { using T = float; };
+template <> struct VecOf<4> { using T = float4; };
+
+// partials[o][chunk]: chunk blockIdx.y of output blockIdx.x, `prepare`d and combined.
+template <int kVec>
+__global__ void partial_kernel(ReduceOp op, const float* __restrict__ x, float* __restrict__ partials,
+                               ReduceIndex ix, Plan p) {
+  using V = typename VecOf<kVec>::T;
+  __shared__ float warp_values[kWarps];
+  const int64_t o = blockIdx.x;
+  int64_t base = 0, rest = o;
+  for (int d = ix.outer_ndim - 1; d >= 0; --d) {
+    base += (rest % ix.outer_shape[d]) * ix.outer_stride[d];
+    rest /= ix.outer_shape[d];
+  }
+  const int64_t begin = static_cast<int64_t>(blockIdx.y) * p.split.len;
+  const int64_t end = begin + p.split.len < p.n ? begin + p.split.len : p.n;
+  const V* xv = reinterpret_cast<const V*>(x);
+  float acc = identity_of(op);
+  for_each_in_range(begin, end, p.cols, p.row_stride, p.col_stride, base / kVec, [&](int64_t i) {
+    if constexpr (kVec == 4) {
+      float4 v = xv[i];
+      acc = combine(op, acc, combine(op, combine(op, prepare(op, v.x), prepare(op, v.y)),
+                                     combine(op, prepare(op, v.z), prepare(op, v.w))));
+    } else {
+      acc = combine(op, acc, prepare(op, xv[i]));
+    }
+  });
+  acc = warp_combine(op, acc);
+  if (threadIdx.x % 32 == 0) warp_values[threadIdx.x / 32] = acc;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < kWarps; ++w) acc = combine(op, acc, warp_values[w]);
+    partials[o * gridDim.y + blockIdx.y] = acc;
+  }
+}
+
+// One warp per output: combines its `chunks` partials, then mean's division or L2's root.
+__global__ void combine_kernel(ReduceOp op, const float* __restrict__ partials, int64_t chunks,
+                               float* __restrict__ y, int64_t outputs, int64_t count) {
+  const int64_t o = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (o >= outputs) return;  // the whole warp: o depends on the warp only
+  float acc = identity_of(op);
+  for (int64_t j = lane; j < chunks; j += 32) acc = combine(op, acc, partials[o * chunks + j]);
+  acc = warp_combine(op, acc);
+  if (lane == 0) {
+    if (op == ReduceOp::kMean) acc = acc / static_cast<float>(count);
+    if (op == ReduceOp::kNormL2) acc = sqrtf(acc);
+    y[o] = acc;
+  }
+}
+
+size_t partials_bytes(const ReduceIndex& ix, const Plan& p) {
+  return p.two_pass ? static_cast<size_t>(ix.outputs * p.split.chunks) * sizeof(float) : 0;
+}
+
 }  // namespace
 
-cudaError_t launch_reduce(ReduceOp op, const float* x, float* y, const ReduceIndex& index, cudaStream_t s) {
+size_t reduce_workspace_bytes(ReduceOp op, const ReduceIndex& index) {
+  if (index.outputs == 0) return 0;
+  // Either plan (x's alignment picks one at launch).
+  size_t scalar = partials_bytes(index, make_plan(op, index, false));
+  size_t vec = partials_bytes(index, make_plan(op, index, true));
+  return scalar > vec ? scalar : vec;
+}
+
+cudaError_t launch_reduce(ReduceOp op, const float* x, float* y, const ReduceIndex& index, void* workspace,
+                          cudaStream_t s) {
   if (index.outputs == 0) return cudaSuccess;
+  const Plan p = make_plan(op, index, (reinterpret_cast<uintptr_t>(x) & 15) == 0);
+  if (p.two_pass) {
+    float* partials = static_cast<float*>(workspace);
+    dim3 grid(static_cast<unsigned>(index.outputs), static_cast<unsigned>(p.split.chunks));
+    if (p.vec == 4) partial_kernel<4><<<grid, kThreads, 0, s>>>(op, x, partials, index, p);
+    else partial_kernel<1><<<grid, kThreads, 0, s>>>(op, x, partials, index, p);
+    if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+    unsigned blocks = static_cast<unsigned>((index.outputs + kWarps - 1) / kWarps);
+    combine_kernel<<<blocks, kThreads, 0, s>>>(op, partials, p.split.chunks, y, index.outputs, index.count);
+    return cudaGetLastError();
+  }
   int64_t blocks = index.outputs < 65535 * 8 ? index.outputs : 65535 * 8;
   reduce_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, s>>>(op, x, y, index);
   return cudaGetLastError();
