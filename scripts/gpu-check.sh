@@ -12,6 +12,12 @@
 # CUDA's own (cudart, cuBLAS, cuDNN are found on the GPU machine: /usr/local/cuda, or the NVIDIA
 # wheels beside PyTorch). Fashion-MNIST is carried too when it is here, for the training runs.
 #
+# Two optional extras for a bundle that carries untested GPU code (both outside git):
+# KILN_GPU_BUNDLE_FALLBACK_LIB=FILE packs a libkiln.so.0 built from an earlier commit; when
+# op_parity_test fails with the new library, the later steps run with the fallback (so a broken
+# kernel does not cost the training runs). KILN_GPU_BUNDLE_EXTRA=DIR packs the programs in DIR
+# (standalone GPU checks, statically linked to cudart), each run with a 60 s timeout after the tests.
+#
 # Prints every command before running it, and a summary line per step at the end; exits non-zero
 # when a step failed. Every step runs under `timeout`, and the whole check keeps to a budget
 # (KILN_GPU_CHECK_BUDGET_S, default 480 s): a step that would start past it is skipped, so a hang
@@ -21,7 +27,8 @@
 # PyTorch twin of the ResNet-18 recipe on the GPU in the background, one 2-epoch run per seed, to
 # measure the recipe's spread of test accuracy (issue 3). KILN_GPU_CHECK_CHAPTER=N (default 0: off)
 # trains ResNet-18 hybridized for N epochs (the chapter's 12.6: 10) and then the PyTorch twin for N
-# epochs, one after the other, for s/epoch and test accuracy side by side. Logs go to $OUT when set.
+# epochs, one after the other, for s/epoch and test accuracy side by side. Every step's log is packed
+# into $OUT/gpu-check-logs.tgz when OUT is set (the device tool's output folder).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -75,6 +82,12 @@ if [[ "${1:-}" == "bundle" ]]; then
   else
     echo "no Fashion-MNIST under $data: the bundle has no training data (the training runs will be skipped)"
   fi
+  if [[ -n ${KILN_GPU_BUNDLE_FALLBACK_LIB:-} ]]; then
+    mkdir -p "$stage/kiln/lib-fallback" && cp -L "$KILN_GPU_BUNDLE_FALLBACK_LIB" "$stage/kiln/lib-fallback/libkiln.so.0"
+  fi
+  if [[ -n ${KILN_GPU_BUNDLE_EXTRA:-} ]]; then
+    mkdir -p "$stage/kiln/extra" && cp -L "$KILN_GPU_BUNDLE_EXTRA"/* "$stage/kiln/extra/"
+  fi
   git rev-parse HEAD >"$stage/kiln/COMMIT"
   mkdir -p "$bundle_dir"
   run tar -C "$stage" -cJf "$bundle" kiln || exit 1
@@ -113,6 +126,8 @@ if [[ -f $bundle ]]; then
   bin=$dest/kiln/bin
   export LD_LIBRARY_PATH="$dest/kiln/lib:${cuda_libs}${LD_LIBRARY_PATH:-}"
   [[ -d $dest/kiln/fashion-mnist ]] && export KILN_FASHION_MNIST_DIR=$dest/kiln/fashion-mnist
+  fallback_lib=$dest/kiln/lib-fallback
+  extra_dir=$dest/kiln/extra
 else
   step "no bundle: build from source into build-gpu/ (needs Kiln's dependencies on this machine)"
   start=$SECONDS
@@ -128,8 +143,8 @@ echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
 missing=$(ldd "$bin/kiln" | grep "not found")
 [[ -n $missing ]] && echo "MISSING LIBRARIES:" && echo "$missing"
 
-logs=${OUT:-/tmp/kiln-gpu-logs}
-mkdir -p "$logs"
+logs=/tmp/kiln-gpu-logs  # packed into $OUT/gpu-check-logs.tgz at the end (the device tool returns 8 files at most)
+rm -rf "$logs" && mkdir -p "$logs"
 data_dir=${KILN_FASHION_MNIST_DIR:-/usr/share/datasets/fashion-mnist}
 have_data=0
 [[ -f $data_dir/train-images-idx3-ubyte.gz ]] && have_data=1
@@ -154,6 +169,21 @@ for t in "${gpu_tests[@]}"; do
   timed 90 "$bin/$t" --gtest_color=no 2>&1 | tee "$logs/$t.log" | grep -v '^\[       OK \]\|^\[ RUN      \]'
   record "$t" "${PIPESTATUS[0]}"
 done
+
+if [[ -n ${fallback_lib:-} && -d $fallback_lib ]] && grep -q "FAIL  op_parity_test" <(printf '%s\n' "${summary[@]}"); then
+  step "op_parity_test failed: the later steps use the fallback library (an earlier commit's libkiln)"
+  export LD_LIBRARY_PATH="$fallback_lib:$LD_LIBRARY_PATH"
+  timed 90 "$bin/op_parity_test" --gtest_color=no 2>&1 | tail -5
+  record "op_parity_test (fallback library)" "${PIPESTATUS[0]}"
+fi
+
+if [[ -n ${extra_dir:-} && -d $extra_dir ]]; then
+  step "extra standalone GPU checks from the bundle"
+  for p in "$extra_dir"/*; do
+    timed 60 "$p" 2>&1 | tee "$logs/$(basename "$p").log" | tail -40
+    record "extra: $(basename "$p")" "${PIPESTATUS[0]}"
+  done
+fi
 
 # The same programs with asynchronous lanes (KILN_CUDA_LANES=async: compute ops complete at launch),
 # except cuda_fault_test, which checks that the synchronous mode names the failing op. When they
@@ -231,6 +261,8 @@ if [[ -n $torch_pid ]]; then
   grep test_acc "$logs/torch_resnet18_seeds.log"
   tail -3 "$logs/torch_resnet18_seeds.log" | grep -iv test_acc
 fi
+
+[[ -n ${OUT:-} ]] && tar -C "$logs" -czf "$OUT/gpu-check-logs.tgz" .
 
 step "summary"
 printf '%s\n' "${summary[@]}"
