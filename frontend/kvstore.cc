@@ -6,6 +6,7 @@
 
 #include "frontend/invoke.h"
 #include "ir/dtype.h"
+#include "ir/ops/nn.h"
 #include "runtime/device_copy.h"
 
 namespace kiln::kv {
@@ -52,8 +53,13 @@ void sum_async(const std::vector<NDArray>& inputs, const NDArray& out, int prior
     // On a GPU every input is on out's device (reduce_flat staged them): the
     // registry's add_n (or copy) kernel of that device writes out in place.
     NDArray dst = out;
-    invoke(inputs.size() == 1 ? OpId::kCopy : OpId::kAddN, std::span<const NDArray>(inputs), {},
-           {.out = {&dst, 1}, .priority = priority});
+    const InvokeOptions options{.out = {&dst, 1}, .priority = priority};
+    if (inputs.size() == 1) {
+      invoke(OpId::kCopy, std::span<const NDArray>(inputs), {}, options);
+    } else {
+      invoke(OpId::kAddN, std::span<const NDArray>(inputs),
+             OpAttrs::make(AddNAttrs{static_cast<int>(inputs.size())}), options);
+    }
     return;
   }
   std::vector<engine::Var*> reads;

@@ -155,7 +155,8 @@ Engine& get();
 // torn down their static objects.
 void wait_all();
 
-// With asynchronous CUDA lanes (KILN_CUDA_LANES=async) a GPU compute op
+// With asynchronous CUDA lanes (the default; KILN_CUDA_LANES=sync turns them
+// off) a GPU compute op
 // completes once queued: this returns once the GPU work queued so far on
 // `device` has finished (rethrowing an asynchronous GPU error); a no-op for
 // CPUs and with synchronous lanes. NDArray::wait_to_read calls it for GPU

@@ -33,7 +33,7 @@ uint64_t current_thread_id();
 // stream has finished the op's work, throwing the op's asynchronous errors.
 void run_on_cuda_lane(Fn& fn, RunContext ctx);
 
-// With asynchronous CUDA lanes (KILN_CUDA_LANES=async, backends/cuda/README.md)
+// With asynchronous CUDA lanes (the default, backends/cuda/README.md)
 // a compute op completes once its work is queued on the GPU's stream: wait_all
 // and drain_device call this, and it returns once every GPU that ran such an
 // op has finished the work queued so far, throwing an asynchronous GPU error.

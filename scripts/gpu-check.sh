@@ -26,7 +26,7 @@
 # ResNet-18's; KILN_GPU_CHECK_TORCH_SEEDS (default "0 1 2 3 4 5 6 7", empty to skip) runs the
 # PyTorch twin of the ResNet-18 recipe on the GPU in the background, one 2-epoch run per seed, to
 # measure the recipe's spread of test accuracy (issue 3). KILN_GPU_CHECK_CHAPTER=N (default 0: off)
-# trains ResNet-18 hybridized for N epochs (the chapter's 12.6: 10) and then the PyTorch twin for N
+# trains ResNet-18 (imperative: the faster mode on a GPU today) for N epochs (the chapter's 12.6: 10) and then the PyTorch twin for N
 # epochs, one after the other, for s/epoch and test accuracy side by side. Every step's log is packed
 # into $OUT/gpu-check-logs.tgz when OUT is set (the device tool's output folder).
 set -uo pipefail
@@ -185,22 +185,15 @@ if [[ -n ${extra_dir:-} && -d $extra_dir ]]; then
   done
 fi
 
-# The same programs with asynchronous lanes (KILN_CUDA_LANES=async: compute ops complete at launch),
-# except cuda_fault_test, which checks that the synchronous mode names the failing op. When they
-# pass, the training runs below use that mode too (lanes=async), else the synchronous default.
-step "GPU tests with KILN_CUDA_LANES=async"
-async_ok=1
+# The same programs with synchronous lanes (KILN_CUDA_LANES=sync, the debugging mode: every GPU op
+# finishes before the next; cuda_fault_test always runs so).
+step "GPU tests with KILN_CUDA_LANES=sync"
 for t in "${gpu_tests[@]}"; do
   [[ $t == cuda_fault_test ]] && continue
-  KILN_CUDA_LANES=async timed 90 "$bin/$t" --gtest_color=no 2>&1 | tee "$logs/$t.async.log" \
+  KILN_CUDA_LANES=sync timed 90 "$bin/$t" --gtest_color=no 2>&1 | tee "$logs/$t.sync.log" \
     | grep -v '^\[       OK \]\|^\[ RUN      \]'
-  rc=${PIPESTATUS[0]}
-  record "$t (async lanes)" "$rc"
-  [[ $rc -ne 0 ]] && async_ok=0
+  record "$t (sync lanes)" "${PIPESTATUS[0]}"
 done
-lanes=sync
-[[ $async_ok == 1 ]] && lanes=async
-echo "lanes for the runs below: $lanes"
 
 if [[ "${KILN_GPU_CHECK_QUICK:-0}" != 1 ]]; then
   epochs=${KILN_GPU_CHECK_EPOCHS:-1}
@@ -214,15 +207,13 @@ if [[ "${KILN_GPU_CHECK_QUICK:-0}" != 1 ]]; then
     timed 240 "$bin/kiln" train --data "$data_dir" --model resnet18 --epochs "$resnet_epochs" --batch-size 256 --lr 0.1 \
       --devices cuda:0 --log "$logs/kiln_resnet18.jsonl"
     record "kiln train resnet18 cuda:0" $?
-    if [[ $lanes == async ]]; then
-      step "ResNet-18 with asynchronous lanes, imperative and hybridized ($resnet_epochs epoch(s) each)"
-      KILN_CUDA_LANES=async timed 240 "$bin/kiln" train --data "$data_dir" --model resnet18 --epochs "$resnet_epochs" \
-        --batch-size 256 --lr 0.1 --devices cuda:0
-      record "kiln train resnet18 cuda:0 (async lanes)" $?
-      KILN_CUDA_LANES=async timed 240 "$bin/kiln" train --data "$data_dir" --model resnet18 --epochs "$resnet_epochs" \
-        --batch-size 256 --lr 0.1 --devices cuda:0 --hybridize
-      record "kiln train resnet18 cuda:0 --hybridize (async lanes)" $?
-    fi
+    step "ResNet-18 with synchronous lanes, imperative ($resnet_epochs epoch(s)): the cost of a round trip per op"
+    KILN_CUDA_LANES=sync timed 240 "$bin/kiln" train --data "$data_dir" --model resnet18 --epochs "$resnet_epochs" \
+      --batch-size 256 --lr 0.1 --devices cuda:0
+    record "kiln train resnet18 cuda:0 (sync lanes)" $?
+    timed 240 "$bin/kiln" train --data "$data_dir" --model resnet18 --epochs "$resnet_epochs" \
+      --batch-size 256 --lr 0.1 --devices cuda:0 --hybridize
+    record "kiln train resnet18 cuda:0 --hybridize" $?
     step "data parallelism over cuda:0 and cpu:0 (the chapter's experiments, LeNet through the Trainer)"
     timed 90 "$bin/kiln" example --quick --devices cuda:0,cpu:0
     record "kiln example --devices cuda:0,cpu:0" $?
@@ -236,10 +227,10 @@ fi
 
 chapter_epochs=${KILN_GPU_CHECK_CHAPTER:-0}
 if [[ $chapter_epochs -gt 0 && $have_data == 1 ]]; then
-  step "the chapter's ResNet-18 run: $chapter_epochs epochs, Kiln hybridized then PyTorch eager, one after the other"
-  KILN_CUDA_LANES=$lanes timed 300 "$bin/kiln" train --data "$data_dir" --model resnet18 --epochs "$chapter_epochs" \
-    --batch-size 256 --lr 0.1 --devices cuda:0 --hybridize --log "$logs/kiln_resnet18_chapter.jsonl"
-  record "kiln train resnet18 cuda:0 --hybridize, $chapter_epochs epochs" $?
+  step "the chapter's ResNet-18 run: $chapter_epochs epochs, Kiln imperative then PyTorch eager, one after the other"
+  timed 300 "$bin/kiln" train --data "$data_dir" --model resnet18 --epochs "$chapter_epochs" \
+    --batch-size 256 --lr 0.1 --devices cuda:0 --log "$logs/kiln_resnet18_chapter.jsonl"
+  record "kiln train resnet18 cuda:0, $chapter_epochs epochs" $?
   PYTHONUNBUFFERED=1 timed 200 python3 bench/pytorch_resnet18_fashion.py --device cuda --data "$data_dir" \
     --epochs "$chapter_epochs" --seeds 0
   record "PyTorch resnet18 cuda, $chapter_epochs epochs" $?
@@ -248,10 +239,8 @@ fi
 step "GPU benchmarks"
 timed 60 "$bin/kiln" bench cuda_
 record "kiln bench cuda_" $?
-if [[ $lanes == async ]]; then
-  KILN_CUDA_LANES=async timed 60 "$bin/kiln" bench cuda_op_latency cuda_elemwise
-  record "kiln bench cuda_ (async lanes)" $?
-fi
+KILN_CUDA_LANES=sync timed 60 "$bin/kiln" bench cuda_op_latency
+record "kiln bench cuda_op_latency (sync lanes)" $?
 
 if [[ -n $torch_pid ]]; then
   step "PyTorch recipe seeds (waiting at most for what is left of the budget)"

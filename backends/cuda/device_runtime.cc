@@ -71,7 +71,7 @@ bool lanes_async() {
   int v = g_async.load(std::memory_order_relaxed);
   if (v < 0) {
     const char* env = std::getenv("KILN_CUDA_LANES");
-    v = env != nullptr && std::string_view(env) == "async" ? 1 : 0;
+    v = env != nullptr && std::string_view(env) == "sync" ? 0 : 1;
     g_async.store(v, std::memory_order_relaxed);
   }
   return v == 1;

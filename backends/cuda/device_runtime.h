@@ -11,12 +11,12 @@
 // (they do not synchronize with the legacy default stream).
 //
 // Completion design (see README.md), two modes (lanes_async()):
-//  - synchronous (the default; KILN_CUDA_LANES=sync): an engine operation on
+//  - synchronous (KILN_CUDA_LANES=sync, for debugging): an engine operation on
 //    a CUDA lane ends with cudaStreamSynchronize on its stream
 //    (engine_lane.cc), MXNet's classic scheme. When an op completes its
 //    kernels have finished, device memory it used may be reused at once, and
 //    an asynchronous kernel error surfaces in that very op, with its name.
-//  - asynchronous (KILN_CUDA_LANES=async): a compute-lane op completes once
+//  - asynchronous (the default): a compute-lane op completes once
 //    its work is queued on the GPU's one compute stream. Every consumer of a
 //    GPU array is either a later compute op (ordered by the stream) or a copy,
 //    and a copy first makes its stream wait for the compute stream
@@ -64,9 +64,9 @@ cudnnHandle_t cudnn_handle(int device, cudaStream_t s);
 bool tf32_allowed();
 void set_tf32_allowed(bool allowed);
 
-// Whether compute-lane ops complete at launch (KILN_CUDA_LANES=async) rather
-// than after a stream synchronize; read once from the environment, or set by
-// set_lanes_async before the first GPU op.
+// Whether compute-lane ops complete at launch (the default) rather than after
+// a stream synchronize (KILN_CUDA_LANES=sync); read once from the
+// environment, or set by set_lanes_async while no GPU work is pending.
 bool lanes_async();
 void set_lanes_async(bool async);
 // Marks `device` as having queued work that a wait must drain (async mode).

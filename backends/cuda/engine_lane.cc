@@ -1,7 +1,7 @@
 // The engine's hook for CUDA lanes (declared in runtime/engine_impl.h, called
 // by run_op for every op whose device is cuda(i)).
 //
-// Completion, synchronous mode (the default): the op's function launches its
+// Completion, synchronous mode (KILN_CUDA_LANES=sync): the op's function launches its
 // work on ctx.stream (compute lane: the GPU's compute stream; copy lane: the
 // D2D stream, and copies pick the H2D/D2H/D2D stream by direction and
 // synchronize it themselves, copy.cc); the hook then waits for the stream.
@@ -11,8 +11,8 @@
 // kernel error (illegal address, failed launch) to the op that caused it.
 // The cost is a host/GPU round trip per op.
 //
-// Asynchronous mode (KILN_CUDA_LANES=async, device_runtime.h): a compute-lane
-// op completes once launched; the stream orders it before later compute ops,
+// Asynchronous mode (the default, device_runtime.h): a compute-lane op
+// completes once launched; the stream orders it before later compute ops,
 // copies order themselves after the compute stream, and waits drain it
 // (drain_cuda_lanes). Launch errors still name the op.
 #include "backends/cuda/device_runtime.h"

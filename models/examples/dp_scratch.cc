@@ -84,10 +84,13 @@ void train_batch(const NDArray& X, const NDArray& y, std::vector<std::vector<NDA
   for (const NDArray& l : ls) loss_sum += l.copy_to(loss_sum.device());
 }
 
+// On the device of `params` (the first device's copy).
 double test_accuracy(const data::FashionMNIST& test, const std::vector<NDArray>& params) {
-  NDArray correct = nd::zeros({1});
+  const Device device = params[0].device();
+  NDArray correct = nd::zeros({1}, {.device = device});
   for (const data::Batch& b : data::DataLoader(test, 256)) {
-    correct += nd::sum(nd::argmax(lenet(b.data, params), 1) == b.label).reshape({1});
+    NDArray X = b.data.copy_to(device), y = b.label.copy_to(device);
+    correct += nd::sum(nd::argmax(lenet(X, params), 1) == y).reshape({1});
   }
   return correct.item<double>() / static_cast<double>(test.size());
 }

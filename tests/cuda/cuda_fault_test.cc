@@ -1,7 +1,11 @@
 // An asynchronous kernel fault (an illegal address) surfaces as a kiln::Error
-// naming the op at the next wait. Its own program: the fault destroys the
-// process's CUDA context, so no other GPU test may run after it.
+// naming the op at the next wait, with synchronous lanes (KILN_CUDA_LANES=sync,
+// the debugging mode this test sets; asynchronous lanes report it at the next
+// synchronization without the op's name). Its own program: the fault destroys
+// the process's CUDA context, so no other GPU test may run after it.
 #include <gtest/gtest.h>
+
+#include <cstdlib>
 
 #include "frontend/nd.h"
 #include "frontend/ndarray.h"
@@ -11,6 +15,8 @@
 
 namespace kiln {
 namespace {
+
+[[maybe_unused]] const bool kSyncLanes = [] { return setenv("KILN_CUDA_LANES", "sync", 1) == 0; }();
 
 TEST(CudaFault, IllegalAddressSurfacesAtTheNextWaitWithTheOpName) {
   KILN_REQUIRE_CUDA();
