@@ -75,9 +75,10 @@ std::string_view pipeline() {
 // have no gradient (autograd differentiates the graph above, and
 // TrainProgram fuses its forward and backward graphs after the split).
 // Fusions of layers with their activations (fuse-conv-activation) go before
-// fuse-elementwise. KILN_FUSE=0 leaves this out (for measuring).
-std::string_view executor_pipeline() {
-  return passes::fuse_elementwise_enabled() ? "fuse-elementwise,eliminate-dead-code" : "";
+// fuse-elementwise. KILN_FUSE=0 leaves this out (for measuring); so does a
+// graph on a GPU (passes::fuse_elementwise_on).
+std::string_view executor_pipeline(Device device) {
+  return passes::fuse_elementwise_on(device) ? "fuse-elementwise,eliminate-dead-code" : "";
 }
 
 std::string CachedOp::optimize(trace::TracedGraph& traced, bool train_mode, const std::string& what,
@@ -212,7 +213,7 @@ std::vector<NDArray> CachedOp::call(nn::Block& block, std::span<const NDArray> i
   if (!autograd::is_recording() && entry->compilable) {
     std::call_once(entry->compile_once, [&] {
       auto graph = std::make_shared<trace::TracedGraph>(t);
-      std::string report = optimize(*graph, entry->key.train, block.display_name(), executor_pipeline());
+      std::string report = optimize(*graph, entry->key.train, block.display_name(), executor_pipeline(t.device));
       entry->executor = std::make_unique<GraphExecutor>(std::move(graph));
       std::lock_guard lock(mutex_);
       pass_report_ += report;

@@ -95,7 +95,7 @@ std::shared_ptr<const TrainProgram> TrainProgram::compile(const trace::TracedGra
   // outputs, so they stay materialized. A fused node may write an output over
   // a full input it reads for the last time (passes::inplace_pairs), like the
   // in-place gradient kernels it replaces.
-  const bool fuse = passes::fuse_elementwise_enabled();
+  const bool fuse = passes::fuse_elementwise_on(traced.device);
   ir::Graph backward = passes::run_pipeline(
       split.backward,
       fuse ? "eliminate-common-expr,eliminate-dead-code,fuse-elementwise" : "eliminate-common-expr,eliminate-dead-code",

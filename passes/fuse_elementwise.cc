@@ -387,4 +387,14 @@ bool fuse_elementwise_enabled() {
   return on;
 }
 
+bool fuse_elementwise_on(Device device) {
+  if (!fuse_elementwise_enabled()) return false;
+  if (!device.is_cuda()) return true;
+  static const bool forced = [] {
+    const char* env = std::getenv("KILN_FUSE");
+    return env != nullptr && std::string_view(env) == "1";
+  }();
+  return forced;
+}
+
 }  // namespace kiln::passes

@@ -3,6 +3,8 @@
 // and after.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+
 #include "ir/ops/fused.h"
 #include "ir/symbol_json.h"
 #include "passes/fuse_elementwise.h"
@@ -251,6 +253,16 @@ TEST(FuseElementwise, RandomGraphsComputeTheSameOutputs) {
                               fmt::format("seed {}", seed));
   }
   EXPECT_GT(fused, 40);
+}
+
+// Hybridized graphs on a GPU stay unfused (an interpreter kernel would run the
+// groups) unless KILN_FUSE=1; on CPUs they fuse unless KILN_FUSE=0.
+TEST(FuseElementwise, FusesCpuGraphsAndNotGpuGraphsByDefault) {
+  const char* env = std::getenv("KILN_FUSE");
+  if (env != nullptr) GTEST_SKIP() << "KILN_FUSE is set in the environment";
+  EXPECT_TRUE(fuse_elementwise_on(Device::cpu(0)));
+  EXPECT_TRUE(fuse_elementwise_on(Device::cpu(1)));
+  EXPECT_FALSE(fuse_elementwise_on(Device::cuda(0)));
 }
 
 }  // namespace
