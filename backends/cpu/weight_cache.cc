@@ -50,7 +50,7 @@ class Entry final : public DerivedWeights {
 
 int64_t initial_limit() {
   const char* env = std::getenv("KILN_WEIGHT_CACHE_MB");
-  if (env == nullptr || *env == '\0') return int64_t{1024} << 20;
+  if (env == nullptr || *env == '\0') return int64_t{512} << 20;
   return std::max<int64_t>(0, std::atoll(env)) << 20;
 }
 
