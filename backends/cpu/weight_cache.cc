@@ -38,6 +38,7 @@ class Entry final : public DerivedWeights {
   void* mutable_data() { return memory_ + round_up(source_bytes_); }
   size_t footprint() const { return round_up(source_bytes_) + round_up(bytes_); }
   const std::string& key() const { return key_; }
+  uint64_t last_use = 0;  // the cache's lookup count at its last hit or its creation (under the cache's lock)
   bool derived_from(const void* source, size_t source_bytes) const {
     return source_bytes == source_bytes_ && std::memcmp(memory_, source, source_bytes) == 0;
   }
@@ -64,6 +65,7 @@ struct Cache {
   int64_t limit = initial_limit();
   bool enabled = true;
   int64_t bytes = 0, hits = 0, misses = 0;
+  uint64_t lookups = 0;
   std::list<std::shared_ptr<Entry>> lru;
   std::unordered_multimap<std::string, Iterator> index;
 
@@ -79,6 +81,15 @@ struct Cache {
   }
   void trim() {
     while (bytes > limit && !lru.empty()) erase(std::prev(lru.end()));
+  }
+  // Drops the entries no lookup found in the last max(kMinIdle, kIdleFactor x
+  // entries) lookups: weights that changed (a model evaluated between
+  // training steps) leave soon instead of filling the cache up to its limit,
+  // while a model in use hits each of its entries once per call.
+  void drop_idle() {
+    static constexpr uint64_t kMinIdle = 256, kIdleFactor = 4;
+    const uint64_t idle = std::max<uint64_t>(kMinIdle, kIdleFactor * lru.size());
+    while (!lru.empty() && lookups - lru.back()->last_use > idle) erase(std::prev(lru.end()));
   }
   // Moves `entry` to the front if it is still cached.
   void touch(const Entry* entry) {
@@ -121,6 +132,7 @@ std::shared_ptr<const DerivedWeights> weight_cache_find(const std::string& kind,
     if (!found->derived_from(source, source_bytes)) continue;
     std::lock_guard lock(c.mutex);
     ++c.hits;
+    found->last_use = ++c.lookups;
     c.touch(found.get());
     return found;
   }
@@ -128,6 +140,8 @@ std::shared_ptr<const DerivedWeights> weight_cache_find(const std::string& kind,
   make(entry->mutable_data());
   std::lock_guard lock(c.mutex);
   ++c.misses;
+  entry->last_use = ++c.lookups;
+  c.drop_idle();
   if (c.index.count(key) >= kMaxPerKey) {  // drop the key's least recently used entry
     Cache::Iterator oldest = c.lru.end();
     for (auto it = c.lru.begin(); it != c.lru.end(); ++it)
@@ -153,6 +167,7 @@ void weight_cache_clear() {
   c.lru.clear();
   c.index.clear();
   c.bytes = c.hits = c.misses = 0;
+  c.lookups = 0;
 }
 
 int64_t weight_cache_set_limit(int64_t bytes) {

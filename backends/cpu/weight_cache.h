@@ -25,9 +25,9 @@
 // forms; beyond that the least recently used entries are dropped (entries in
 // use stay alive until released). Hybridized ResNet-18 at batch 256 holds
 // about 200 MiB (F(4x4) weights are 4x the 3x3 weights). Entries of weights
-// that changed are not found again and leave only through that limit: a
-// training run that evaluates in predict mode now and then keeps up to the
-// limit of them. weight_cache_set_limit changes the limit for
+// that changed are never found again: an entry that no lookup found in the
+// last max(256, 4 x entries) lookups leaves at the next miss, so a training
+// run that evaluates in predict mode now and then does not keep the old ones. weight_cache_set_limit changes the limit for
 // the process; weight_cache_enable turns lookups off and on without dropping
 // entries (A/B benchmarks, tests).
 //

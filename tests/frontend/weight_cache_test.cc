@@ -101,6 +101,23 @@ TEST(WeightCache, SeveralWeightsAtOneAddressEachKeepAnEntry) {
   EXPECT_LE(cpu::weight_cache_stats().entries, 16);
 }
 
+TEST(WeightCache, EntriesNoLookupFindsLeaveWhileUsedOnesStay) {
+  CacheScope scope;
+  std::vector<float> used(64, 1.0f), stale(64, 2.0f), changing(64, 3.0f);
+  Doubler u{used}, s{stale}, c{changing};
+  u.find();
+  s.find();
+  for (int i = 0; i < 300; ++i) {  // a weight that changes every call, beside one that does not
+    changing[0] = static_cast<float>(i);
+    c.find();
+    u.find();
+  }
+  EXPECT_EQ(u.makes, 1);
+  EXPECT_LE(cpu::weight_cache_stats().entries, 17);  // `used` and at most 16 of `changing`
+  s.find();
+  EXPECT_EQ(s.makes, 2) << "the stale entry should have left";
+}
+
 TEST(WeightCache, DisabledOffOrTooSmallGivesNullAndTheLimitTrims) {
   CacheScope scope;
   std::vector<float> w(256, 1.0f);
