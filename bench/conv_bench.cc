@@ -8,7 +8,10 @@
 // milliseconds, "effective" GFLOP/s (the direct convolution's 2 * 9 * C * C *
 // S * S * batch flops over the time, comparable with the CPU's FMA peak) and
 // the speedup of the default mode (F(4x4)) and of F(2x2) over direct.
-// `infer_resnet18_weight_cache` alternates the weight cache off and on.
+// The forward figures run in predict mode and so reuse the weights'
+// transformed or reordered forms (backends/cpu/weight_cache.h);
+// backward-data transforms them per call. `infer_resnet18_weight_cache`
+// alternates the weight cache off and on.
 #include <fmt/format.h>
 
 #include <array>
@@ -173,4 +176,3 @@ void register_conv_benchmarks() {
 }
 
 }  // namespace kiln::bench
-
