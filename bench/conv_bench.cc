@@ -8,6 +8,10 @@
 // milliseconds, "effective" GFLOP/s (the direct convolution's 2 * 9 * C * C *
 // S * S * batch flops over the time, comparable with the CPU's FMA peak) and
 // the speedup of the default mode (F(4x4)) and of F(2x2) over direct.
+// The forward figures run in predict mode and so reuse the weights'
+// transformed or reordered forms (backends/cpu/weight_cache.h);
+// backward-data transforms them per call. `infer_resnet18_weight_cache`
+// alternates the weight cache off and on.
 #include <fmt/format.h>
 
 #include <array>
@@ -16,6 +20,7 @@
 #include <ctime>
 
 #include "backends/cpu/conv_winograd.h"
+#include "backends/cpu/weight_cache.h"
 #include "bench/bench.h"
 #include "frontend/autograd.h"
 #include "frontend/invoke.h"
@@ -118,6 +123,34 @@ std::vector<Figure> bench_resnet18_winograd(const Options& options) {
           {"infer_resnet18_winograd2_speedup", s[0] / s[1], "x"}};
 }
 
+// The same inference with the weight cache (backends/cpu/weight_cache.h) off
+// and on, alternating batch by batch in one process (F(4x4) Winograd): what
+// transforming and reordering the weights on every call costs.
+std::vector<Figure> bench_resnet18_weight_cache(const Options& options) {
+  nd::random::seed(0);
+  nn::HybridSequential net = models::make("resnet18", 10);
+  net.initialize(init::Xavier(), {Device::cpu(0)});
+  net.hybridize(true);
+  NDArray data = nd::random::uniform({kBatch, 1, 28, 28});
+  autograd::PredictMode predict;
+  const bool enabled = cpu::weight_cache_enable(true);
+  cpu::weight_cache_clear();  // what this model holds, without earlier benchmarks' entries
+  double best[2] = {1e30, 1e30};
+  for (int round = 0; round <= options.repeat; ++round) {
+    for (int cached = 0; cached < 2; ++cached) {
+      cpu::weight_cache_enable(cached == 1);
+      const double s = time_once([&] { return net(data); });
+      if (round > 0) best[cached] = std::min(best[cached], s);
+    }
+  }
+  cpu::weight_cache_enable(enabled);
+  const cpu::WeightCacheStats stats = cpu::weight_cache_stats();
+  return {{"infer_resnet18_weight_cache_off_ips", kBatch / best[0], "img/s"},
+          {"infer_resnet18_weight_cache_ips", kBatch / best[1], "img/s"},
+          {"infer_resnet18_weight_cache_speedup", best[0] / best[1], "x"},
+          {"infer_resnet18_weight_cache_mb", static_cast<double>(stats.bytes) / (1024.0 * 1024.0), "MiB"}};
+}
+
 std::vector<std::string> figure_names() {
   std::vector<std::string> names;
   for (const Stage& st : kStages)
@@ -136,6 +169,10 @@ void register_conv_benchmarks() {
        {"infer_resnet18_winograd_off_ips", "infer_resnet18_winograd_ips", "infer_resnet18_winograd_speedup",
         "infer_resnet18_winograd2_speedup"},
        &bench_resnet18_winograd});
+  add({"infer_resnet18_weight_cache",
+       {"infer_resnet18_weight_cache_off_ips", "infer_resnet18_weight_cache_ips", "infer_resnet18_weight_cache_speedup",
+        "infer_resnet18_weight_cache_mb"},
+       &bench_resnet18_weight_cache});
 }
 
 }  // namespace kiln::bench

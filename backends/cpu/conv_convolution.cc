@@ -5,8 +5,10 @@
 // falls back to im2col + GEMM there, and its backward-weights GEMM path is
 // slower still). User arrays stay NCHW, so each call reorders its operands
 // into the chosen layouts and the result back. Weights are reordered on every
-// call too: training changes them each step, and a cache keyed by pointer
-// would go stale.
+// call in training (they change every step); inference (KernelContext::is_train
+// false) takes the reordered weights from the weight cache
+// (backends/cpu/weight_cache.h), which compares the weights' bytes with the
+// ones it reordered, so a changed weight is never served stale.
 //
 // Plans (primitive descriptors, primitives and the reorders around them) are
 // cached per (shapes, window, groups, bias, post-ops, thread count). The bias
@@ -24,6 +26,7 @@
 #include "backends/cpu/conv_winograd.h"
 #include "backends/cpu/onednn_util.h"
 #include "backends/cpu/parallel.h"
+#include "backends/cpu/weight_cache.h"
 #include "ir/ops/conv.h"
 #include "ir/ops/fused_layers.h"
 #include "runtime/kernel.h"
@@ -208,13 +211,25 @@ void run_forward(const KernelContext& ctx, const ConvProblem& p, std::span<const
   if (auto wino = choose_winograd(p, false)) {
     return cpu::winograd_conv(ctx.run, wino->conv, wino->tile, in[0].ptr<float>(), in[1].ptr<float>(),
                               p.has_bias ? in[2].ptr<float>() : nullptr,
-                              p.with_sum ? in[p.has_bias ? 3 : 2].ptr<float>() : nullptr, p.act, out.ptr<float>());
+                              p.with_sum ? in[p.has_bias ? 3 : 2].ptr<float>() : nullptr, p.act, !ctx.is_train,
+                              out.ptr<float>());
   }
   dn::Call call(ctx.run, p.macs);
-  auto plan = dn::cached<ForwardPlan>(fmt::format("conv_fwd|{}{}", p.key, call.threads()), [&] { return make_forward_plan(p); });
+  const std::string key = fmt::format("conv_fwd|{}{}", p.key, call.threads());
+  auto plan = dn::cached<ForwardPlan>(key, [&] { return make_forward_plan(p); });
   const void* sum = p.with_sum ? in[p.has_bias ? 3 : 2].data : nullptr;
+  // Inference: the weights in the primitive's layout from the weight cache.
+  std::shared_ptr<const cpu::DerivedWeights> weights;
+  if (plan->weights.reorder && !ctx.is_train) {
+    weights = cpu::weight_cache_find(key, in[1].data, in[1].bytes(), plan->weights.to.get_size(), [&](void* to) {
+      memory from = call.wrap(plan->weights.from, in[1].data), dst = call.wrap(plan->weights.to, to);
+      plan->weights.reorder->execute(dn::Call::stream(), from, dst);
+      dn::Call::stream().wait();
+    });
+  }
   std::unordered_map<int, memory> args{{DNNL_ARG_SRC, call.in(plan->src, in[0].data)},
-                                       {DNNL_ARG_WEIGHTS, call.in(plan->weights, in[1].data)},
+                                       {DNNL_ARG_WEIGHTS, weights ? call.wrap(plan->weights.to, weights->data())
+                                                                  : call.in(plan->weights, in[1].data)},
                                        {DNNL_ARG_DST, sum ? call.accumulate(plan->dst, plan->sum, sum, out.data)
                                                           : call.out(plan->dst, out.data)}};
   if (p.has_bias) args.emplace(DNNL_ARG_BIAS, call.wrap(plan->bias, in[2].data));
@@ -249,7 +264,7 @@ void convolution_backward_data(const KernelContext& ctx, std::span<const TensorV
   ConvProblem p = make_problem(a, a.data_shape);
   if (auto wino = choose_winograd(p, true)) {
     return cpu::winograd_conv(ctx.run, wino->conv, wino->tile, in[0].ptr<float>(), in[1].ptr<float>(), nullptr,
-                              nullptr, std::nullopt, out[0].ptr<float>());
+                              nullptr, std::nullopt, /*cache_weights=*/false, out[0].ptr<float>());
   }
   dn::Call call(ctx.run, p.macs);
   auto plan = dn::cached<BackwardDataPlan>(fmt::format("conv_bwd_data|{}{}", p.key, call.threads()), [&] { return make_backward_data_plan(p); });

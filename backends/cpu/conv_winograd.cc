@@ -3,8 +3,9 @@
 // Layouts (floats; A = m + 2 and A2 = A * A, P = tiles in the current chunk
 // of images, tile p = (image in chunk, tile row, tile column)):
 //   U [A2][C][K]  transformed weights G g Gᵀ
-//   V [A2][P][C]  transformed input tiles Bᵀ d B
-//   Z [A2][P][K]  = V . U per transform position (one batched oneDNN matmul)
+//   V [A2][P][C]  transformed input tiles Bᵀ d B (positions ldv floats apart)
+//   Z [A2][P][K]  = V . U per transform position (one batched oneDNN matmul;
+//                 positions ldz floats apart)
 // and the output tile is Aᵀ Z A. Transforms work on 8 channels at once (the
 // lanes of one AVX2 register): NCHW rows are transposed 8 x 8 into a
 // per-thread [A][columns][8] buffer on the way in, and back on the way out,
@@ -24,6 +25,7 @@
 
 #include "backends/cpu/onednn_util.h"
 #include "backends/cpu/parallel.h"
+#include "backends/cpu/weight_cache.h"
 #include "ir/error.h"
 #include "runtime/storage.h"
 
@@ -48,6 +50,18 @@ constexpr int64_t kChunkBytes = int64_t{12} << 20;
 
 // ---- 1-D transforms, each on kLanes independent columns: the i-th input
 // vector is in[i * is + lane], the i-th output vector out[i * os + lane].
+// Written on vectors of kLanes floats (GCC/Clang vector extensions: one AVX2
+// register): as loops over the lanes, the compiler could not rule out that
+// `out` overlaps `in` and kept the input transform's second pass scalar,
+// two thirds of its time.
+
+using Vec = float __attribute__((vector_size(kLanes * sizeof(float))));
+inline Vec load(const float* p) {
+  Vec v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+inline void store(float* p, Vec v) { std::memcpy(p, &v, sizeof v); }
 
 template <int M>
 struct Transforms;
@@ -56,31 +70,25 @@ template <>
 struct Transforms<2> {
   // Bᵀ = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1]
   static void input(const float* d, ptrdiff_t is, float* v, ptrdiff_t os) {
-    for (int l = 0; l < kLanes; ++l) {
-      float d0 = d[l], d1 = d[is + l], d2 = d[2 * is + l], d3 = d[3 * is + l];
-      v[l] = d0 - d2;
-      v[os + l] = d1 + d2;
-      v[2 * os + l] = d2 - d1;
-      v[3 * os + l] = d1 - d3;
-    }
+    Vec d0 = load(d), d1 = load(d + is), d2 = load(d + 2 * is), d3 = load(d + 3 * is);
+    store(v, d0 - d2);
+    store(v + os, d1 + d2);
+    store(v + 2 * os, d2 - d1);
+    store(v + 3 * os, d1 - d3);
   }
   // Aᵀ = [1 1 1 0; 0 1 -1 -1]
   static void output(const float* z, ptrdiff_t is, float* y, ptrdiff_t os) {
-    for (int l = 0; l < kLanes; ++l) {
-      float z0 = z[l], z1 = z[is + l], z2 = z[2 * is + l], z3 = z[3 * is + l];
-      y[l] = z0 + z1 + z2;
-      y[os + l] = z1 - z2 - z3;
-    }
+    Vec z0 = load(z), z1 = load(z + is), z2 = load(z + 2 * is), z3 = load(z + 3 * is);
+    store(y, z0 + z1 + z2);
+    store(y + os, z1 - z2 - z3);
   }
   // G = [1 0 0; 1/2 1/2 1/2; 1/2 -1/2 1/2; 0 0 1]
   static void weight(const float* g, ptrdiff_t is, float* u, ptrdiff_t os) {
-    for (int l = 0; l < kLanes; ++l) {
-      float g0 = g[l], g1 = g[is + l], g2 = g[2 * is + l];
-      u[l] = g0;
-      u[os + l] = 0.5f * (g0 + g1 + g2);
-      u[2 * os + l] = 0.5f * (g0 - g1 + g2);
-      u[3 * os + l] = g2;
-    }
+    Vec g0 = load(g), g1 = load(g + is), g2 = load(g + 2 * is);
+    store(u, g0);
+    store(u + os, 0.5f * (g0 + g1 + g2));
+    store(u + 2 * os, 0.5f * (g0 - g1 + g2));
+    store(u + 3 * os, g2);
   }
 };
 
@@ -88,41 +96,35 @@ template <>
 struct Transforms<4> {
   // Bᵀ = [4 0 -5 0 1 0; 0 -4 -4 1 1 0; 0 4 -4 -1 1 0; 0 -2 -1 2 1 0; 0 2 -1 -2 1 0; 0 4 0 -5 0 1]
   static void input(const float* d, ptrdiff_t is, float* v, ptrdiff_t os) {
-    for (int l = 0; l < kLanes; ++l) {
-      float d0 = d[l], d1 = d[is + l], d2 = d[2 * is + l], d3 = d[3 * is + l], d4 = d[4 * is + l],
-            d5 = d[5 * is + l];
-      v[l] = 4.0f * d0 - 5.0f * d2 + d4;
-      v[os + l] = (d3 + d4) - 4.0f * (d1 + d2);
-      v[2 * os + l] = (d4 - d3) + 4.0f * (d1 - d2);
-      v[3 * os + l] = (d4 - d2) + 2.0f * (d3 - d1);
-      v[4 * os + l] = (d4 - d2) - 2.0f * (d3 - d1);
-      v[5 * os + l] = 4.0f * d1 - 5.0f * d3 + d5;
-    }
+    Vec d0 = load(d), d1 = load(d + is), d2 = load(d + 2 * is), d3 = load(d + 3 * is), d4 = load(d + 4 * is),
+        d5 = load(d + 5 * is);
+    store(v, 4.0f * d0 - 5.0f * d2 + d4);
+    store(v + os, (d3 + d4) - 4.0f * (d1 + d2));
+    store(v + 2 * os, (d4 - d3) + 4.0f * (d1 - d2));
+    store(v + 3 * os, (d4 - d2) + 2.0f * (d3 - d1));
+    store(v + 4 * os, (d4 - d2) - 2.0f * (d3 - d1));
+    store(v + 5 * os, 4.0f * d1 - 5.0f * d3 + d5);
   }
   // Aᵀ = [1 1 1 1 1 0; 0 1 -1 2 -2 0; 0 1 1 4 4 0; 0 1 -1 8 -8 1]
   static void output(const float* z, ptrdiff_t is, float* y, ptrdiff_t os) {
-    for (int l = 0; l < kLanes; ++l) {
-      float z0 = z[l], z1 = z[is + l], z2 = z[2 * is + l], z3 = z[3 * is + l], z4 = z[4 * is + l],
-            z5 = z[5 * is + l];
-      float a = z1 + z2, b = z1 - z2, c = z3 + z4, e = z3 - z4;
-      y[l] = z0 + a + c;
-      y[os + l] = b + 2.0f * e;
-      y[2 * os + l] = a + 4.0f * c;
-      y[3 * os + l] = b + 8.0f * e + z5;
-    }
+    Vec z0 = load(z), z1 = load(z + is), z2 = load(z + 2 * is), z3 = load(z + 3 * is), z4 = load(z + 4 * is),
+        z5 = load(z + 5 * is);
+    Vec a = z1 + z2, b = z1 - z2, c = z3 + z4, e = z3 - z4;
+    store(y, z0 + a + c);
+    store(y + os, b + 2.0f * e);
+    store(y + 2 * os, a + 4.0f * c);
+    store(y + 3 * os, b + 8.0f * e + z5);
   }
   // G = [1/4 0 0; -1/6 -1/6 -1/6; -1/6 1/6 -1/6; 1/24 1/12 1/6; 1/24 -1/12 1/6; 0 0 1]
   static void weight(const float* g, ptrdiff_t is, float* u, ptrdiff_t os) {
-    for (int l = 0; l < kLanes; ++l) {
-      float g0 = g[l], g1 = g[is + l], g2 = g[2 * is + l];
-      constexpr float k6 = 1.0f / 6, k12 = 1.0f / 12, k24 = 1.0f / 24;
-      u[l] = 0.25f * g0;
-      u[os + l] = -k6 * (g0 + g1 + g2);
-      u[2 * os + l] = -k6 * (g0 - g1 + g2);
-      u[3 * os + l] = k24 * g0 + k12 * g1 + k6 * g2;
-      u[4 * os + l] = k24 * g0 - k12 * g1 + k6 * g2;
-      u[5 * os + l] = g2;
-    }
+    Vec g0 = load(g), g1 = load(g + is), g2 = load(g + 2 * is);
+    constexpr float k6 = 1.0f / 6, k12 = 1.0f / 12, k24 = 1.0f / 24;
+    store(u, 0.25f * g0);
+    store(u + os, -k6 * (g0 + g1 + g2));
+    store(u + 2 * os, -k6 * (g0 - g1 + g2));
+    store(u + 3 * os, k24 * g0 + k12 * g1 + k6 * g2);
+    store(u + 4 * os, k24 * g0 - k12 * g1 + k6 * g2);
+    store(u + 5 * os, g2);
   }
 };
 
@@ -184,6 +186,23 @@ inline void transpose8(const float* src, ptrdiff_t ss, float* dst, ptrdiff_t ds)
 #endif
 }
 
+// epilogue of 8 floats as one AVX2 vector (res may be null or alias dst). The
+// compiler kept the generic loop below scalar (res may alias dst), which made
+// the residual add cost as much as the whole output transform.
+inline void epilogue8(const float* v, float bias, const float* res, bool relu, float* dst) {
+#ifdef __AVX__
+  __m256 t = _mm256_add_ps(_mm256_loadu_ps(v), _mm256_set1_ps(bias));
+  if (res != nullptr) t = _mm256_add_ps(t, _mm256_loadu_ps(res));
+  if (relu) t = _mm256_max_ps(t, _mm256_setzero_ps());
+  _mm256_storeu_ps(dst, t);
+#else
+  for (int i = 0; i < 8; ++i) {
+    float t = v[i] + bias + (res != nullptr ? res[i] : 0.0f);
+    dst[i] = relu ? std::max(t, 0.0f) : t;
+  }
+#endif
+}
+
 // dst[i] = act(v[i] + bias + res[i]) for i < n (res may be null or alias dst).
 inline void epilogue(const float* v, int64_t n, float bias, const float* res, bool relu, float* dst) {
   if (res != nullptr) {
@@ -196,6 +215,18 @@ inline void epilogue(const float* v, int64_t n, float bias, const float* res, bo
       float t = v[i] + bias;
       dst[i] = relu ? std::max(t, 0.0f) : t;
     }
+  }
+}
+
+// Asks for the cache lines of [p, p + floats) to be fetched into L2 (for
+// writing when `write`): the transforms read and write short row segments of
+// many channel planes, too many streams for the hardware prefetcher.
+inline void prefetch_span(const float* p, int64_t floats, bool write = false) {
+  const char* begin = reinterpret_cast<const char*>(p);
+  const char* end = reinterpret_cast<const char*>(p + floats);
+  for (const char* c = begin; c < end; c += 64) {
+    if (write) __builtin_prefetch(c, 1, 2);
+    else __builtin_prefetch(c, 0, 2);
   }
 }
 
@@ -232,14 +263,15 @@ struct MatmulPlan {
   memory::desc src, weights, dst;
 };
 
-std::shared_ptr<const MatmulPlan> matmul_plan(int64_t batch, int64_t rows, int64_t inner, int64_t cols, int threads) {
+std::shared_ptr<const MatmulPlan> matmul_plan(int64_t batch, int64_t rows, int64_t inner, int64_t cols, int64_t ld_src,
+                                              int64_t ld_dst, int threads) {
   std::string key = "winograd_matmul|";
-  dn::append_key(key, {batch, rows, inner, cols, threads});
+  dn::append_key(key, {batch, rows, inner, cols, ld_src, ld_dst, threads});
   return dn::cached<MatmulPlan>(key, [&] {
     MatmulPlan plan;
-    plan.src = dn::plain_desc({batch, rows, inner});
+    plan.src = memory::desc({batch, rows, inner}, memory::data_type::f32, memory::dims{ld_src, inner, 1});
     plan.weights = dn::plain_desc({batch, inner, cols});
-    plan.dst = dn::plain_desc({batch, rows, cols});
+    plan.dst = memory::desc({batch, rows, cols}, memory::data_type::f32, memory::dims{ld_dst, cols, 1});
     dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(plan.src, plan.weights, plan.dst), dn::scratchpad_attr(),
                                     dn::engine());
     plan.prim = dnnl::matmul(pd);
@@ -277,6 +309,11 @@ void transform_weights(const WinogradConv& s, int threads, const float* w, float
       1);
 }
 
+// Floats between the transform positions' rows of V or Z holding `floats`:
+// rounded up to a cache line, plus one, so that no two positions fall into the
+// same cache set (4 KiB aliasing).
+int64_t padded_stride(int64_t floats) { return (floats + 15) / 16 * 16 + 16; }
+
 // Tile geometry of one problem.
 template <int M>
 struct Geometry {
@@ -286,13 +323,13 @@ struct Geometry {
       : tiles_h((s.out_height + M - 1) / M), tiles_w((s.out_width + M - 1) / M), tiles(tiles_h * tiles_w) {}
 };
 
-// V [A2][P][C] for images [n0, n0 + count).
+// V [A2][P][C] (positions ldv floats apart) for images [n0, n0 + count).
 template <int M>
 void transform_input(const WinogradConv& s, const Geometry<M>& g, int threads, const float* x, int64_t n0,
-                     int64_t count, float* v) {
+                     int64_t count, int64_t ldv, float* v) {
   constexpr int A = M + 2, A2 = A * A;
   const int64_t C = s.in_channels, H = s.height, W = s.width, plane = H * W;
-  const int64_t P = count * g.tiles, cols = g.tiles_w * M + 2;
+  const int64_t cols = g.tiles_w * M + 2;
   // Input columns [0, x_end) land in buffer columns [pad_left, pad_left + x_end).
   const int64_t x_end = std::max<int64_t>(0, std::min(W, cols - s.pad_left));
   const int64_t blocks = (C + kLanes - 1) / kLanes, block_floats = A * cols * kLanes;
@@ -305,6 +342,12 @@ void transform_input(const WinogradConv& s, const Geometry<M>& g, int threads, c
         float tile[A2 * kLanes];
         for (int64_t unit = u0; unit < u1; ++unit) {
           const int64_t n = n0 + unit / g.tiles_h, ty = unit % g.tiles_h;
+          if (unit + 1 < u1) {  // the next unit's rows, while this one is transformed
+            const int64_t nn = n0 + (unit + 1) / g.tiles_h, ny = (unit + 1) % g.tiles_h;
+            const int64_t y0 = std::max<int64_t>(0, ny * M - s.pad_top), y1 = std::min(H, ny * M - s.pad_top + A);
+            if (y0 < y1)
+              for (int64_t c = 0; c < C; ++c) prefetch_span(x + (nn * C + c) * plane + y0 * W, (y1 - y0) * W);
+          }
           std::fill(buf, buf + blocks * block_floats, 0.0f);
           for (int64_t b = 0; b < blocks; ++b) {
             const int64_t c0 = b * kLanes, nc = std::min<int64_t>(kLanes, C - c0);
@@ -327,10 +370,10 @@ void transform_input(const WinogradConv& s, const Geometry<M>& g, int threads, c
               const float* d = buf + b * block_floats + tx * M * kLanes;
               float* dst = v + p * C + c0;
               if (nc == kLanes) {
-                input_tile<M>(d, cols * kLanes, dst, P * C);
+                input_tile<M>(d, cols * kLanes, dst, ldv);
               } else {
                 input_tile<M>(d, cols * kLanes, tile, kLanes);
-                for (int xi = 0; xi < A2; ++xi) std::memcpy(dst + xi * P * C, tile + xi * kLanes, nc * sizeof(float));
+                for (int xi = 0; xi < A2; ++xi) std::memcpy(dst + xi * ldv, tile + xi * kLanes, nc * sizeof(float));
               }
             }
           }
@@ -342,10 +385,10 @@ void transform_input(const WinogradConv& s, const Geometry<M>& g, int threads, c
 // y = act(Aᵀ Z A + bias + sum) for images [n0, n0 + count).
 template <int M>
 void transform_output(const WinogradConv& s, const Geometry<M>& g, int threads, const float* z, const float* bias,
-                      const float* sum, bool relu, int64_t n0, int64_t count, float* y) {
+                      const float* sum, bool relu, int64_t n0, int64_t count, int64_t ldz, float* y) {
   constexpr int A = M + 2, A2 = A * A;
   const int64_t K = s.out_channels, OH = s.out_height, OW = s.out_width, plane = OH * OW;
-  const int64_t P = count * g.tiles, cols = g.tiles_w * M;
+  const int64_t cols = g.tiles_w * M;
   const int64_t blocks = (K + kLanes - 1) / kLanes, block_floats = M * cols * kLanes;
   // Per unit (image, tile row): tile by tile all output channels into buf
   // [block][M][cols][kLanes] (reading each row of Z whole), then the rows out.
@@ -357,6 +400,14 @@ void transform_output(const WinogradConv& s, const Geometry<M>& g, int threads, 
         float block[8 * 8];
         for (int64_t unit = u0; unit < u1; ++unit) {
           const int64_t n = n0 + unit / g.tiles_h, ty = unit % g.tiles_h;
+          {  // this unit's output rows, while its tiles are transformed
+            const int64_t rows = std::min<int64_t>(M, OH - ty * M);
+            for (int64_t k = 0; k < K; ++k) {
+              const int64_t at = (n * K + k) * plane + ty * M * OW;
+              if (sum != nullptr) prefetch_span(sum + at, rows * OW);
+              if (sum != y) prefetch_span(y + at, rows * OW, true);
+            }
+          }
           for (int64_t tx = 0; tx < g.tiles_w; ++tx) {
             const int64_t p = (n - n0) * g.tiles + ty * g.tiles_w + tx;
             for (int64_t b = 0; b < blocks; ++b) {
@@ -364,9 +415,9 @@ void transform_output(const WinogradConv& s, const Geometry<M>& g, int threads, 
               const float* src = z + p * K + k0;
               float* out = buf + b * block_floats + tx * M * kLanes;
               if (nk == kLanes) {
-                output_tile<M>(src, P * K, out, cols * kLanes);
+                output_tile<M>(src, ldz, out, cols * kLanes);
               } else {
-                for (int xi = 0; xi < A2; ++xi) std::memcpy(tile + xi * kLanes, src + xi * P * K, nk * sizeof(float));
+                for (int xi = 0; xi < A2; ++xi) std::memcpy(tile + xi * kLanes, src + xi * ldz, nk * sizeof(float));
                 output_tile<M>(tile, kLanes, out, cols * kLanes);
               }
             }
@@ -384,7 +435,7 @@ void transform_output(const WinogradConv& s, const Geometry<M>& g, int threads, 
                   transpose8(row + ox * kLanes, kLanes, block, 8);
                   for (int l = 0; l < kLanes; ++l) {
                     const int64_t at = base + l * plane + ox;
-                    epilogue(block + l * 8, 8, bias ? bias[k0 + l] : 0.0f, sum ? sum + at : nullptr, relu, y + at);
+                    epilogue8(block + l * 8, bias ? bias[k0 + l] : 0.0f, sum ? sum + at : nullptr, relu, y + at);
                   }
                 }
               }
@@ -428,7 +479,7 @@ void run_matmul(const MatmulPlan& plan, const float* v, const float* u, float* z
 // transform) of one chunk at a time.
 template <int M>
 void winograd_conv_tiled(const engine::RunContext& run, const WinogradConv& s, const float* x, const float* w,
-                         const float* bias, const float* sum, bool relu, float* y) {
+                         const float* bias, const float* sum, bool relu, bool cache_weights, float* y) {
   constexpr int A2 = (M + 2) * (M + 2);
   const Geometry<M> g(s);
   const int64_t N = s.batch, C = s.in_channels, K = s.out_channels;
@@ -448,19 +499,35 @@ void winograd_conv_tiled(const engine::RunContext& run, const WinogradConv& s, c
   chunk = (share + chunks - 1) / chunks;  // even chunks: one matmul plan for all but maybe the last
 
   Scratch scratch(run.device);
-  float* u = scratch.floats(A2 * C * K);
-  float* v = scratch.floats(workers * A2 * chunk * g.tiles * C);
-  float* z = scratch.floats(workers * A2 * chunk * g.tiles * K);
-  transform_weights<M>(s, threads, w, u);
+  // The 36 transform positions' rows of V and Z, each a multiple of 4 KiB apart
+  // as often as not (C * tiles per image is), would share cache sets: the
+  // transforms, which touch all 36 per tile, ran at half speed. Padded apart.
+  const int64_t ldv = padded_stride(chunk * g.tiles * C), ldz = padded_stride(chunk * g.tiles * K);
+  float* v = scratch.floats(workers * A2 * ldv);
+  float* z = scratch.floats(workers * A2 * ldz);
+  // U from the weight cache (inference), else transformed for this call.
+  std::shared_ptr<const DerivedWeights> cached;
+  if (cache_weights) {
+    const auto floats = static_cast<size_t>(C * K);
+    cached = weight_cache_find(fmt::format("winograd{}|{}x{}|{}", M, C, K, s.transposed_weight ? "t" : ""), w,
+                               floats * 9 * sizeof(float), floats * A2 * sizeof(float),
+                               [&](void* out) { transform_weights<M>(s, threads, w, static_cast<float*>(out)); });
+  }
+  float* u = nullptr;
+  if (!cached) {
+    u = scratch.floats(A2 * C * K);
+    transform_weights<M>(s, threads, w, u);
+  }
+  const float* uw = cached ? static_cast<const float*>(cached->data()) : u;
   // Images [begin, end) by `worker`, its steps on `step_threads` threads.
   auto process = [&](int64_t worker, int64_t begin, int64_t end, int step_threads) {
-    float* wv = v + worker * A2 * chunk * g.tiles * C;
-    float* wz = z + worker * A2 * chunk * g.tiles * K;
+    float* wv = v + worker * A2 * ldv;
+    float* wz = z + worker * A2 * ldz;
     for (int64_t n0 = begin; n0 < end; n0 += chunk) {
       const int64_t count = std::min(chunk, end - n0);
-      transform_input<M>(s, g, step_threads, x, n0, count, wv);
-      run_matmul(*matmul_plan(A2, count * g.tiles, C, K, step_threads), wv, u, wz);
-      transform_output<M>(s, g, step_threads, wz, bias, sum, relu, n0, count, y);
+      transform_input<M>(s, g, step_threads, x, n0, count, ldv, wv);
+      run_matmul(*matmul_plan(A2, count * g.tiles, C, K, ldv, ldz, step_threads), wv, uw, wz);
+      transform_output<M>(s, g, step_threads, wz, bias, sum, relu, n0, count, ldz, y);
     }
   };
   if (!per_thread) return process(0, 0, N, threads);
@@ -509,12 +576,12 @@ int winograd_tile(const WinogradConv& s) {
 }
 
 void winograd_conv(const engine::RunContext& run, const WinogradConv& s, int tile, const float* x, const float* w,
-                   const float* bias, const float* sum, std::optional<ActType> act, float* y) {
+                   const float* bias, const float* sum, std::optional<ActType> act, bool cache_weights, float* y) {
   KILN_ASSERT(!act || *act == ActType::kRelu);
   const bool relu = act.has_value();
-  if (tile == 4) return winograd_conv_tiled<4>(run, s, x, w, bias, sum, relu, y);
+  if (tile == 4) return winograd_conv_tiled<4>(run, s, x, w, bias, sum, relu, cache_weights, y);
   KILN_ASSERT(tile == 2);
-  winograd_conv_tiled<2>(run, s, x, w, bias, sum, relu, y);
+  winograd_conv_tiled<2>(run, s, x, w, bias, sum, relu, cache_weights, y);
 }
 
 }  // namespace kiln::cpu

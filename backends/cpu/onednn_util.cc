@@ -181,6 +181,8 @@ void Call::run(const dnnl::primitive& p, size_t scratchpad, std::unordered_map<i
   p.execute(thread_stream(), args);
 }
 
+dnnl::stream& Call::stream() { return thread_stream(); }
+
 void Call::finish() {
   for (auto& [reorder, mems] : pending_) reorder->execute(thread_stream(), mems.first, mems.second);
   pending_.clear();

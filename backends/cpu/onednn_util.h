@@ -118,6 +118,8 @@ class Call {
   // A temporary in layout `desc`, valid until the Call ends.
   memory temp(const memory::desc& desc);
   void run(const dnnl::primitive& p, size_t scratchpad, std::unordered_map<int, memory> args);
+  // The calling thread's stream (what run and finish execute on).
+  static dnnl::stream& stream();
   // Runs the pending output reorders and waits for the stream.
   void finish();
 

@@ -110,7 +110,7 @@ double check_kernel(const WinogradConv& s, int tile, bool bias, bool sum, bool r
   if (sum) y = r;  // the residual in the output buffer, as _kiln_conv_act passes it
   engine::RunContext run{.device = Device::cpu(0), .num_threads = threads};
   cpu::winograd_conv(run, s, tile, x.data(), w.data(), bias ? b.data() : nullptr, sum ? y.data() : nullptr,
-                     relu ? std::optional(ActType::kRelu) : std::nullopt, y.data());
+                     relu ? std::optional(ActType::kRelu) : std::nullopt, /*cache_weights=*/false, y.data());
   auto want = reference(s, x, w, bias ? b.data() : nullptr, sum ? r.data() : nullptr, relu);
   double err = scaled_error(y, want, s.in_channels);
   EXPECT_LE(err, tolerance(tile)) << name(s, tile) << " bias " << bias << " sum " << sum << " relu " << relu;
