@@ -40,6 +40,26 @@ TEST(Storage, CachesAndCountsOnItsOwnDevice) {
   EXPECT_GE(p.stats().peak_in_use, static_cast<int64_t>(a.size));
 }
 
+TEST(Storage, AMissBorrowsACachedBlockUpToTwiceItsSize) {
+  Pool& p = pool(Device::cpu(5));  // a device no other test uses
+  p.release_cached();
+  Block big = p.alloc(1 << 20);
+  p.free(big);
+  Stats before = p.stats();
+  Block near = p.alloc(700 << 10);  // no 700 KiB block cached: the 1 MiB one serves
+  EXPECT_EQ(near.ptr, big.ptr);
+  EXPECT_EQ(near.size, big.size);  // it keeps its class, and returns to it
+  EXPECT_EQ(p.stats().num_system_allocs, before.num_system_allocs);
+  EXPECT_EQ(p.stats().in_use - before.in_use, static_cast<int64_t>(big.size));
+  p.free(near);
+  Block small = p.alloc(400 << 10);  // under half of 1 MiB: from the system
+  EXPECT_NE(small.ptr, big.ptr);
+  EXPECT_EQ(small.size, round_size(400 << 10));
+  EXPECT_EQ(p.stats().num_system_allocs, before.num_system_allocs + 1);
+  p.free(small);
+  p.release_cached();
+}
+
 TEST(Storage, OutOfMemoryFlushesCacheThenThrowsWithState) {
   Pool& p = pool(Device::cpu(6));
   p.release_cached();
