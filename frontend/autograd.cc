@@ -190,6 +190,21 @@ void run_custom_backward(Node& node, std::vector<NDArray>& out_grads, Device dev
   }
 }
 
+// Writes a leaf's gradient `g` (its slot) into its buffer according to its
+// GradReq and marks it fresh (for Trainer::step); false when there is nothing
+// to write (grad_req null, or no gradient reached it).
+bool write_leaf_grad(Node& leaf, const std::vector<NDArray>& g) {
+  if (leaf.req == GradReq::kNull || g.empty() || g[0].is_none()) return false;
+  leaf.fresh_grad = true;
+  if (g[0].var() == leaf.grad.var()) return true;  // written there by a custom node
+  if (leaf.req == GradReq::kAdd) {
+    leaf.grad += g[0];
+  } else {
+    leaf.grad.assign(g[0]);
+  }
+  return true;
+}
+
 // The core of backward and grad: returns the gradient reaching each node output.
 std::unordered_map<Node*, std::vector<NDArray>> run_backward(std::span<const NDArray> heads,
                                                              std::span<const NDArray> head_grads,
@@ -245,6 +260,25 @@ std::unordered_map<Node*, std::vector<NDArray>> run_backward(std::span<const NDA
       for (const Edge& e : node->inputs)
         if (e.node && e.node->is_leaf()) count(e.node.get(), e.index);
   }
+  // backward() (into_leaf_grads): each leaf's buffer is written once the
+  // walk has taken every edge into it, right behind the op that produced its
+  // gradient, rather than after the whole walk; a leaf some edge of which is
+  // never taken (its node got no gradient) is left to backward(). Heads are
+  // not edges: a head's gradient is in its slot from the start.
+  std::unordered_map<Node*, int> edges_left;
+  if (into_leaf_grads) {
+    for (Node* node : order)
+      for (const Edge& e : node->inputs)
+        if (e.node && e.node->is_leaf()) ++edges_left[e.node.get()];
+  }
+  auto took_edges_of = [&](Node* node) {
+    if (!into_leaf_grads) return;
+    for (const Edge& e : node->inputs) {
+      if (!e.node || !e.node->is_leaf() || --edges_left[e.node.get()] != 0) continue;
+      auto it = grads.find(e.node.get());
+      if (it != grads.end() && write_leaf_grad(*e.node, it->second)) grads.erase(it);
+    }
+  };
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
     Node* node = *it;
     if (node->is_leaf()) continue;
@@ -259,6 +293,7 @@ std::unordered_map<Node*, std::vector<NDArray>> run_backward(std::span<const NDA
       run_custom_backward(*node, out_grads, heads[0].device(), retain_graph, create_graph, slot,
                           into_leaf_grads ? &reaching : nullptr);
       if (!keep.contains(node)) grads.erase(node);
+      took_edges_of(node);
       continue;
     }
     EagerGradBuilder b;
@@ -307,6 +342,7 @@ std::unordered_map<Node*, std::vector<NDArray>> run_backward(std::span<const NDA
       node->freed = true;
     }
     if (!keep.contains(node)) grads.erase(node);  // consumed: free the memory early
+    took_edges_of(node);
   }
   return grads;
 }
@@ -316,15 +352,10 @@ std::unordered_map<Node*, std::vector<NDArray>> run_backward(std::span<const NDA
 void backward(std::span<const NDArray> heads, std::span<const NDArray> head_grads, const BackwardOptions& options) {
   auto grads = detail::run_backward(heads, head_grads, options.retain_graph, false, options.train_mode, {}, true);
   Pause pause;
+  // The leaves run_backward did not write during the walk (heads that are
+  // leaves, leaves behind a node that received no gradient).
   for (auto& [node, g] : grads) {
-    if (!node->is_leaf() || node->req == GradReq::kNull || g[0].is_none()) continue;
-    node->fresh_grad = true;
-    if (g[0].var() == node->grad.var()) continue;  // written there by a custom node
-    if (node->req == GradReq::kAdd) {
-      node->grad += g[0];
-    } else {
-      node->grad.assign(g[0]);
-    }
+    if (node->is_leaf()) detail::write_leaf_grad(*node, g);
   }
 }
 

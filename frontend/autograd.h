@@ -14,7 +14,10 @@
 // GradFn (ir/grad.h) through invoke, so the backward pass runs on the engine,
 // asynchronously, like any other work. Gradients reach leaf arrays according
 // to their GradReq: kWrite overwrites the buffer, kAdd accumulates into it in
-// place, kNull ignores it.
+// place, kNull ignores it. A leaf's buffer is written as soon as the walk has
+// taken every edge into it (right behind the op that produced its gradient),
+// so work that reads it (a KVStore reduction, an optimizer step) can start
+// while the rest of the backward pass runs.
 //
 // Thread safety: the recording/training flags are per thread (as in MXNet).
 // A tape must be used from one thread at a time.

@@ -10,6 +10,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -30,6 +31,8 @@
 #include "frontend/train/loss.h"
 #include "frontend/train/trainer.h"
 #include "models/zoo.h"
+#include "runtime/engine.h"
+#include "runtime/profiler.h"
 
 namespace kiln {
 namespace {
@@ -123,6 +126,49 @@ TEST(DataParallel, WithoutAggregationTheCopiesDiverge) {
     for (size_t i = 0; i < want.size(); ++i) worst = std::max(worst, static_cast<double>(std::abs(got[i] - want[i])));
   }
   EXPECT_GT(worst, 1e-3);
+}
+
+// Aggregation overlaps an imperative backward only if each parameter's
+// gradient buffer is written as soon as its gradient is known: the write of
+// the last layer's gradient must be queued before the first layer's backward
+// ops (it used to come after the whole walk). Under the naive engine
+// (CTest's data_parallel_gradient_order_naive_engine) ops run in the order
+// they are queued, which makes this exact; the threaded engine runs them as
+// they become ready, so the check holds there but would not catch a
+// regression.
+TEST(DataParallel, ImperativeBackwardWritesEachGradientRightBehindItsProducer) {
+  nn::HybridSequential net;
+  net.add(nn::Dense(32, "relu"), nn::Dense(32, "relu"), nn::Dense(4));
+  net.initialize(init::Xavier());
+  NDArray x = nd::random::normal({16, 8});
+  net(x).wait_to_read();
+  NDArray loss;
+  {
+    autograd::Record record;
+    loss = nd::sum(nd::square(net(x)));
+  }
+  loss.wait_to_read();
+  const bool was_on = profiler::enabled();
+  if (!was_on) profiler::start();
+  const size_t before = profiler::events().size();
+  autograd::backward({loss});
+  engine::wait_all();
+  std::vector<profiler::Event> events = profiler::events();
+  if (!was_on) profiler::stop();
+  events.erase(events.begin(), events.begin() + static_cast<std::ptrdiff_t>(before));
+  std::sort(events.begin(), events.end(), [](const auto& a, const auto& b) { return a.start_ns < b.start_ns; });
+  // The writes are `_copy` ops; everything else is the backward pass itself.
+  int64_t first_write = -1, last_backward = -1;
+  for (size_t i = 0; i < events.size(); ++i) {
+    if (events[i].name == "_copy") {
+      if (first_write < 0) first_write = static_cast<int64_t>(i);
+    } else {
+      last_backward = static_cast<int64_t>(i);
+    }
+  }
+  ASSERT_GE(first_write, 0);
+  ASSERT_GE(last_backward, 0);
+  EXPECT_LT(first_write, last_backward) << "every gradient was written after the whole backward pass";
 }
 
 TEST(DataParallel, AutoPicksDeviceStoreForSeveralDevicesAndNoneForOne) {
