@@ -311,8 +311,9 @@ std::vector<Figure> bench_dp_lenet(const Options& options) {
           {"dp2_speedup_lenet", two / one, "x"}};
 }
 
-// ResNet-18 is about 50 img/s on two cores: one warm-up and two timed steps,
-// a single run (--repeat does not apply), so each side takes a few seconds.
+// ResNet-18 is about 50 img/s on one core: one warm-up and three timed steps
+// (two gave ratios that moved by ±0.1 between runs), a single run (--repeat
+// does not apply), so each side takes a few seconds.
 // Two settings:
 // - the same global batch (64) on one device and split over two: the speedup
 //   of the same training (dp2_speedup_resnet18);
@@ -320,7 +321,7 @@ std::vector<Figure> bench_dp_lenet(const Options& options) {
 //   per device (64), so two devices train on twice the global batch
 //   (dp2_speedup_resnet18_same_per_device).
 std::vector<Figure> bench_dp_resnet18(const Options&) {
-  DpRun run{.model = "resnet18", .batch = 64, .warmup = 1, .steps = 2};
+  DpRun run{.model = "resnet18", .batch = 64, .warmup = 1, .steps = 3};
   DpRun doubled = run;
   doubled.batch = 2 * run.batch;
   Options once{.repeat = 1};
