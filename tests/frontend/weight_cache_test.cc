@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <thread>
 #include <vector>
 
 #include "backends/cpu/weight_cache.h"
@@ -211,6 +212,32 @@ TEST(WeightCache, HybridizedInferenceSeesEveryChangeBetweenCalls) {
   // And the imperative model, which folds nothing, agrees within Winograd's rounding.
   net.hybridize(false);
   expect_close(before, uncached(net, x), 1e-4, "hybridized against imperative");
+}
+
+// Hybridized calls from several threads at once (issue 4: calls from several
+// threads on one hybridized model are safe) share the cache: racing misses,
+// hits on entries another thread made. Every thread's output must equal the
+// uncached call bit for bit.
+TEST(WeightCache, ConcurrentHybridizedCallsShareItAndAgree) {
+  CacheScope scope;
+  nd::random::seed(12);
+  nn::HybridSequential net = make_net();
+  NDArray x = nd::random::uniform({4, 16, 8, 8}, -1, 1);
+  net.hybridize();
+  const std::vector<float> want = uncached(net, x).to_vector<float>();
+  cpu::weight_cache_clear();
+  std::vector<std::thread> threads;
+  std::vector<std::vector<float>> got(4);
+  for (size_t t = 0; t < got.size(); ++t) {
+    threads.emplace_back([&, t] {
+      NDArray y;
+      for (int i = 0; i < 10; ++i) y = net(x);
+      got[t] = y.to_vector<float>();
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (size_t t = 0; t < got.size(); ++t) EXPECT_EQ(got[t], want) << "thread " << t;
+  EXPECT_GT(cpu::weight_cache_stats().hits, 0);
 }
 
 TEST(WeightCache, TrainingDoesNotUseIt) {
