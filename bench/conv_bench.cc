@@ -106,14 +106,22 @@ std::vector<Figure> bench_conv_winograd(const Options& options) {
   return figures;
 }
 
-// ResNet-18 inference (predict mode, batch 256 of 1x28x28, hybridized as
-// `infer_resnet18_hybridized` runs it) with Winograd off, F(2x2) and F(4x4)
-// alternating batch by batch in one process.
-std::vector<Figure> bench_resnet18_winograd(const Options& options) {
+// The chapter's ResNet-18, seeded, initialized on cpu(0) and hybridized (as
+// `infer_resnet18_hybridized` runs it). The caller draws its input next, so
+// the input is the same in every benchmark that uses this.
+nn::HybridSequential hybridized_resnet18() {
   nd::random::seed(0);
   nn::HybridSequential net = models::make("resnet18", 10);
   net.initialize(init::Xavier(), {Device::cpu(0)});
   net.hybridize(true);
+  return net;
+}
+
+// ResNet-18 inference (predict mode, batch 256 of 1x28x28, hybridized as
+// `infer_resnet18_hybridized` runs it) with Winograd off, F(2x2) and F(4x4)
+// alternating batch by batch in one process.
+std::vector<Figure> bench_resnet18_winograd(const Options& options) {
+  nn::HybridSequential net = hybridized_resnet18();
   NDArray data = nd::random::uniform({kBatch, 1, 28, 28});
   autograd::PredictMode predict;
   auto s = alternate(options, [&] { return net(data); });
@@ -127,10 +135,7 @@ std::vector<Figure> bench_resnet18_winograd(const Options& options) {
 // and on, alternating batch by batch in one process (F(4x4) Winograd): what
 // transforming and reordering the weights on every call costs.
 std::vector<Figure> bench_resnet18_weight_cache(const Options& options) {
-  nd::random::seed(0);
-  nn::HybridSequential net = models::make("resnet18", 10);
-  net.initialize(init::Xavier(), {Device::cpu(0)});
-  net.hybridize(true);
+  nn::HybridSequential net = hybridized_resnet18();
   NDArray data = nd::random::uniform({kBatch, 1, 28, 28});
   autograd::PredictMode predict;
   const bool enabled = cpu::weight_cache_enable(true);

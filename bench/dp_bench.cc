@@ -115,7 +115,7 @@ std::pair<double, double> update_strategies_ms(const Options& options) {
       once->pull(it.name, {it.grads[h]}, k);
       sgd.update(1000 + k, it.weights[h], it.grads[h], 1.0);
       for (size_t d = 0; d < it.weights.size(); ++d) {  // the new weights, straight to the other copies
-        if (d != h) kv::detail::copy_async(it.weights[h], it.weights[d], k);
+        if (d != h) it.weights[h].copy_to(it.weights[d], k, "kv_copy");
       }
       ++k;
     }

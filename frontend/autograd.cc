@@ -244,9 +244,18 @@ std::unordered_map<Node*, std::vector<NDArray>> run_backward(std::span<const NDA
   }
 
   std::vector<Node*> order = topological_order(heads);
-  // Edges and heads reaching each leaf output: a custom node may write the
-  // gradient of a write-mode leaf that only it reaches into its buffer.
+  // For backward() (into_leaf_grads), two counts over the leaves:
+  // - `reaching`: edges and heads reaching each leaf output; a custom node may
+  //   write the gradient of a write-mode leaf that only it reaches into its
+  //   buffer;
+  // - `edges_left`: edges into each leaf the walk has not taken yet; a leaf's
+  //   buffer is written when it drops to zero, right behind the op that
+  //   produced its gradient, rather than after the whole walk. A leaf some
+  //   edge of which is never taken (its node got no gradient) is left to
+  //   backward(); heads are not edges (a head's gradient is in its slot from
+  //   the start).
   std::unordered_map<Node*, std::vector<int>> reaching;
+  std::unordered_map<Node*, int> edges_left;
   if (into_leaf_grads) {
     auto count = [&](Node* leaf, int index) {
       auto& c = reaching[leaf];
@@ -256,20 +265,13 @@ std::unordered_map<Node*, std::vector<NDArray>> run_backward(std::span<const NDA
     };
     for (const NDArray& h : heads)
       if (h.ag_node() && h.ag_node()->is_leaf()) count(h.ag_node().get(), h.ag_index());
-    for (Node* node : order)
-      for (const Edge& e : node->inputs)
-        if (e.node && e.node->is_leaf()) count(e.node.get(), e.index);
-  }
-  // backward() (into_leaf_grads): each leaf's buffer is written once the
-  // walk has taken every edge into it, right behind the op that produced its
-  // gradient, rather than after the whole walk; a leaf some edge of which is
-  // never taken (its node got no gradient) is left to backward(). Heads are
-  // not edges: a head's gradient is in its slot from the start.
-  std::unordered_map<Node*, int> edges_left;
-  if (into_leaf_grads) {
-    for (Node* node : order)
-      for (const Edge& e : node->inputs)
-        if (e.node && e.node->is_leaf()) ++edges_left[e.node.get()];
+    for (Node* node : order) {
+      for (const Edge& e : node->inputs) {
+        if (!e.node || !e.node->is_leaf()) continue;
+        count(e.node.get(), e.index);
+        ++edges_left[e.node.get()];
+      }
+    }
   }
   auto took_edges_of = [&](Node* node) {
     if (!into_leaf_grads) return;

@@ -7,30 +7,10 @@
 #include "frontend/invoke.h"
 #include "ir/dtype.h"
 #include "ir/ops/nn.h"
-#include "runtime/device_copy.h"
 
 namespace kiln::kv {
 
 namespace detail {
-
-void copy_async(const NDArray& src, const NDArray& dst, int priority, std::string_view name) {
-  KILN_ASSERT(src.nbytes() == dst.nbytes());
-  if (src.var() == dst.var() && src.byte_offset() == dst.byte_offset()) return;  // the same storage
-  const Device from = src.device(), to = dst.device();
-  if (from.is_cpu() && to.is_cpu()) {
-    engine::get().push([src, dst](engine::RunContext) { std::memcpy(dst.data(), src.data(), src.nbytes()); },
-                       {src.var()}, {dst.var()},
-                       {.device = to, .lane = engine::Lane::kCopy, .priority = priority, .name = name});
-    return;
-  }
-  // A GPU is involved: the copy lane of the GPU, through the CUDA backend.
-  engine::get().push(
-      [src, dst](engine::RunContext) {
-        copy_between_devices(dst.data(), dst.device(), src.data(), src.device(), src.nbytes());
-      },
-      {src.var()}, {dst.var()},
-      {.device = copy_lane_device(from, to), .lane = engine::Lane::kCopy, .priority = priority, .name = name});
-}
 
 namespace {
 
@@ -92,7 +72,6 @@ void sum_async(const std::vector<NDArray>& inputs, const NDArray& out, int prior
 
 namespace {
 
-using detail::copy_async;
 using detail::sum_async;
 
 // Adds every value on `home` with one kernel. CPU devices share host memory,
@@ -106,7 +85,7 @@ void reduce_flat(const std::vector<NDArray>& values, Device home, const NDArray&
       local.push_back(v);
     } else {
       NDArray staged = NDArray::empty(v.shape(), {v.dtype(), home});
-      copy_async(v, staged, priority);
+      v.copy_to(staged, priority, "kv_copy");
       local.push_back(staged);
     }
   }
@@ -224,8 +203,9 @@ void KVStore::check_arrays(const Key& key, const Entry& e, const std::vector<NDA
     KILN_CHECK(a.dtype() == e.stored.dtype(), TypeError,
                "KVStore({}) {} of key '{}': {} {} has dtype {} on {}, but the key was initialized with dtype {}",
                type(), what, key, role, i, a.dtype(), a.device(), e.stored.dtype());
-    KILN_CHECK(reaches(a.device()), DeviceError, "KVStore({}) {} of key '{}': {} {} is on {}, which this store cannot reach{}",
-               type(), what, key, role, i, a.device(), unreachable_hint());
+    const std::string why = unreachable(a.device());
+    KILN_CHECK(why.empty(), DeviceError, "KVStore({}) {} of key '{}': {} {} is on {}, which this store cannot reach{}",
+               type(), what, key, role, i, a.device(), why);
   }
 }
 
@@ -235,9 +215,9 @@ void KVStore::init(const Key& key, const NDArray& value) {
              type(), key, value.is_none() ? "empty (none)" : "symbolic (inside a traced forward)");
   KILN_CHECK(value.dtype() != DType::kBool, TypeError, "KVStore({}) init of key '{}': bool arrays cannot be summed",
              type(), key);
-  KILN_CHECK(reaches(value.device()), DeviceError,
-             "KVStore({}) init of key '{}': the value is on {}, which this store cannot reach{}", type(), key,
-             value.device(), unreachable_hint());
+  const std::string why = unreachable(value.device());
+  KILN_CHECK(why.empty(), DeviceError, "KVStore({}) init of key '{}': the value is on {}, which this store cannot reach{}",
+             type(), key, value.device(), why);
   entries_.emplace(key, Entry{.stored = value.copy()});
 }
 
@@ -250,7 +230,7 @@ void KVStore::push(const Key& key, const std::vector<NDArray>& values, int prior
 void KVStore::pull(const Key& key, const std::vector<NDArray>& outs, int priority) {
   const Entry& e = entry(key, "pull");
   check_arrays(key, e, outs, "pull", "out");
-  for (const NDArray& o : outs) copy_async(e.stored, o, priority);
+  for (const NDArray& o : outs) e.stored.copy_to(o, priority, "kv_copy");
 }
 
 void KVStore::pushpull(const Key& key, const std::vector<NDArray>& values, const std::vector<NDArray>& outs,
@@ -259,7 +239,7 @@ void KVStore::pushpull(const Key& key, const std::vector<NDArray>& values, const
   check_arrays(key, e, values, "pushpull", "value");
   check_arrays(key, e, outs, "pushpull", "out");
   reduce(key, e, values, priority);
-  for (const NDArray& o : outs) copy_async(e.stored, o, priority);
+  for (const NDArray& o : outs) e.stored.copy_to(o, priority, "kv_copy");
 }
 
 void KVStore::broadcast(const Key& key, const NDArray& value, const std::vector<NDArray>& outs, int priority) {
@@ -268,7 +248,7 @@ void KVStore::broadcast(const Key& key, const NDArray& value, const std::vector<
   } else {
     Entry& e = entry(key, "broadcast");
     check_arrays(key, e, {value}, "broadcast", "value");
-    copy_async(value, e.stored, priority);
+    value.copy_to(e.stored, priority, "kv_copy");
   }
   sync_from_root(key, entry(key, "broadcast"), priority);
   pull(key, outs, priority);

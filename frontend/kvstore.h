@@ -114,10 +114,9 @@ class KVStore {
   virtual void sync_from_root(const Key& key, Entry& entry, int priority) {}
   const Entry& entry(const Key& key, std::string_view what) const;
   Entry& entry(const Key& key, std::string_view what);
-  // Whether values on `device` can take part (all devices for the in-process
-  // types), and what to tell the user when one cannot.
-  virtual bool reaches(Device device) const { return true; }
-  virtual std::string unreachable_hint() const { return {}; }
+  // Empty when values on `device` can take part (every device for the
+  // in-process types), else why they cannot (the end of a DeviceError).
+  virtual std::string unreachable(Device device) const { return {}; }
   // ShapeError / TypeError / DeviceError naming the key and the offending array.
   void check_arrays(const Key& key, const Entry& e, const std::vector<NDArray>& arrays, std::string_view what,
                     std::string_view role) const;
@@ -127,13 +126,10 @@ class KVStore {
 };
 
 namespace detail {
-// Queued building blocks: dst = src, on the copy lane (dst's, or the GPU's
-// when one is involved); and out = sum(inputs), all on out's device, on its
-// compute lane. The copy's
-// `name` (a literal: it must outlive the op) is what the profiler shows; the
-// Trainer's broadcast of updated weights passes "trainer_copy", so a trace
-// tells it apart from gradient aggregation ("kv_copy", "kv_sum").
-void copy_async(const NDArray& src, const NDArray& dst, int priority, std::string_view name = "kv_copy");
+// Queued building block: out = sum(inputs), all on out's device, on its
+// compute lane ("kv_sum" in a trace). Copies are NDArray::copy_to(dst, ...),
+// named "kv_copy" for aggregation; the Trainer's broadcast of updated weights
+// passes "trainer_copy", so a trace tells the two apart.
 void sum_async(const std::vector<NDArray>& inputs, const NDArray& out, int priority);
 // The device type's reduction: fixes the home of `stored` at the first call
 // (the least loaded device of the values, by bytes in `load`), then sums

@@ -176,8 +176,8 @@ class DistSyncStore final : public KVStore {
 
  protected:
   // MPI moves host memory: values on a GPU would need NCCL (the CUDA issue).
-  bool reaches(Device device) const override { return device.is_cpu(); }
-  std::string unreachable_hint() const override {
+  std::string unreachable(Device device) const override {
+    if (device.is_cpu()) return {};
     return " (dist_sync allreduces host memory over MPI and serves CPU devices; GPU arrays across processes need "
            "NCCL, which this build does not have)";
   }

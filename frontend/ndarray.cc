@@ -110,6 +110,30 @@ template double NDArray::item<double>() const;
 template int32_t NDArray::item<int32_t>() const;
 template int64_t NDArray::item<int64_t>() const;
 
+namespace {
+
+// Queues dst = src on the copy lane of copy_lane_device (the destination's
+// between CPUs, so the copy overlaps compute on both; the GPU's otherwise,
+// through the CUDA backend: runtime/device_copy.h). `options` gives the
+// priority, name and counted bytes.
+void push_copy(const NDArray& src, const NDArray& dst, engine::PushOptions options) {
+  const Device from = src.device(), to = dst.device();
+  options.device = copy_lane_device(from, to);
+  options.lane = engine::Lane::kCopy;
+  if (from.is_cpu() && to.is_cpu()) {
+    engine::get().push([src, dst](engine::RunContext) { std::memcpy(dst.data(), src.data(), src.nbytes()); },
+                       {src.var()}, {dst.var()}, options);
+  } else {
+    engine::get().push(
+        [src, dst](engine::RunContext) {
+          copy_between_devices(dst.data(), dst.device(), src.data(), src.device(), src.nbytes());
+        },
+        {src.var()}, {dst.var()}, options);
+  }
+}
+
+}  // namespace
+
 NDArray NDArray::copy_to(Device device) const {
   check_not_none("copy_to");
   check_device(device);
@@ -120,25 +144,17 @@ NDArray NDArray::copy_to(Device device) const {
     return copy();
   }
   NDArray dst = empty(shape_, {dtype_, device});
-  const Device from = this->device();
-  const engine::PushOptions options{.device = copy_lane_device(from, device),
-                                    .lane = engine::Lane::kCopy,
-                                    .name = "copy_to",
-                                    .bytes = static_cast<int64_t>(nbytes())};
-  if (from.is_cpu() && device.is_cpu()) {
-    // Runs on the destination's copy lane, so it overlaps compute on both devices.
-    engine::get().push(
-        [src = *this, dst](engine::RunContext) { std::memcpy(dst.data(), src.data(), src.nbytes()); }, {var()},
-        {dst.var()}, options);
-  } else {
-    // A GPU is involved: its copy lane, through the CUDA backend (runtime/device_copy.h).
-    engine::get().push(
-        [src = *this, dst](engine::RunContext) {
-          copy_between_devices(dst.data(), dst.device(), src.data(), src.device(), src.nbytes());
-        },
-        {var()}, {dst.var()}, options);
-  }
+  push_copy(*this, dst, {.name = "copy_to", .bytes = static_cast<int64_t>(nbytes())});
   return dst;
+}
+
+void NDArray::copy_to(const NDArray& dst, int priority, std::string_view name) const {
+  check_readable("copy_to");
+  dst.check_readable("copy_to");
+  KILN_CHECK(nbytes() == dst.nbytes(), ShapeError, "copy_to: the source has {} bytes ({}{}), the destination {} ({}{})",
+             nbytes(), dtype_short_name(dtype_), shape_, dst.nbytes(), dtype_short_name(dst.dtype()), dst.shape());
+  if (var() == dst.var() && byte_offset() == dst.byte_offset()) return;  // the same storage
+  push_copy(*this, dst, {.priority = priority, .name = name});
 }
 
 NDArray NDArray::copy() const {

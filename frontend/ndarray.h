@@ -112,6 +112,12 @@ class NDArray {
 
   // A new array with the same values on `device` (queued on copy lanes).
   NDArray copy_to(Device device) const;
+  // Queues dst = this on a copy lane (the destination's, or the GPU's when
+  // one is involved), between any devices; `dst` must have the same number
+  // of bytes (its shape may differ). A no-op when both are the same storage.
+  // `name` (what the profiler shows; a literal: it must outlive the op).
+  // MXNet's copyto(other).
+  void copy_to(const NDArray& dst, int priority = 0, std::string_view name = "copy_to") const;
   NDArray copy() const;
   NDArray astype(DType dtype) const;
   // A view with a new shape (MXNet's special values 0, -1, -2, -3, -4 allowed).

@@ -5,6 +5,8 @@
 #include <optional>
 #include <queue>
 #include <span>
+#include <string>
+#include <string_view>
 
 #include "ir/ops/elemwise.h"
 #include "ir/ops/fused.h"
@@ -379,22 +381,23 @@ ir::Graph fuse_elementwise(const ir::Graph& g, PassContext& ctx) {
   return copy.finish();
 }
 
-bool fuse_elementwise_enabled() {
-  static const bool on = [] {
+namespace {
+
+// KILN_FUSE, read once: unset (the default), "0" (never) or "1" (on GPUs too).
+std::string_view fuse_setting() {
+  static const std::string setting = [] {
     const char* env = std::getenv("KILN_FUSE");
-    return env == nullptr || std::string_view(env) != "0";
+    return std::string(env == nullptr ? "" : env);
   }();
-  return on;
+  return setting;
 }
 
+}  // namespace
+
+bool fuse_elementwise_enabled() { return fuse_setting() != "0"; }
+
 bool fuse_elementwise_on(Device device) {
-  if (!fuse_elementwise_enabled()) return false;
-  if (!device.is_cuda()) return true;
-  static const bool forced = [] {
-    const char* env = std::getenv("KILN_FUSE");
-    return env != nullptr && std::string_view(env) == "1";
-  }();
-  return forced;
+  return fuse_elementwise_enabled() && (!device.is_cuda() || fuse_setting() == "1");
 }
 
 }  // namespace kiln::passes

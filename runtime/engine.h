@@ -156,12 +156,11 @@ Engine& get();
 void wait_all();
 
 // With asynchronous CUDA lanes (the default; KILN_CUDA_LANES=sync turns them
-// off) a GPU compute op
-// completes once queued: this returns once the GPU work queued so far on
-// `device` has finished (rethrowing an asynchronous GPU error); a no-op for
-// CPUs and with synchronous lanes. NDArray::wait_to_read calls it for GPU
-// arrays, and wait_all() for every GPU; reading values needs no drain (copies
-// order themselves after the GPU's work).
+// off) a GPU compute op completes once queued. For a GPU `device` this returns
+// once the work queued so far on every GPU has finished (rethrowing an
+// asynchronous GPU error); a no-op for CPUs and with synchronous lanes.
+// NDArray::wait_to_read calls it for GPU arrays, and wait_all() drains too;
+// reading values needs no drain (copies order themselves after the GPU's work).
 void drain_device(Device device);
 
 }  // namespace kiln::engine

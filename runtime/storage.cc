@@ -48,14 +48,18 @@ class CpuPool final : public Pool {
     size_t rounded = round_size(size);
     std::unique_lock lock(mu_);
     ++stats_.num_allocs;
-    list_size_ = rounded;
     std::vector<void*>* list = free_list(rounded, false);
-    if ((list == nullptr || list->empty()) && rounded > kSmallLimit) list = larger_cached(rounded);
+    if ((list == nullptr || list->empty()) && rounded > kSmallLimit) {
+      auto larger = larger_cached(rounded);
+      if (larger != free_.large.end()) {
+        list = &larger->second;
+        rounded = larger->first;  // the block keeps its class, and returns to it
+      }
+    }
     void* p = nullptr;
     if (list != nullptr && !list->empty()) {
       p = list->back();
       list->pop_back();
-      rounded = list_size_;  // a larger class's block when borrowed
       stats_.cached -= static_cast<int64_t>(rounded);
       ++stats_.num_cache_hits;
     } else {
@@ -133,17 +137,15 @@ class CpuPool final : public Pool {
 
   // A cached block of a larger class, at most kMaxBorrow times `rounded`
   // (the smallest such): a miss takes it rather than growing the pool, so
-  // blocks cached for one size serve near sizes too. Sets list_size_.
+  // blocks cached for one size serve near sizes too. free_.large.end() when
+  // there is none.
   static constexpr size_t kMaxBorrow = 2;
-  std::vector<void*>* larger_cached(size_t rounded) {
+  std::map<size_t, std::vector<void*>>::iterator larger_cached(size_t rounded) {
     for (auto it = free_.large.upper_bound(rounded); it != free_.large.end() && it->first <= kMaxBorrow * rounded;
          ++it) {
-      if (!it->second.empty()) {
-        list_size_ = it->first;
-        return &it->second;
-      }
+      if (!it->second.empty()) return it;
     }
-    return nullptr;
+    return free_.large.end();
   }
 
   // The free blocks by size class.
@@ -175,7 +177,6 @@ class CpuPool final : public Pool {
   const Device device_;
   mutable SpinLock mu_;
   FreeLists free_;
-  size_t list_size_ = 0;  // the class of the list alloc() takes from (mu_ held)
   Stats stats_;
   int64_t system_bytes_ = 0;
   int64_t system_limit_ = -1;

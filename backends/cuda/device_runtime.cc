@@ -36,8 +36,20 @@ DeviceStreams& device_streams(int device) {
   return d;
 }
 
-std::atomic<int> g_tf32{-1};  // -1: not read from the environment yet
-std::atomic<int> g_async{-1};  // likewise
+// Switches read once from the environment (-1: not read yet), on unless the
+// variable says `off`; the set_ functions override them.
+std::atomic<int> g_tf32{-1};   // KILN_CUDA_TF32=0 turns it off
+std::atomic<int> g_async{-1};  // KILN_CUDA_LANES=sync turns it off
+
+bool env_switch(std::atomic<int>& state, const char* var, std::string_view off) {
+  int v = state.load(std::memory_order_relaxed);
+  if (v < 0) {
+    const char* env = std::getenv(var);
+    v = env != nullptr && std::string_view(env) == off ? 0 : 1;
+    state.store(v, std::memory_order_relaxed);
+  }
+  return v == 1;
+}
 // GPUs that ran an op in async mode (never cleared: draining an idle stream
 // costs a few microseconds).
 std::array<std::atomic<bool>, kMaxDevices> g_queued{};
@@ -55,27 +67,11 @@ cudaStream_t stream(int device, StreamKind kind) {
   return device_streams(device).streams[static_cast<size_t>(kind)];
 }
 
-bool tf32_allowed() {
-  int v = g_tf32.load(std::memory_order_relaxed);
-  if (v < 0) {
-    const char* env = std::getenv("KILN_CUDA_TF32");
-    v = env != nullptr && env[0] == '0' ? 0 : 1;
-    g_tf32.store(v, std::memory_order_relaxed);
-  }
-  return v == 1;
-}
+bool tf32_allowed() { return env_switch(g_tf32, "KILN_CUDA_TF32", "0"); }
 
 void set_tf32_allowed(bool allowed) { g_tf32.store(allowed ? 1 : 0, std::memory_order_relaxed); }
 
-bool lanes_async() {
-  int v = g_async.load(std::memory_order_relaxed);
-  if (v < 0) {
-    const char* env = std::getenv("KILN_CUDA_LANES");
-    v = env != nullptr && std::string_view(env) == "sync" ? 0 : 1;
-    g_async.store(v, std::memory_order_relaxed);
-  }
-  return v == 1;
-}
+bool lanes_async() { return env_switch(g_async, "KILN_CUDA_LANES", "sync"); }
 
 void set_lanes_async(bool async) { g_async.store(async ? 1 : 0, std::memory_order_relaxed); }
 
@@ -92,8 +88,8 @@ void drain_queued_work() {
     if (err != cudaSuccess) {
       (void)cudaGetLastError();
       throw Error(fmt::format(
-          "cuda({}): an asynchronous GPU error surfaced at a wait: {} ({}); with KILN_CUDA_LANES=async the op that "
-          "caused it is not known: rerun with KILN_CUDA_LANES=sync to have the failing op named",
+          "cuda({}): an asynchronous GPU error surfaced at a wait: {} ({}); with asynchronous lanes (the default) the "
+          "op that caused it is not known: rerun with KILN_CUDA_LANES=sync to have the failing op named",
           d, cudaGetErrorName(err), cudaGetErrorString(err)));
     }
   }

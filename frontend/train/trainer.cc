@@ -128,7 +128,7 @@ void Trainer::update(int64_t batch_size, bool ignore_stale_grad) {
       // copy: bench dp_update).
       optimizer_->update(key(primary), data[primary], grads[primary], rescale);
       for (size_t d = 0; d < data.size(); ++d) {
-        if (d != primary) kv::detail::copy_async(data[primary], data[d], static_cast<int>(index), "trainer_copy");
+        if (d != primary) data[primary].copy_to(data[d], static_cast<int>(index), "trainer_copy");
       }
       continue;
     }

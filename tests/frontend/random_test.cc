@@ -18,7 +18,8 @@ namespace kiln {
 namespace {
 
 // The reference stream, written out once more from its definition
-// (backends/cpu/init.cc).
+// (backends/counter_rng.h) on purpose: it pins the values, so a change to the
+// stream (which would change every seeded model) fails here.
 uint64_t mix(uint64_t x) {
   x ^= x >> 30;
   x *= 0xbf58476d1ce4e5b9ull;
