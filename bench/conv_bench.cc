@@ -1,6 +1,7 @@
 // Convolution benchmarks: Winograd (backends/cpu/conv_winograd.h) against the
 // direct oneDNN convolution on the 3x3 stride-1 layers of d2l's ResNet-18
-// (12.6: 1x28x28 images, batch 256), forward and backward-data.
+// (12.6: 1x28x28 images, batch 256), forward, backward-data and
+// backward-weight.
 //
 // The machine is shared, so the modes alternate inside one process (direct,
 // F(2x2), F(4x4), direct, ...) and each reports its best of `repeat` rounds.
@@ -102,6 +103,11 @@ std::vector<Figure> bench_conv_winograd(const Options& options) {
     report(figures, stage_name(st) + "_bwd_data", flops, alternate(options, [&] {
              return invoke1(OpId::kConvolutionBackwardData, {x, w}, OpAttrs::make(bd));
            }));
+    // The weight gradient of the same layer: (out_grad, data) -> d_weight; x
+    // stands in for out_grad (same shape).
+    report(figures, stage_name(st) + "_bwd_weight", flops, alternate(options, [&] {
+             return invoke1(OpId::kConvolutionBackwardWeight, {x, x}, OpAttrs::make(a));
+           }));
   }
   return figures;
 }
@@ -159,7 +165,7 @@ std::vector<Figure> bench_resnet18_weight_cache(const Options& options) {
 std::vector<std::string> figure_names() {
   std::vector<std::string> names;
   for (const Stage& st : kStages)
-    for (const std::string& kind : {std::string(), std::string("_bwd_data")})
+    for (const std::string& kind : {std::string(), std::string("_bwd_data"), std::string("_bwd_weight")})
       for (const char* f : {"_direct_ms", "_winograd_ms", "_direct_gflops", "_winograd_gflops", "_winograd_speedup",
                             "_winograd2_speedup"})
         names.push_back(stage_name(st) + kind + f);

@@ -357,6 +357,10 @@ void convolution_backward_weight(const KernelContext& ctx, std::span<const Tenso
   if (direct_backward_weights_applies(a, p)) {
     return direct_backward_weights(ctx, p, in[0].ptr<float>(), in[1].ptr<float>(), out[0].ptr<float>());
   }
+  if (auto wino = choose_winograd(p, false)) {
+    return cpu::winograd_weight_grad(ctx.run, wino->conv, wino->tile, in[1].ptr<float>(), in[0].ptr<float>(),
+                                     out[0].ptr<float>());
+  }
   dn::Call call(ctx.run, p.macs);
   auto plan = dn::cached<BackwardWeightsPlan>(fmt::format("conv_bwd_weights|{}{}", p.key, call.threads()), [&] { return make_backward_weights_plan(p); });
   call.run(plan->prim, plan->scratchpad,

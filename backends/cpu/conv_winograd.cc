@@ -90,6 +90,23 @@ struct Transforms<2> {
     store(u + 2 * os, 0.5f * (g0 - g1 + g2));
     store(u + 3 * os, g2);
   }
+  // The weight gradient's transforms, transposes of the two above.
+  // A = (Aᵀ)ᵀ: an output tile's gradient into the transform domain.
+  static void output_grad(const float* y, ptrdiff_t is, float* z, ptrdiff_t os) {
+    Vec y0 = load(y), y1 = load(y + is);
+    store(z, y0);
+    store(z + os, y0 + y1);
+    store(z + 2 * os, y0 - y1);
+    store(z + 3 * os, -y1);
+  }
+  // Gᵀ: a transformed weight's gradient back to the 3 taps.
+  static void weight_grad(const float* u, ptrdiff_t is, float* g, ptrdiff_t os) {
+    Vec u0 = load(u), u1 = load(u + is), u2 = load(u + 2 * is), u3 = load(u + 3 * is);
+    Vec h = 0.5f * (u1 + u2);
+    store(g, u0 + h);
+    store(g + os, 0.5f * (u1 - u2));
+    store(g + 2 * os, h + u3);
+  }
 };
 
 template <>
@@ -126,6 +143,27 @@ struct Transforms<4> {
     store(u + 4 * os, k24 * g0 - k12 * g1 + k6 * g2);
     store(u + 5 * os, g2);
   }
+  // A = (Aᵀ)ᵀ
+  static void output_grad(const float* y, ptrdiff_t is, float* z, ptrdiff_t os) {
+    Vec y0 = load(y), y1 = load(y + is), y2 = load(y + 2 * is), y3 = load(y + 3 * is);
+    Vec e = y0 + y2, o = y1 + y3, e4 = y0 + 4.0f * y2, o4 = 2.0f * y1 + 8.0f * y3;
+    store(z, y0);
+    store(z + os, e + o);
+    store(z + 2 * os, e - o);
+    store(z + 3 * os, e4 + o4);
+    store(z + 4 * os, e4 - o4);
+    store(z + 5 * os, y3);
+  }
+  // Gᵀ
+  static void weight_grad(const float* u, ptrdiff_t is, float* g, ptrdiff_t os) {
+    Vec u0 = load(u), u1 = load(u + is), u2 = load(u + 2 * is), u3 = load(u + 3 * is), u4 = load(u + 4 * is),
+        u5 = load(u + 5 * is);
+    constexpr float k6 = 1.0f / 6, k12 = 1.0f / 12, k24 = 1.0f / 24;
+    Vec a = u1 + u2, b = u3 + u4;
+    store(g, 0.25f * u0 - k6 * a + k24 * b);
+    store(g + os, k6 * (u2 - u1) + k12 * (u3 - u4));
+    store(g + 2 * os, k6 * (b - a) + u5);
+  }
 };
 
 // ---- 2-D transforms on tiles of kLanes-wide vectors
@@ -157,6 +195,27 @@ void weight_tile(const float* g, float* u) {
   float t[A * 3 * kLanes];
   for (int s = 0; s < 3; ++s) Transforms<M>::weight(g + s * kLanes, 3 * kLanes, t + s * kLanes, 3 * kLanes);
   for (int i = 0; i < A; ++i) Transforms<M>::weight(t + i * 3 * kLanes, kLanes, u + i * A * kLanes, kLanes);
+}
+
+// dy: M x M vectors, rows `row_stride` floats apart, columns kLanes apart ->
+// A dy Aᵀ, whose vector (i, j) goes to z + (i * A + j) * z_stride: the
+// gradient of Z for an output tile's gradient.
+template <int M>
+void output_grad_tile(const float* dy, ptrdiff_t row_stride, float* z, ptrdiff_t z_stride) {
+  constexpr int A = M + 2;
+  float t[A * M * kLanes];
+  for (int x = 0; x < M; ++x) Transforms<M>::output_grad(dy + x * kLanes, row_stride, t + x * kLanes, M * kLanes);
+  for (int i = 0; i < A; ++i) Transforms<M>::output_grad(t + i * M * kLanes, kLanes, z + i * A * z_stride, z_stride);
+}
+
+// du [A][A][kLanes] -> g [3][3][kLanes] = Gᵀ du G: the gradient of the
+// weights for the gradient of their transform.
+template <int M>
+void weight_grad_tile(const float* du, float* g) {
+  constexpr int A = M + 2;
+  float t[3 * A * kLanes];
+  for (int j = 0; j < A; ++j) Transforms<M>::weight_grad(du + j * kLanes, A * kLanes, t + j * kLanes, A * kLanes);
+  for (int i = 0; i < 3; ++i) Transforms<M>::weight_grad(t + i * A * kLanes, kLanes, g + i * 3 * kLanes, kLanes);
 }
 
 // dst[j * ds + i] = src[i * ss + j] for i, j < 8.
@@ -452,6 +511,110 @@ void transform_output(const WinogradConv& s, const Geometry<M>& g, int threads, 
       1);
 }
 
+// dZ [A2][P][K] (positions ldz floats apart) = A dy Aᵀ per output tile, for
+// images [n0, n0 + count): outputs beyond the image (the padding up to whole
+// tiles) have no gradient.
+template <int M>
+void transform_output_grad(const WinogradConv& s, const Geometry<M>& g, int threads, const float* dy, int64_t n0,
+                           int64_t count, int64_t ldz, float* z) {
+  constexpr int A2 = (M + 2) * (M + 2);
+  const int64_t K = s.out_channels, OH = s.out_height, OW = s.out_width, plane = OH * OW;
+  const int64_t cols = g.tiles_w * M;
+  const int64_t blocks = (K + kLanes - 1) / kLanes, block_floats = M * cols * kLanes;
+  // Per unit (image, tile row): all channels' M rows in buf [block][M][cols][kLanes]
+  // (as transform_input gathers its rows), then tile by tile all channels.
+  parallel_for(
+      threads, count * g.tiles_h,
+      [&](int64_t u0, int64_t u1) {
+        float* buf = thread_buffer(static_cast<size_t>(blocks * block_floats));
+        float tile[A2 * kLanes];
+        for (int64_t unit = u0; unit < u1; ++unit) {
+          const int64_t n = n0 + unit / g.tiles_h, ty = unit % g.tiles_h;
+          if (unit + 1 < u1) {
+            const int64_t nn = n0 + (unit + 1) / g.tiles_h, ny = (unit + 1) % g.tiles_h;
+            const int64_t rows = std::min<int64_t>(M, OH - ny * M);
+            for (int64_t k = 0; k < K; ++k) prefetch_span(dy + (nn * K + k) * plane + ny * M * OW, rows * OW);
+          }
+          std::fill(buf, buf + blocks * block_floats, 0.0f);
+          for (int64_t b = 0; b < blocks; ++b) {
+            const int64_t k0 = b * kLanes, nk = std::min<int64_t>(kLanes, K - k0);
+            for (int r = 0; r < M; ++r) {
+              const int64_t oy = ty * M + r;
+              if (oy >= OH) break;
+              const float* src = dy + (n * K + k0) * plane + oy * OW;
+              float* row = buf + b * block_floats + r * cols * kLanes;
+              int64_t ox = 0;
+              if (nk == kLanes)
+                for (; ox + 8 <= OW; ox += 8) transpose8(src + ox, plane, row + ox * kLanes, kLanes);
+              for (; ox < OW; ++ox)
+                for (int64_t l = 0; l < nk; ++l) row[ox * kLanes + l] = src[l * plane + ox];
+            }
+          }
+          for (int64_t tx = 0; tx < g.tiles_w; ++tx) {
+            const int64_t p = (n - n0) * g.tiles + ty * g.tiles_w + tx;
+            for (int64_t b = 0; b < blocks; ++b) {
+              const int64_t k0 = b * kLanes, nk = std::min<int64_t>(kLanes, K - k0);
+              const float* d = buf + b * block_floats + tx * M * kLanes;
+              float* dst = z + p * K + k0;
+              if (nk == kLanes) {
+                output_grad_tile<M>(d, cols * kLanes, dst, ldz);
+              } else {
+                output_grad_tile<M>(d, cols * kLanes, tile, kLanes);
+                for (int xi = 0; xi < A2; ++xi) std::memcpy(dst + xi * ldz, tile + xi * kLanes, nk * sizeof(float));
+              }
+            }
+          }
+        }
+      },
+      1);
+}
+
+// dw [K][C][3][3] = Gᵀ (Σ over `parts` of du) G, du [parts][A2][C][K].
+template <int M>
+void transform_weight_grad(const WinogradConv& s, int threads, const float* du, int parts, float* dw) {
+  constexpr int A2 = (M + 2) * (M + 2);
+  const int64_t C = s.in_channels, K = s.out_channels, part = A2 * C * K;
+  parallel_for(
+      threads, C,
+      [&](int64_t c0, int64_t c1) {
+        float u[A2 * kLanes], g[9 * kLanes];
+        for (int64_t c = c0; c < c1; ++c) {
+          for (int64_t k0 = 0; k0 < K; k0 += kLanes) {
+            const int64_t nk = std::min<int64_t>(kLanes, K - k0);
+            std::fill(u, u + A2 * kLanes, 0.0f);
+            for (int xi = 0; xi < A2; ++xi)
+              for (int q = 0; q < parts; ++q) {
+                const float* src = du + q * part + (xi * C + c) * K + k0;
+                for (int64_t l = 0; l < nk; ++l) u[xi * kLanes + l] += src[l];
+              }
+            weight_grad_tile<M>(u, g);
+            for (int64_t l = 0; l < nk; ++l)
+              for (int t = 0; t < 9; ++t) dw[((k0 + l) * C + c) * 9 + t] = g[t * kLanes + l];
+          }
+        }
+      },
+      1);
+}
+
+// The weight gradient's batched product dU[b] (+)= V[b]ᵀ . dZ[b]: V [A2][P][C]
+// read transposed, dZ [A2][P][K], dU [A2][C][K]; `accumulate` adds to dU.
+std::shared_ptr<const MatmulPlan> weight_grad_matmul_plan(int64_t batch, int64_t tiles, int64_t C, int64_t K,
+                                                          int64_t ldv, int64_t ldz, bool accumulate, int threads) {
+  std::string key = "winograd_wgrad_matmul|";
+  dn::append_key(key, {batch, tiles, C, K, ldv, ldz, accumulate ? 1 : 0, threads});
+  return dn::cached<MatmulPlan>(key, [&] {
+    MatmulPlan plan;
+    plan.src = memory::desc({batch, C, tiles}, memory::data_type::f32, memory::dims{ldv, 1, C});
+    plan.weights = memory::desc({batch, tiles, K}, memory::data_type::f32, memory::dims{ldz, K, 1});
+    plan.dst = dn::plain_desc({batch, C, K});
+    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(plan.src, plan.weights, plan.dst),
+                                    dn::post_ops_attr(accumulate, std::nullopt), dn::engine());
+    plan.prim = dnnl::matmul(pd);
+    plan.scratchpad = dn::scratchpad_bytes(pd);
+    return plan;
+  });
+}
+
 // Runs Z[b] = V[b] . U[b] on the calling thread's stream (inside a parallel
 // region oneDNN runs it on that one thread).
 void run_matmul(const MatmulPlan& plan, const float* v, const float* u, float* z) {
@@ -539,6 +702,61 @@ void winograd_conv_tiled(const engine::RunContext& run, const WinogradConv& s, c
       1);
 }
 
+// The weight gradient dw = Σ over tiles of Gᵀ [(Bᵀ d B)ᵀ . (A dy Aᵀ)] G: the
+// forward's products transposed, with its input transform and the transposes
+// of its output and weight transforms. The work is shared as in
+// winograd_conv_tiled; with a share of the batch per thread, each thread
+// sums into its own dU, and the parts are added before the weight transform.
+template <int M>
+void winograd_weight_grad_tiled(const engine::RunContext& run, const WinogradConv& s, const float* x,
+                                const float* dy, float* dw) {
+  constexpr int A2 = (M + 2) * (M + 2);
+  const Geometry<M> g(s);
+  const int64_t N = s.batch, C = s.in_channels, K = s.out_channels;
+  const int64_t work = N * K * s.out_height * s.out_width * C * 9;
+  const int threads = work < dn::kParallelWork ? 1 : std::max(1, run.num_threads);
+  omp_set_num_threads(threads);
+  const bool per_thread = threads > 1 && N >= threads;
+  const int workers = per_thread ? threads : 1;
+  // Every chunk's matmul reads and writes all of dU: chunks at least as large
+  // as dU keep that traffic below the traffic of V and dZ.
+  const int64_t per_image = A2 * g.tiles * (C + K) * static_cast<int64_t>(sizeof(float));
+  const int64_t budget = std::max<int64_t>(kChunkBytes, A2 * C * K * static_cast<int64_t>(sizeof(float))) / workers;
+  const int64_t share = (N + workers - 1) / workers;
+  int64_t chunk = std::clamp<int64_t>(budget / std::max<int64_t>(per_image, 1), 1, share);
+  const int64_t chunks = (share + chunk - 1) / chunk;
+  chunk = (share + chunks - 1) / chunks;
+
+  Scratch scratch(run.device);
+  const int64_t ldv = padded_stride(chunk * g.tiles * C), ldz = padded_stride(chunk * g.tiles * K);
+  float* v = scratch.floats(workers * A2 * ldv);
+  float* z = scratch.floats(workers * A2 * ldz);
+  float* du = scratch.floats(workers * A2 * C * K);
+  auto process = [&](int64_t worker, int64_t begin, int64_t end, int step_threads) {
+    float* wv = v + worker * A2 * ldv;
+    float* wz = z + worker * A2 * ldz;
+    float* wdu = du + worker * A2 * C * K;
+    if (begin >= end) std::fill(wdu, wdu + A2 * C * K, 0.0f);  // a worker without images
+    for (int64_t n0 = begin; n0 < end; n0 += chunk) {
+      const int64_t count = std::min(chunk, end - n0);
+      transform_input<M>(s, g, step_threads, x, n0, count, ldv, wv);
+      transform_output_grad<M>(s, g, step_threads, dy, n0, count, ldz, wz);
+      run_matmul(*weight_grad_matmul_plan(A2, count * g.tiles, C, K, ldv, ldz, n0 > begin, step_threads), wv, wz, wdu);
+    }
+  };
+  if (per_thread) {
+    parallel_for(
+        threads, threads,
+        [&](int64_t t0, int64_t t1) {
+          for (int64_t t = t0; t < t1; ++t) process(t, std::min(N, t * share), std::min(N, (t + 1) * share), 1);
+        },
+        1);
+  } else {
+    process(0, 0, N, threads);
+  }
+  transform_weight_grad<M>(s, threads, du, workers, dw);
+}
+
 int initial_mode() {
   const char* env = std::getenv("KILN_WINOGRAD");
   if (env == nullptr || *env == '\0') return 4;
@@ -582,6 +800,14 @@ void winograd_conv(const engine::RunContext& run, const WinogradConv& s, int til
   if (tile == 4) return winograd_conv_tiled<4>(run, s, x, w, bias, sum, relu, cache_weights, y);
   KILN_ASSERT(tile == 2);
   winograd_conv_tiled<2>(run, s, x, w, bias, sum, relu, cache_weights, y);
+}
+
+void winograd_weight_grad(const engine::RunContext& run, const WinogradConv& s, int tile, const float* x,
+                          const float* dy, float* dw) {
+  KILN_ASSERT(!s.transposed_weight);
+  if (tile == 4) return winograd_weight_grad_tiled<4>(run, s, x, dy, dw);
+  KILN_ASSERT(tile == 2);
+  winograd_weight_grad_tiled<2>(run, s, x, dy, dw);
 }
 
 }  // namespace kiln::cpu

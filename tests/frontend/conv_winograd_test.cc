@@ -12,6 +12,11 @@
 // direct oneDNN convolution 1.3e-6..2.4e-6, F(2x2) 4.5e-7..7.4e-7, F(4x4)
 // 7.7e-6..1.4e-5 (its transforms multiply by up to 8 and divide by 24). The
 // tests allow F(2x2) 2e-6 and F(4x4) 4e-5.
+//
+// The weight gradient sums batch x OH x OW products per weight; its errors are
+// relative to the square root of that count. Measured on the stage shapes
+// (batch 8): F(2x2) 3.0e-7..7.0e-7, F(4x4) 2.8e-6..1.0e-5; the same
+// tolerances apply.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -32,6 +37,7 @@ namespace {
 using cpu::WinogradConv;
 
 double tolerance(int tile) { return tile == 4 ? 4e-5 : 2e-6; }
+double weight_grad_tolerance(int tile) { return tile == 4 ? 4e-5 : 2e-6; }
 
 // Sets the mode for a scope.
 class ModeGuard {
@@ -176,6 +182,77 @@ TEST(ConvWinograd, ResNetStageShapesStayAccurate) {
     double err = scaled_error(y.to_vector<float>(), reference(s, x, w, b.data(), nullptr, false), s.in_channels);
     std::printf("direct x[%ld,%ld,%ld,%ld]: max error %.3g x sqrt(9C)\n", static_cast<long>(s.batch),
                 static_cast<long>(s.in_channels), static_cast<long>(s.height), static_cast<long>(s.width), err);
+  }
+}
+
+// dw[k][c][r][q] = sum over n, oy, ox of dy[n][k][oy][ox] x[n][c][oy - pad + r][ox - pad + q], in float64.
+std::vector<double> reference_weight_grad(const WinogradConv& s, const std::vector<float>& x,
+                                          const std::vector<float>& dy) {
+  const int64_t C = s.in_channels, K = s.out_channels, OH = s.out_height, OW = s.out_width;
+  std::vector<double> dw(static_cast<size_t>(K * C * 9), 0.0);
+  for (int64_t n = 0; n < s.batch; ++n)
+    for (int64_t k = 0; k < K; ++k)
+      for (int64_t c = 0; c < C; ++c)
+        for (int64_t r = 0; r < 3; ++r)
+          for (int64_t q = 0; q < 3; ++q) {
+            double acc = 0;
+            for (int64_t oy = 0; oy < OH; ++oy)
+              for (int64_t ox = 0; ox < OW; ++ox) {
+                int64_t iy = oy - s.pad_top + r, ix = ox - s.pad_left + q;
+                if (iy < 0 || iy >= s.height || ix < 0 || ix >= s.width) continue;
+                acc += static_cast<double>(dy[static_cast<size_t>(((n * K + k) * OH + oy) * OW + ox)]) *
+                       x[static_cast<size_t>(((n * C + c) * s.height + iy) * s.width + ix)];
+              }
+            dw[static_cast<size_t>(((k * C + c) * 3 + r) * 3 + q)] += acc;
+          }
+  return dw;
+}
+
+// Runs the weight gradient on `s`, checks it against the reference and
+// returns the error relative to sqrt(products summed) = sqrt(batch OH OW),
+// the scale of a sum of that many products of magnitude <= 1.
+double check_weight_grad(const WinogradConv& s, int tile, int threads = 2) {
+  auto x = uniform(s.batch * s.in_channels * s.height * s.width, 11);
+  auto dy = uniform(s.batch * s.out_channels * s.out_height * s.out_width, 12);
+  std::vector<float> dw(static_cast<size_t>(s.out_channels * s.in_channels * 9), 12345.0f);
+  engine::RunContext run{.device = Device::cpu(0), .num_threads = threads};
+  cpu::winograd_weight_grad(run, s, tile, x.data(), dy.data(), dw.data());
+  auto want = reference_weight_grad(s, x, dy);
+  double worst = 0;
+  for (size_t i = 0; i < dw.size(); ++i) worst = std::max(worst, std::abs(dw[i] - want[i]));
+  double err = worst / std::sqrt(static_cast<double>(s.batch * s.out_height * s.out_width));
+  EXPECT_LE(err, weight_grad_tolerance(tile)) << "weight gradient " << name(s, tile) << " threads " << threads;
+  return err;
+}
+
+TEST(ConvWinograd, WeightGradientMatchesReferenceOnManyShapes) {
+  for (int tile : {2, 4}) {
+    for (int64_t pad : {0, 1, 2}) {
+      for (int64_t hw : {3, 4, 5, 6, 7, 9, 14, 17}) {
+        if (hw + 2 * pad - 2 < 1) continue;
+        check_weight_grad(make(2, 8, hw, hw, 8, pad), tile);
+      }
+      check_weight_grad(make(1, 3, 11, 6, 5, pad), tile);   // channels below one vector
+      check_weight_grad(make(3, 13, 7, 10, 19, pad), tile);  // vector plus a remainder; uneven shares
+    }
+    for (int64_t hw : {1, 2, 3, 4}) check_weight_grad(make(2, 16, hw, hw, 16, 1), tile);
+    check_weight_grad(make(2, 9, 5, 5, 10, 3), tile);  // outputs fed by padding alone
+    WinogradConv s = make(2, 9, 8, 9, 10, 1);
+    s.out_height -= 1;  // pad_bottom 0
+    s.out_width += 1;   // pad_right 2
+    check_weight_grad(s, tile);
+    // One image over two threads (the threads share each step), and one thread.
+    check_weight_grad(make(1, 24, 12, 13, 40, 1), tile, 2);
+    check_weight_grad(make(4, 24, 12, 13, 40, 1), tile, 1);
+  }
+}
+
+TEST(ConvWinograd, WeightGradientOnResNetStageShapesStaysAccurate) {
+  for (int tile : {2, 4}) {
+    for (const WinogradConv& s : {make(8, 64, 28, 28, 64, 1), make(8, 256, 7, 7, 256, 1), make(8, 512, 4, 4, 64, 1)}) {
+      double err = check_weight_grad(s, tile);
+      std::printf("weight gradient %s: max error %.3g x sqrt(N OH OW)\n", name(s, tile).c_str(), err);
+    }
   }
 }
 
