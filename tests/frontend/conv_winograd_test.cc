@@ -277,12 +277,18 @@ NDArray array(const Shape& shape, uint64_t seed) {
   return nd::array(v, shape);
 }
 
-double max_scaled_difference(const NDArray& a, const NDArray& b, int64_t channels) {
+// Largest |a - b| / sqrt(products): the scale of a sum of that many products of magnitude <= 1.
+double max_scaled_difference_over(const NDArray& a, const NDArray& b, double products) {
   auto x = a.to_vector<float>(), y = b.to_vector<float>();
   EXPECT_EQ(x.size(), y.size());
   double worst = 0;
   for (size_t i = 0; i < x.size(); ++i) worst = std::max(worst, static_cast<double>(std::abs(x[i] - y[i])));
-  return worst / std::sqrt(9.0 * static_cast<double>(channels));
+  return worst / std::sqrt(products);
+}
+
+// An output of a convolution over `channels` input channels sums 9 x channels products.
+double max_scaled_difference(const NDArray& a, const NDArray& b, int64_t channels) {
+  return max_scaled_difference_over(a, b, 9.0 * static_cast<double>(channels));
 }
 
 TEST(ConvWinograd, ConvolutionOpsMatchTheDirectConvolution) {
@@ -303,7 +309,7 @@ TEST(ConvWinograd, ConvolutionOpsMatchTheDirectConvolution) {
       a.with_sum = true;
       const auto& conv_attrs = static_cast<const ConvolutionAttrs&>(a);
       NDArray x = array(c.data, 5), w = array({c.filters, c.data[1], 3, 3}, 6), b = array({c.filters}, 7);
-      NDArray y0, r, fused0, dx0;
+      NDArray y0, r, fused0, dx0, dw0;
       ConvolutionBackwardDataAttrs bd;
       static_cast<ConvolutionAttrs&>(bd) = conv_attrs;
       bd.data_shape = x.shape();
@@ -313,13 +319,21 @@ TEST(ConvWinograd, ConvolutionOpsMatchTheDirectConvolution) {
         r = array(y0.shape(), 8);
         fused0 = invoke1(OpId::kConvAct, {x, w, b, r}, OpAttrs::make(a));
         dx0 = invoke1(OpId::kConvolutionBackwardData, {r, w}, OpAttrs::make(bd));
-        y0.wait_to_read(), fused0.wait_to_read(), dx0.wait_to_read();
+        dw0 = invoke1(OpId::kConvolutionBackwardWeight, {r, x}, OpAttrs::make(conv_attrs));
+        y0.wait_to_read(), fused0.wait_to_read(), dx0.wait_to_read(), dw0.wait_to_read();
       }
       ModeGuard on(mode);
       NDArray y1 = invoke1(OpId::kConvolution, {x, w, b}, OpAttrs::make(conv_attrs));
       NDArray fused1 = invoke1(OpId::kConvAct, {x, w, b, r}, OpAttrs::make(a));
       NDArray dx1 = invoke1(OpId::kConvolutionBackwardData, {r, w}, OpAttrs::make(bd));
+      NDArray dw1 = invoke1(OpId::kConvolutionBackwardWeight, {r, x}, OpAttrs::make(conv_attrs));
       const double tol = 2 * tolerance(mode);
+      // A weight's gradient sums N x OH x OW products.
+      const double dw_products = static_cast<double>(r.shape().size() / r.shape()[1]);
+      EXPECT_LE(max_scaled_difference_over(dw0, dw1, dw_products), 2 * weight_grad_tolerance(mode))
+          << "backward weight " << what;
+      EXPECT_GT(max_scaled_difference_over(dw0, dw1, dw_products), 0)
+          << "backward weight did not take Winograd: " << what;
       EXPECT_LE(max_scaled_difference(y0, y1, c.data[1]), tol) << "Convolution " << what;
       EXPECT_LE(max_scaled_difference(fused0, fused1, c.data[1]), tol) << "_kiln_conv_act " << what;
       EXPECT_LE(max_scaled_difference(dx0, dx1, c.filters), tol) << "backward data " << what;
