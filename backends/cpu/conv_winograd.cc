@@ -716,7 +716,16 @@ void winograd_weight_grad_tiled(const engine::RunContext& run, const WinogradCon
   const int64_t work = N * K * s.out_height * s.out_width * C * 9;
   const int threads = work < dn::kParallelWork ? 1 : std::max(1, run.num_threads);
   omp_set_num_threads(threads);
-  const bool per_thread = threads > 1 && N >= threads;
+  // A dU per thread costs writing and reading it once more per thread, and
+  // each thread's matmul has fewer rows to sum: it pays only while dU is far
+  // smaller than the thread's share of V and dZ. Measured on ResNet-18's
+  // stages (bench/conv_bench.cc, two threads): per thread and shared steps
+  // equal at 64 x 28 x 28 and 128 x 14 x 14 (dU 1/200 and 1/30 of the
+  // share); shared 11% faster at 256 x 7 x 7 (1/4) and 28% at 512 x 4 x 4
+  // (dU twice the share).
+  const int64_t du_bytes = A2 * C * K * static_cast<int64_t>(sizeof(float));
+  const int64_t share_bytes = A2 * g.tiles * (C + K) * static_cast<int64_t>(sizeof(float)) * N / std::max(threads, 1);
+  const bool per_thread = threads > 1 && N >= threads && 16 * du_bytes <= share_bytes;
   const int workers = per_thread ? threads : 1;
   // Every chunk's matmul reads and writes all of dU: chunks at least as large
   // as dU keep that traffic below the traffic of V and dZ.
