@@ -244,6 +244,10 @@ TEST(ConvWinograd, WeightGradientMatchesReferenceOnManyShapes) {
     // One image over two threads (the threads share each step), and one thread.
     check_weight_grad(make(1, 24, 12, 13, 40, 1), tile, 2);
     check_weight_grad(make(4, 24, 12, 13, 40, 1), tile, 1);
+    // Few channels on large images: each thread sums its share of the batch
+    // into its own dU (dU under 1/16 of a share), evenly and unevenly split.
+    check_weight_grad(make(8, 8, 28, 28, 8, 1), tile, 2);
+    check_weight_grad(make(5, 8, 28, 28, 16, 1), tile, 2);
   }
 }
 
