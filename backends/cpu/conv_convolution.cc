@@ -23,6 +23,7 @@
 #include <cstring>
 #include <vector>
 
+#include "backends/cpu/conv_im2col.h"
 #include "backends/cpu/conv_winograd.h"
 #include "backends/cpu/onednn_util.h"
 #include "backends/cpu/parallel.h"
@@ -207,12 +208,30 @@ std::optional<WinogradChoice> choose_winograd(const ConvProblem& p, bool backwar
   return WinogradChoice{s, tile};
 }
 
+// The im2col path (backends/cpu/conv_im2col.h) for `p` when it applies:
+// ungrouped 2-D, no post-ops, input channels that oneDNN's blocked kernels
+// handle poorly.
+std::optional<cpu::Im2colConv> choose_im2col(const ConvProblem& p) {
+  if (p.src.size() != 4 || p.weights.size() != 4 || p.with_sum || p.act) return std::nullopt;
+  cpu::Im2colConv s{.batch = p.src[0], .channels = p.src[1], .height = p.src[2], .width = p.src[3],
+                    .out_channels = p.dst[1], .out_height = p.dst[2], .out_width = p.dst[3],
+                    .kernel_h = p.weights[2], .kernel_w = p.weights[3], .stride_h = p.strides[0],
+                    .stride_w = p.strides[1], .dilate_h = p.dilates[0] + 1, .dilate_w = p.dilates[1] + 1,
+                    .pad_top = p.pad_l[0], .pad_left = p.pad_l[1]};
+  if (!cpu::im2col_applies(s)) return std::nullopt;
+  return s;
+}
+
 void run_forward(const KernelContext& ctx, const ConvProblem& p, std::span<const TensorView> in, const TensorView& out) {
   if (auto wino = choose_winograd(p, false)) {
     return cpu::winograd_conv(ctx.run, wino->conv, wino->tile, in[0].ptr<float>(), in[1].ptr<float>(),
                               p.has_bias ? in[2].ptr<float>() : nullptr,
                               p.with_sum ? in[p.has_bias ? 3 : 2].ptr<float>() : nullptr, p.act, !ctx.is_train,
                               out.ptr<float>());
+  }
+  if (auto im2col = choose_im2col(p)) {
+    return cpu::im2col_forward(ctx.run, *im2col, in[0].ptr<float>(), in[1].ptr<float>(),
+                               p.has_bias ? in[2].ptr<float>() : nullptr, out.ptr<float>());
   }
   dn::Call call(ctx.run, p.macs);
   const std::string key = fmt::format("conv_fwd|{}{}", p.key, call.threads());
@@ -354,12 +373,16 @@ void convolution_backward_weight(const KernelContext& ctx, std::span<const Tenso
   ConvolutionAttrs a = ctx.attrs.as<ConvolutionAttrs>();
   a.no_bias = true;  // the bias gradient is a `sum` in the GradFn
   ConvProblem p = make_problem(a, in[1].shape);
-  if (direct_backward_weights_applies(a, p)) {
-    return direct_backward_weights(ctx, p, in[0].ptr<float>(), in[1].ptr<float>(), out[0].ptr<float>());
-  }
   if (auto wino = choose_winograd(p, false)) {
     return cpu::winograd_weight_grad(ctx.run, wino->conv, wino->tile, in[1].ptr<float>(), in[0].ptr<float>(),
                                      out[0].ptr<float>());
+  }
+  if (direct_backward_weights_applies(a, p)) {
+    return direct_backward_weights(ctx, p, in[0].ptr<float>(), in[1].ptr<float>(), out[0].ptr<float>());
+  }
+  if (auto im2col = choose_im2col(p)) {
+    return cpu::im2col_backward_weight(ctx.run, *im2col, in[1].ptr<float>(), in[0].ptr<float>(),
+                                       out[0].ptr<float>());
   }
   dn::Call call(ctx.run, p.macs);
   auto plan = dn::cached<BackwardWeightsPlan>(fmt::format("conv_bwd_weights|{}{}", p.key, call.threads()), [&] { return make_backward_weights_plan(p); });

@@ -156,10 +156,11 @@ TEST_P(Conv, ConvolutionBackwardOpsMatchLoops) {
       dx_want[xi] += g * wv[wi];
       dw_want[wi] += g * xv[xi];
     });
-    // 3x3 stride-1 data gradients run as Winograd F(4x4) (backends/cpu/conv_winograd.h), whose rounding
-    // error is about 6x the direct convolution's: 1e-4 is exceeded at 32 channels of N(0, 1) products.
+    // 3x3 stride-1 data and weight gradients run as Winograd F(4x4) (backends/cpu/conv_winograd.h), whose
+    // rounding error is about 6x the direct convolution's: 1e-4 is exceeded at 32 channels of N(0, 1)
+    // products, and by the weight gradient's sum of 3 x 12 x 11 of them (1.05e-4 at 16 -> 32 channels).
     expect_near(dx, dx_want, 3e-4, "d_data " + k.name());
-    expect_near(dw, dw_want, 1e-4, "d_weight " + k.name());
+    expect_near(dw, dw_want, 3e-4, "d_weight " + k.name());
   }
 }
 

@@ -1,0 +1,196 @@
+// The im2col convolution (backends/cpu/conv_im2col.h): forward and weight
+// gradient against float64 references on strides, paddings,
+// dilations, non-square kernels, odd sizes, one to 20 input channels and
+// batches that span several chunks; then through the Convolution ops, which
+// must route layers whose channels are not a multiple of 16 to it and agree
+// with oneDNN's direct kernels (the data gradient, on oneDNN in both modes,
+// is checked there too).
+//
+// Tolerance: inputs uniform in [-1, 1]; a forward output or a data gradient
+// sums C kh kw products, a weight gradient N OH OW, and errors
+// are measured relative to the square root of that count. float32 sums of a
+// few thousand terms stay below 1e-6 on that scale.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/conv_im2col.h"
+#include "frontend/invoke.h"
+#include "frontend/nd.h"
+#include "ir/ops/conv.h"
+#include "runtime/engine.h"
+
+namespace kiln {
+namespace {
+
+using cpu::Im2colConv;
+
+constexpr double kTolerance = 2e-6;
+
+std::vector<float> uniform(int64_t n, uint64_t seed) {
+  std::vector<float> v(static_cast<size_t>(n));
+  uint64_t s = seed * 0x9e3779b97f4a7c15ull + 7;
+  for (float& f : v) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    f = static_cast<float>(static_cast<double>(s >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+  }
+  return v;
+}
+
+// The problem for x [n, c, h, w], k filters of kh x kw, with its output size.
+Im2colConv make(int64_t n, int64_t c, int64_t h, int64_t w, int64_t k, int64_t kh, int64_t kw, int64_t stride,
+                int64_t pad, int64_t dilate) {
+  Im2colConv s{.batch = n, .channels = c, .height = h, .width = w, .out_channels = k, .kernel_h = kh,
+               .kernel_w = kw, .stride_h = stride, .stride_w = stride, .dilate_h = dilate, .dilate_w = dilate,
+               .pad_top = pad, .pad_left = pad};
+  s.out_height = (h + 2 * pad - dilate * (kh - 1) - 1) / stride + 1;
+  s.out_width = (w + 2 * pad - dilate * (kw - 1) - 1) / stride + 1;
+  return s;
+}
+
+std::string name(const Im2colConv& s) {
+  return fmt::format("x[{},{},{},{}] k={} {}x{} stride {} pad {} dilate {} -> {}x{}", s.batch, s.channels, s.height,
+                     s.width, s.out_channels, s.kernel_h, s.kernel_w, s.stride_h, s.pad_top, s.dilate_h,
+                     s.out_height, s.out_width);
+}
+
+// Calls fn(n, k, c, oy, ox, ky, kx, x index) for every product of the convolution.
+template <typename F>
+void for_each_product(const Im2colConv& s, F&& fn) {
+  for (int64_t n = 0; n < s.batch; ++n)
+    for (int64_t k = 0; k < s.out_channels; ++k)
+      for (int64_t c = 0; c < s.channels; ++c)
+        for (int64_t oy = 0; oy < s.out_height; ++oy)
+          for (int64_t ox = 0; ox < s.out_width; ++ox)
+            for (int64_t ky = 0; ky < s.kernel_h; ++ky)
+              for (int64_t kx = 0; kx < s.kernel_w; ++kx) {
+                const int64_t iy = oy * s.stride_h - s.pad_top + ky * s.dilate_h;
+                const int64_t ix = ox * s.stride_w - s.pad_left + kx * s.dilate_w;
+                if (iy < 0 || iy >= s.height || ix < 0 || ix >= s.width) continue;
+                fn(n, k, c, oy, ox, ky, kx, ((n * s.channels + c) * s.height + iy) * s.width + ix);
+              }
+}
+
+double scaled_error(const std::vector<float>& got, const std::vector<double>& want, double products) {
+  EXPECT_EQ(got.size(), want.size());
+  double worst = 0;
+  for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::abs(got[i] - want[i]));
+  return worst / std::sqrt(std::max(products, 1.0));
+}
+
+void check(const Im2colConv& s, int threads = 2) {
+  const int64_t K = s.out_channels, KK = s.kernel_h * s.kernel_w;
+  auto x = uniform(s.batch * s.channels * s.height * s.width, 1);
+  auto w = uniform(K * s.channels * KK, 2);
+  auto b = uniform(K, 3);
+  auto dy = uniform(s.batch * K * s.out_height * s.out_width, 4);
+  auto w_at = [&](int64_t k, int64_t c, int64_t ky, int64_t kx) {
+    return ((k * s.channels + c) * s.kernel_h + ky) * s.kernel_w + kx;
+  };
+  auto y_at = [&](int64_t n, int64_t k, int64_t oy, int64_t ox) {
+    return ((n * K + k) * s.out_height + oy) * s.out_width + ox;
+  };
+  std::vector<double> y_want(dy.size()), dw_want(w.size(), 0.0);
+  for (int64_t n = 0; n < s.batch; ++n)
+    for (int64_t k = 0; k < K; ++k)
+      for (int64_t p = 0; p < s.out_height * s.out_width; ++p) y_want[static_cast<size_t>((n * K + k) * s.out_height * s.out_width + p)] = b[static_cast<size_t>(k)];
+  for_each_product(s, [&](int64_t n, int64_t k, int64_t c, int64_t oy, int64_t ox, int64_t ky, int64_t kx, int64_t xi) {
+    const auto wi = static_cast<size_t>(w_at(k, c, ky, kx)), yi = static_cast<size_t>(y_at(n, k, oy, ox));
+    y_want[yi] += static_cast<double>(w[wi]) * x[static_cast<size_t>(xi)];
+    dw_want[wi] += static_cast<double>(x[static_cast<size_t>(xi)]) * dy[yi];
+  });
+  engine::RunContext run{.device = Device::cpu(0), .num_threads = threads};
+  std::vector<float> y(dy.size(), 1e6f), dw(w.size(), 1e6f);
+  cpu::im2col_forward(run, s, x.data(), w.data(), b.data(), y.data());
+  cpu::im2col_backward_weight(run, s, x.data(), dy.data(), dw.data());
+  const double per_output = static_cast<double>(s.channels * KK);
+  EXPECT_LE(scaled_error(y, y_want, per_output), kTolerance) << "forward " << name(s);
+  EXPECT_LE(scaled_error(dw, dw_want, static_cast<double>(s.batch * s.out_height * s.out_width)), kTolerance)
+      << "weight gradient " << name(s);
+}
+
+TEST(ConvIm2col, MatchesReferenceOnManyShapes) {
+  for (int64_t stride : {1, 2, 3})
+    for (int64_t pad : {0, 1, 2})
+      for (int64_t dilate : {1, 2}) {
+        check(make(2, 3, 9, 8, 5, 3, 3, stride, pad, dilate));
+        check(make(3, 20, 7, 11, 6, 5, 5, stride, pad + 1, dilate));
+      }
+  check(make(2, 1, 28, 28, 20, 3, 3, 1, 0, 1));  // LeNet's first layer
+  check(make(2, 20, 13, 13, 50, 5, 5, 1, 0, 1));  // LeNet's second
+  check(make(2, 5, 6, 9, 7, 1, 1, 2, 0, 1));     // 1x1, strided
+  check(make(2, 4, 8, 10, 3, 2, 5, 1, 1, 1));    // non-square kernel
+  check(make(1, 2, 3, 3, 4, 5, 5, 1, 3, 1));     // window wider than the image: padding alone feeds outputs
+  check(make(2, 3, 9, 8, 5, 3, 3, 2, 1, 1), 1);  // one thread
+}
+
+TEST(ConvIm2col, BatchesSpanningSeveralChunks) {
+  // 20 x 25 taps x 81 positions x 4 bytes = 162 KB per image: 512 KiB chunks
+  // hold 3; each of two threads takes 15 images (its own part of dw), and 31
+  // images split 16 + 15.
+  check(make(30, 20, 13, 13, 3, 5, 5, 1, 0, 1));
+  check(make(31, 20, 13, 13, 3, 5, 5, 1, 0, 1));
+  // One image, large enough for two threads: they share each step.
+  check(make(1, 20, 30, 30, 50, 5, 5, 1, 0, 1));
+}
+
+TEST(ConvIm2col, SelectionTakesChannelsOutsideOneDnnBlocks) {
+  const bool saved = cpu::im2col_set_mode(true);
+  EXPECT_TRUE(cpu::im2col_applies(make(2, 20, 13, 13, 50, 5, 5, 1, 0, 1)));
+  EXPECT_TRUE(cpu::im2col_applies(make(2, 1, 28, 28, 20, 3, 3, 1, 0, 1)));
+  EXPECT_FALSE(cpu::im2col_applies(make(2, 64, 13, 13, 50, 3, 3, 1, 0, 1)));  // whole 16-channel blocks
+  cpu::im2col_set_mode(false);
+  EXPECT_FALSE(cpu::im2col_applies(make(2, 20, 13, 13, 50, 5, 5, 1, 0, 1)));
+  cpu::im2col_set_mode(saved);
+}
+
+// ---- through the ops: im2col on and off (oneDNN) must agree
+
+TEST(ConvIm2col, ConvolutionOpsMatchOneDnn) {
+  struct Case {
+    Shape data;
+    int filters;
+    Shape kernel, stride, pad, dilate;
+  };
+  const Case cases[] = {{{4, 20, 13, 13}, 50, {5, 5}, {1, 1}, {0, 0}, {1, 1}},
+                        {{3, 1, 28, 28}, 20, {3, 3}, {1, 1}, {0, 0}, {1, 1}},
+                        {{2, 3, 11, 9}, 8, {3, 3}, {2, 2}, {1, 1}, {2, 2}}};
+  for (const Case& c : cases) {
+    ConvolutionAttrs a{.kernel = c.kernel, .stride = c.stride, .dilate = c.dilate, .pad = c.pad,
+                       .num_filter = c.filters};
+    const std::string what = fmt::format("data {} filters {} kernel {} stride {}", c.data, c.filters, c.kernel,
+                                         c.stride);
+    auto array = [](const Shape& shape, uint64_t seed) { return nd::array(uniform(shape.size(), seed), shape); };
+    NDArray x = array(c.data, 5), w = array({c.filters, c.data[1], c.kernel[0], c.kernel[1]}, 6),
+            b = array({c.filters}, 7);
+    ConvolutionBackwardDataAttrs bd;
+    static_cast<ConvolutionAttrs&>(bd) = a;
+    bd.data_shape = x.shape();
+    auto run = [&](bool on) {
+      const bool saved = cpu::im2col_set_mode(on);
+      NDArray y = invoke1(OpId::kConvolution, {x, w, b}, OpAttrs::make(a));
+      NDArray dy = array(y.shape(), 8);
+      NDArray dx = invoke1(OpId::kConvolutionBackwardData, {dy, w}, OpAttrs::make(bd));
+      NDArray dw = invoke1(OpId::kConvolutionBackwardWeight, {dy, x}, OpAttrs::make(a));
+      std::vector<std::vector<float>> out{y.to_vector<float>(), dx.to_vector<float>(), dw.to_vector<float>()};
+      cpu::im2col_set_mode(saved);
+      return out;
+    };
+    auto direct = run(false), im2col = run(true);
+    const char* names[] = {"forward", "data gradient", "weight gradient"};
+    for (int i = 0; i < 3; ++i) {
+      ASSERT_EQ(direct[i].size(), im2col[i].size());
+      double worst = 0, scale = 0;
+      for (size_t j = 0; j < direct[i].size(); ++j) {
+        worst = std::max(worst, static_cast<double>(std::abs(direct[i][j] - im2col[i][j])));
+        scale = std::max(scale, static_cast<double>(std::abs(direct[i][j])));
+      }
+      EXPECT_LE(worst, 1e-5 * std::max(scale, 1.0)) << names[i] << " " << what;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kiln
