@@ -382,63 +382,78 @@ struct Geometry {
       : tiles_h((s.out_height + M - 1) / M), tiles_w((s.out_width + M - 1) / M), tiles(tiles_h * tiles_w) {}
 };
 
-// V [A2][P][C] (positions ldv floats apart) for images [n0, n0 + count).
-template <int M>
-void transform_input(const WinogradConv& s, const Geometry<M>& g, int threads, const float* x, int64_t n0,
-                     int64_t count, int64_t ldv, float* v) {
-  constexpr int A = M + 2, A2 = A * A;
-  const int64_t C = s.in_channels, H = s.height, W = s.width, plane = H * W;
-  const int64_t cols = g.tiles_w * M + 2;
-  // Input columns [0, x_end) land in buffer columns [pad_left, pad_left + x_end).
-  const int64_t x_end = std::max<int64_t>(0, std::min(W, cols - s.pad_left));
-  const int64_t blocks = (C + kLanes - 1) / kLanes, block_floats = A * cols * kLanes;
-  // Per unit (image, tile row): all channels' rows in buf [block][A][cols][kLanes],
-  // then tile by tile all channels, so that each row of V is written whole.
+// The input side of a transform: for images [n0, n0 + count) of src
+// [image][channels][height][width], tile p = (image in chunk, tile row ty,
+// tile column tx) covers Rows rows from ty M - top and as many columns (of
+// `cols` per tile row) from tx M - left, zeros outside the planes. Each tile's
+// Rows x Rows block of every channel goes through tile(d, row_stride, dst,
+// ld), which writes the A2 transformed vectors of kLanes channels ld floats
+// apart; out is [A2][P][channels] (positions ld floats apart).
+template <int M, int Rows, typename Tile>
+void transform_tiles(const Geometry<M>& g, int threads, const float* src, int64_t channels, int64_t height,
+                     int64_t width, int64_t top, int64_t left, int64_t cols, int64_t n0, int64_t count, int64_t ld,
+                     float* out, Tile&& tile) {
+  constexpr int A2 = (M + 2) * (M + 2);
+  const int64_t plane = height * width;
+  // Source columns [0, x_end) land in buffer columns [left, left + x_end).
+  const int64_t x_end = std::max<int64_t>(0, std::min(width, cols - left));
+  const int64_t blocks = (channels + kLanes - 1) / kLanes, block_floats = Rows * cols * kLanes;
+  // Per unit (image, tile row): all channels' rows in buf [block][Rows][cols][kLanes],
+  // then tile by tile all channels, so that each row of `out` is written whole.
   parallel_for(
       threads, count * g.tiles_h,
       [&](int64_t u0, int64_t u1) {
         float* buf = thread_buffer(static_cast<size_t>(blocks * block_floats));
-        float tile[A2 * kLanes];
+        float part[A2 * kLanes];
         for (int64_t unit = u0; unit < u1; ++unit) {
           const int64_t n = n0 + unit / g.tiles_h, ty = unit % g.tiles_h;
           if (unit + 1 < u1) {  // the next unit's rows, while this one is transformed
             const int64_t nn = n0 + (unit + 1) / g.tiles_h, ny = (unit + 1) % g.tiles_h;
-            const int64_t y0 = std::max<int64_t>(0, ny * M - s.pad_top), y1 = std::min(H, ny * M - s.pad_top + A);
+            const int64_t y0 = std::max<int64_t>(0, ny * M - top), y1 = std::min(height, ny * M - top + Rows);
             if (y0 < y1)
-              for (int64_t c = 0; c < C; ++c) prefetch_span(x + (nn * C + c) * plane + y0 * W, (y1 - y0) * W);
+              for (int64_t c = 0; c < channels; ++c)
+                prefetch_span(src + (nn * channels + c) * plane + y0 * width, (y1 - y0) * width);
           }
           std::fill(buf, buf + blocks * block_floats, 0.0f);
           for (int64_t b = 0; b < blocks; ++b) {
-            const int64_t c0 = b * kLanes, nc = std::min<int64_t>(kLanes, C - c0);
-            for (int r = 0; r < A; ++r) {
-              const int64_t y = ty * M - s.pad_top + r;
-              if (y < 0 || y >= H) continue;
-              const float* src = x + (n * C + c0) * plane + y * W;
-              float* row = buf + b * block_floats + (r * cols + s.pad_left) * kLanes;
+            const int64_t c0 = b * kLanes, nc = std::min<int64_t>(kLanes, channels - c0);
+            for (int r = 0; r < Rows; ++r) {
+              const int64_t y = ty * M - top + r;
+              if (y < 0 || y >= height) continue;
+              const float* from = src + (n * channels + c0) * plane + y * width;
+              float* row = buf + b * block_floats + (r * cols + left) * kLanes;
               int64_t xi = 0;
               if (nc == kLanes)
-                for (; xi + 8 <= x_end; xi += 8) transpose8(src + xi, plane, row + xi * kLanes, kLanes);
+                for (; xi + 8 <= x_end; xi += 8) transpose8(from + xi, plane, row + xi * kLanes, kLanes);
               for (; xi < x_end; ++xi)
-                for (int64_t l = 0; l < nc; ++l) row[xi * kLanes + l] = src[l * plane + xi];
+                for (int64_t l = 0; l < nc; ++l) row[xi * kLanes + l] = from[l * plane + xi];
             }
           }
           for (int64_t tx = 0; tx < g.tiles_w; ++tx) {
             const int64_t p = (n - n0) * g.tiles + ty * g.tiles_w + tx;
             for (int64_t b = 0; b < blocks; ++b) {
-              const int64_t c0 = b * kLanes, nc = std::min<int64_t>(kLanes, C - c0);
+              const int64_t c0 = b * kLanes, nc = std::min<int64_t>(kLanes, channels - c0);
               const float* d = buf + b * block_floats + tx * M * kLanes;
-              float* dst = v + p * C + c0;
+              float* dst = out + p * channels + c0;
               if (nc == kLanes) {
-                input_tile<M>(d, cols * kLanes, dst, ldv);
+                tile(d, cols * kLanes, dst, ld);
               } else {
-                input_tile<M>(d, cols * kLanes, tile, kLanes);
-                for (int xi = 0; xi < A2; ++xi) std::memcpy(dst + xi * ldv, tile + xi * kLanes, nc * sizeof(float));
+                tile(d, cols * kLanes, part, kLanes);
+                for (int xi = 0; xi < A2; ++xi) std::memcpy(dst + xi * ld, part + xi * kLanes, nc * sizeof(float));
               }
             }
           }
         }
       },
       1);
+}
+
+// V [A2][P][C] (positions ldv floats apart) = Bᵀ d B for images [n0, n0 + count).
+template <int M>
+void transform_input(const WinogradConv& s, const Geometry<M>& g, int threads, const float* x, int64_t n0,
+                     int64_t count, int64_t ldv, float* v) {
+  transform_tiles<M, M + 2>(g, threads, x, s.in_channels, s.height, s.width, s.pad_top, s.pad_left,
+                            g.tiles_w * M + 2, n0, count, ldv, v, input_tile<M>);
 }
 
 // y = act(Aᵀ Z A + bias + sum) for images [n0, n0 + count).
@@ -517,56 +532,8 @@ void transform_output(const WinogradConv& s, const Geometry<M>& g, int threads, 
 template <int M>
 void transform_output_grad(const WinogradConv& s, const Geometry<M>& g, int threads, const float* dy, int64_t n0,
                            int64_t count, int64_t ldz, float* z) {
-  constexpr int A2 = (M + 2) * (M + 2);
-  const int64_t K = s.out_channels, OH = s.out_height, OW = s.out_width, plane = OH * OW;
-  const int64_t cols = g.tiles_w * M;
-  const int64_t blocks = (K + kLanes - 1) / kLanes, block_floats = M * cols * kLanes;
-  // Per unit (image, tile row): all channels' M rows in buf [block][M][cols][kLanes]
-  // (as transform_input gathers its rows), then tile by tile all channels.
-  parallel_for(
-      threads, count * g.tiles_h,
-      [&](int64_t u0, int64_t u1) {
-        float* buf = thread_buffer(static_cast<size_t>(blocks * block_floats));
-        float tile[A2 * kLanes];
-        for (int64_t unit = u0; unit < u1; ++unit) {
-          const int64_t n = n0 + unit / g.tiles_h, ty = unit % g.tiles_h;
-          if (unit + 1 < u1) {
-            const int64_t nn = n0 + (unit + 1) / g.tiles_h, ny = (unit + 1) % g.tiles_h;
-            const int64_t rows = std::min<int64_t>(M, OH - ny * M);
-            for (int64_t k = 0; k < K; ++k) prefetch_span(dy + (nn * K + k) * plane + ny * M * OW, rows * OW);
-          }
-          std::fill(buf, buf + blocks * block_floats, 0.0f);
-          for (int64_t b = 0; b < blocks; ++b) {
-            const int64_t k0 = b * kLanes, nk = std::min<int64_t>(kLanes, K - k0);
-            for (int r = 0; r < M; ++r) {
-              const int64_t oy = ty * M + r;
-              if (oy >= OH) break;
-              const float* src = dy + (n * K + k0) * plane + oy * OW;
-              float* row = buf + b * block_floats + r * cols * kLanes;
-              int64_t ox = 0;
-              if (nk == kLanes)
-                for (; ox + 8 <= OW; ox += 8) transpose8(src + ox, plane, row + ox * kLanes, kLanes);
-              for (; ox < OW; ++ox)
-                for (int64_t l = 0; l < nk; ++l) row[ox * kLanes + l] = src[l * plane + ox];
-            }
-          }
-          for (int64_t tx = 0; tx < g.tiles_w; ++tx) {
-            const int64_t p = (n - n0) * g.tiles + ty * g.tiles_w + tx;
-            for (int64_t b = 0; b < blocks; ++b) {
-              const int64_t k0 = b * kLanes, nk = std::min<int64_t>(kLanes, K - k0);
-              const float* d = buf + b * block_floats + tx * M * kLanes;
-              float* dst = z + p * K + k0;
-              if (nk == kLanes) {
-                output_grad_tile<M>(d, cols * kLanes, dst, ldz);
-              } else {
-                output_grad_tile<M>(d, cols * kLanes, tile, kLanes);
-                for (int xi = 0; xi < A2; ++xi) std::memcpy(dst + xi * ldz, tile + xi * kLanes, nk * sizeof(float));
-              }
-            }
-          }
-        }
-      },
-      1);
+  transform_tiles<M, M>(g, threads, dy, s.out_channels, s.out_height, s.out_width, 0, 0, g.tiles_w * M, n0, count,
+                        ldz, z, output_grad_tile<M>);
 }
 
 // dw [K][C][3][3] = Gᵀ (Σ over `parts` of du) G, du [parts][A2][C][K].
