@@ -168,14 +168,23 @@ struct Transforms<4> {
 
 // ---- 2-D transforms on tiles of kLanes-wide vectors
 
+// dst = T src Tᵀ for the 1-D transform T (F: In vectors -> Out vectors, as
+// the Transforms above): src is In x In vectors, (i, j) at src + i * src_row +
+// j * src_col; dst Out x Out vectors, (i, j) at dst + i * dst_row + j * dst_col.
+template <int In, int Out, void (*F)(const float*, ptrdiff_t, float*, ptrdiff_t)>
+void separable(const float* src, ptrdiff_t src_row, ptrdiff_t src_col, float* dst, ptrdiff_t dst_row,
+               ptrdiff_t dst_col) {
+  float t[Out * In * kLanes];  // T src: (i, j) at t + (i * In + j) * kLanes
+  for (int j = 0; j < In; ++j) F(src + j * src_col, src_row, t + j * kLanes, In * kLanes);
+  for (int i = 0; i < Out; ++i) F(t + i * In * kLanes, kLanes, dst + i * dst_row, dst_col);
+}
+
 // d: A x A vectors, rows `row_stride` floats apart, columns kLanes apart ->
 // Bᵀ d B, whose vector (i, j) goes to v + (i * A + j) * v_stride.
 template <int M>
 void input_tile(const float* d, ptrdiff_t row_stride, float* v, ptrdiff_t v_stride) {
   constexpr int A = M + 2;
-  float t[A * A * kLanes];
-  for (int x = 0; x < A; ++x) Transforms<M>::input(d + x * kLanes, row_stride, t + x * kLanes, A * kLanes);
-  for (int i = 0; i < A; ++i) Transforms<M>::input(t + i * A * kLanes, kLanes, v + i * A * v_stride, v_stride);
+  separable<A, A, Transforms<M>::input>(d, row_stride, kLanes, v, A * v_stride, v_stride);
 }
 
 // z: A x A vectors, (i, j) at z + (i * A + j) * z_stride -> y: M x M vectors
@@ -183,18 +192,14 @@ void input_tile(const float* d, ptrdiff_t row_stride, float* v, ptrdiff_t v_stri
 template <int M>
 void output_tile(const float* z, ptrdiff_t z_stride, float* y, ptrdiff_t row_stride) {
   constexpr int A = M + 2;
-  float s[M * A * kLanes];
-  for (int j = 0; j < A; ++j) Transforms<M>::output(z + j * z_stride, A * z_stride, s + j * kLanes, A * kLanes);
-  for (int r = 0; r < M; ++r) Transforms<M>::output(s + r * A * kLanes, kLanes, y + r * row_stride, kLanes);
+  separable<A, M, Transforms<M>::output>(z, A * z_stride, z_stride, y, row_stride, kLanes);
 }
 
 // g [3][3][kLanes] -> u [A][A][kLanes] = G g Gᵀ.
 template <int M>
 void weight_tile(const float* g, float* u) {
   constexpr int A = M + 2;
-  float t[A * 3 * kLanes];
-  for (int s = 0; s < 3; ++s) Transforms<M>::weight(g + s * kLanes, 3 * kLanes, t + s * kLanes, 3 * kLanes);
-  for (int i = 0; i < A; ++i) Transforms<M>::weight(t + i * 3 * kLanes, kLanes, u + i * A * kLanes, kLanes);
+  separable<3, A, Transforms<M>::weight>(g, 3 * kLanes, kLanes, u, A * kLanes, kLanes);
 }
 
 // dy: M x M vectors, rows `row_stride` floats apart, columns kLanes apart ->
@@ -203,9 +208,7 @@ void weight_tile(const float* g, float* u) {
 template <int M>
 void output_grad_tile(const float* dy, ptrdiff_t row_stride, float* z, ptrdiff_t z_stride) {
   constexpr int A = M + 2;
-  float t[A * M * kLanes];
-  for (int x = 0; x < M; ++x) Transforms<M>::output_grad(dy + x * kLanes, row_stride, t + x * kLanes, M * kLanes);
-  for (int i = 0; i < A; ++i) Transforms<M>::output_grad(t + i * M * kLanes, kLanes, z + i * A * z_stride, z_stride);
+  separable<M, A, Transforms<M>::output_grad>(dy, row_stride, kLanes, z, A * z_stride, z_stride);
 }
 
 // du [A][A][kLanes] -> g [3][3][kLanes] = Gᵀ du G: the gradient of the
@@ -213,9 +216,7 @@ void output_grad_tile(const float* dy, ptrdiff_t row_stride, float* z, ptrdiff_t
 template <int M>
 void weight_grad_tile(const float* du, float* g) {
   constexpr int A = M + 2;
-  float t[3 * A * kLanes];
-  for (int j = 0; j < A; ++j) Transforms<M>::weight_grad(du + j * kLanes, A * kLanes, t + j * kLanes, A * kLanes);
-  for (int i = 0; i < 3; ++i) Transforms<M>::weight_grad(t + i * A * kLanes, kLanes, g + i * 3 * kLanes, kLanes);
+  separable<A, 3, Transforms<M>::weight_grad>(du, A * kLanes, kLanes, g, 3 * kLanes, kLanes);
 }
 
 // dst[j * ds + i] = src[i * ss + j] for i, j < 8.
