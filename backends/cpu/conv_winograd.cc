@@ -603,87 +603,104 @@ void run_matmul(const MatmulPlan& plan, const float* v, const float* u, float* z
 
 // Two ways to share the work among threads. With at least as many images as
 // threads, each thread takes a contiguous share of the batch and runs all
-// three steps on it alone, in chunks: one parallel region per call (after the
+// steps on it alone, in chunks: one parallel region per call (after the
 // weight transform), no barrier between the steps, which matters on a
 // loaded machine where a descheduled thread stalls every barrier. With fewer
-// images, the threads share each step (input transform, matmul, output
-// transform) of one chunk at a time.
+// images (or where the caller says a share per thread does not pay), the
+// threads share each step of one chunk at a time.
+template <int M>
+struct WorkSplit {
+  static constexpr int A2 = (M + 2) * (M + 2);
+  int threads = 1, workers = 1;  // workers: threads holding their own chunk
+  int64_t share = 0, chunk = 0;  // images per worker and per chunk
+  int64_t ldv = 0, ldz = 0;      // row strides of V and Z (dZ) in a chunk
+
+  // `per_thread_pays(threads)`: whether a share per thread pays, given enough images.
+  template <typename Pays>
+  WorkSplit(const engine::RunContext& run, const WinogradConv& s, const Geometry<M>& g, Pays&& per_thread_pays) {
+    const int64_t N = s.batch, C = s.in_channels, K = s.out_channels;
+    // The work of the direct convolution decides the threads, as for oneDNN's.
+    const int64_t work = N * K * s.out_height * s.out_width * C * 9;
+    threads = work < dn::kParallelWork ? 1 : std::max(1, run.num_threads);
+    omp_set_num_threads(threads);
+    workers = threads > 1 && N >= threads && per_thread_pays(threads) ? threads : 1;
+    // Every chunk's matmul reads all of U (or reads and writes all of dU):
+    // chunks at least as large as U keep that traffic below the traffic of V
+    // and Z (512 channels: U is 36 MiB).
+    const int64_t per_image = A2 * g.tiles * (C + K) * static_cast<int64_t>(sizeof(float));
+    const int64_t budget = std::max<int64_t>(kChunkBytes, A2 * C * K * static_cast<int64_t>(sizeof(float))) / workers;
+    share = (N + workers - 1) / workers;
+    chunk = std::clamp<int64_t>(budget / std::max<int64_t>(per_image, 1), 1, share);
+    const int64_t chunks = (share + chunk - 1) / chunk;
+    chunk = (share + chunks - 1) / chunks;  // even chunks: one matmul plan for all but maybe the last
+    // The 36 transform positions' rows of V and Z, each a multiple of 4 KiB
+    // apart as often as not (C * tiles per image is), would share cache sets:
+    // the transforms, which touch all 36 per tile, ran at half speed. Padded apart.
+    ldv = padded_stride(chunk * g.tiles * C);
+    ldz = padded_stride(chunk * g.tiles * K);
+  }
+
+  // Runs process(worker, begin, end, step_threads) on images [begin, end) of
+  // the batch: a share per worker, each on one thread, or all of it on all.
+  template <typename Process>
+  void run(int64_t batch, Process&& process) const {
+    if (workers == 1) return process(0, 0, batch, threads);
+    parallel_for(
+        threads, workers,
+        [&](int64_t w0, int64_t w1) {
+          for (int64_t w = w0; w < w1; ++w) process(w, std::min(batch, w * share), std::min(batch, (w + 1) * share), 1);
+        },
+        1);
+  }
+};
+
 template <int M>
 void winograd_conv_tiled(const engine::RunContext& run, const WinogradConv& s, const float* x, const float* w,
                          const float* bias, const float* sum, bool relu, bool cache_weights, float* y) {
   constexpr int A2 = (M + 2) * (M + 2);
   const Geometry<M> g(s);
-  const int64_t N = s.batch, C = s.in_channels, K = s.out_channels;
-  // The work of the direct convolution decides the threads, as for oneDNN's.
-  const int64_t work = N * K * s.out_height * s.out_width * C * 9;
-  const int threads = work < dn::kParallelWork ? 1 : std::max(1, run.num_threads);
-  omp_set_num_threads(threads);
-  const bool per_thread = threads > 1 && N >= threads;
-  const int workers = per_thread ? threads : 1;  // threads holding their own chunk
-  // Every chunk's matmul reads all of U: chunks at least as large as U keep
-  // those reads below the traffic of V and Z (512 channels: U is 36 MiB).
-  const int64_t per_image = A2 * g.tiles * (C + K) * static_cast<int64_t>(sizeof(float));
-  const int64_t budget = std::max<int64_t>(kChunkBytes, A2 * C * K * static_cast<int64_t>(sizeof(float))) / workers;
-  const int64_t share = (N + workers - 1) / workers;  // images per worker
-  int64_t chunk = std::clamp<int64_t>(budget / std::max<int64_t>(per_image, 1), 1, share);
-  const int64_t chunks = (share + chunk - 1) / chunk;
-  chunk = (share + chunks - 1) / chunks;  // even chunks: one matmul plan for all but maybe the last
-
+  const int64_t C = s.in_channels, K = s.out_channels;
+  const WorkSplit<M> split(run, s, g, [](int) { return true; });
   Scratch scratch(run.device);
-  // The 36 transform positions' rows of V and Z, each a multiple of 4 KiB apart
-  // as often as not (C * tiles per image is), would share cache sets: the
-  // transforms, which touch all 36 per tile, ran at half speed. Padded apart.
-  const int64_t ldv = padded_stride(chunk * g.tiles * C), ldz = padded_stride(chunk * g.tiles * K);
-  float* v = scratch.floats(workers * A2 * ldv);
-  float* z = scratch.floats(workers * A2 * ldz);
+  float* v = scratch.floats(split.workers * A2 * split.ldv);
+  float* z = scratch.floats(split.workers * A2 * split.ldz);
   // U from the weight cache (inference), else transformed for this call.
   std::shared_ptr<const DerivedWeights> cached;
   if (cache_weights) {
     const auto floats = static_cast<size_t>(C * K);
     cached = weight_cache_find(fmt::format("winograd{}|{}x{}|{}", M, C, K, s.transposed_weight ? "t" : ""), w,
                                floats * 9 * sizeof(float), floats * A2 * sizeof(float),
-                               [&](void* out) { transform_weights<M>(s, threads, w, static_cast<float*>(out)); });
+                               [&](void* out) { transform_weights<M>(s, split.threads, w, static_cast<float*>(out)); });
   }
   float* u = nullptr;
   if (!cached) {
     u = scratch.floats(A2 * C * K);
-    transform_weights<M>(s, threads, w, u);
+    transform_weights<M>(s, split.threads, w, u);
   }
   const float* uw = cached ? static_cast<const float*>(cached->data()) : u;
-  // Images [begin, end) by `worker`, its steps on `step_threads` threads.
-  auto process = [&](int64_t worker, int64_t begin, int64_t end, int step_threads) {
-    float* wv = v + worker * A2 * ldv;
-    float* wz = z + worker * A2 * ldz;
-    for (int64_t n0 = begin; n0 < end; n0 += chunk) {
-      const int64_t count = std::min(chunk, end - n0);
-      transform_input<M>(s, g, step_threads, x, n0, count, ldv, wv);
-      run_matmul(*matmul_plan(A2, count * g.tiles, C, K, ldv, ldz, step_threads), wv, uw, wz);
-      transform_output<M>(s, g, step_threads, wz, bias, sum, relu, n0, count, ldz, y);
+  split.run(s.batch, [&](int64_t worker, int64_t begin, int64_t end, int step_threads) {
+    float* wv = v + worker * A2 * split.ldv;
+    float* wz = z + worker * A2 * split.ldz;
+    for (int64_t n0 = begin; n0 < end; n0 += split.chunk) {
+      const int64_t count = std::min(split.chunk, end - n0);
+      transform_input<M>(s, g, step_threads, x, n0, count, split.ldv, wv);
+      run_matmul(*matmul_plan(A2, count * g.tiles, C, K, split.ldv, split.ldz, step_threads), wv, uw, wz);
+      transform_output<M>(s, g, step_threads, wz, bias, sum, relu, n0, count, split.ldz, y);
     }
-  };
-  if (!per_thread) return process(0, 0, N, threads);
-  parallel_for(
-      threads, threads,
-      [&](int64_t t0, int64_t t1) {
-        for (int64_t t = t0; t < t1; ++t) process(t, std::min(N, t * share), std::min(N, (t + 1) * share), 1);
-      },
-      1);
+  });
 }
 
 // The weight gradient dw = Σ over tiles of Gᵀ [(Bᵀ d B)ᵀ . (A dy Aᵀ)] G: the
 // forward's products transposed, with its input transform and the transposes
-// of its output and weight transforms. The work is shared as in
-// winograd_conv_tiled; with a share of the batch per thread, each thread
-// sums into its own dU, and the parts are added before the weight transform.
+// of its output and weight transforms. With a share of the batch per thread,
+// each thread sums into its own dU, and the parts are added before the
+// weight transform.
 template <int M>
 void winograd_weight_grad_tiled(const engine::RunContext& run, const WinogradConv& s, const float* x,
                                 const float* dy, float* dw) {
   constexpr int A2 = (M + 2) * (M + 2);
   const Geometry<M> g(s);
-  const int64_t N = s.batch, C = s.in_channels, K = s.out_channels;
-  const int64_t work = N * K * s.out_height * s.out_width * C * 9;
-  const int threads = work < dn::kParallelWork ? 1 : std::max(1, run.num_threads);
-  omp_set_num_threads(threads);
+  const int64_t C = s.in_channels, K = s.out_channels;
   // A dU per thread costs writing and reading it once more per thread, and
   // each thread's matmul has fewer rows to sum: it pays only while dU is far
   // smaller than the thread's share of V and dZ. Measured on ResNet-18's
@@ -691,47 +708,29 @@ void winograd_weight_grad_tiled(const engine::RunContext& run, const WinogradCon
   // equal at 64 x 28 x 28 and 128 x 14 x 14 (dU 1/200 and 1/30 of the
   // share); shared 11% faster at 256 x 7 x 7 (1/4) and 28% at 512 x 4 x 4
   // (dU twice the share).
-  const int64_t du_bytes = A2 * C * K * static_cast<int64_t>(sizeof(float));
-  const int64_t share_bytes = A2 * g.tiles * (C + K) * static_cast<int64_t>(sizeof(float)) * N / std::max(threads, 1);
-  const bool per_thread = threads > 1 && N >= threads && 16 * du_bytes <= share_bytes;
-  const int workers = per_thread ? threads : 1;
-  // Every chunk's matmul reads and writes all of dU: chunks at least as large
-  // as dU keep that traffic below the traffic of V and dZ.
-  const int64_t per_image = A2 * g.tiles * (C + K) * static_cast<int64_t>(sizeof(float));
-  const int64_t budget = std::max<int64_t>(kChunkBytes, A2 * C * K * static_cast<int64_t>(sizeof(float))) / workers;
-  const int64_t share = (N + workers - 1) / workers;
-  int64_t chunk = std::clamp<int64_t>(budget / std::max<int64_t>(per_image, 1), 1, share);
-  const int64_t chunks = (share + chunk - 1) / chunk;
-  chunk = (share + chunks - 1) / chunks;
-
+  const int64_t du_floats = A2 * C * K;
+  const WorkSplit<M> split(run, s, g, [&](int threads) {
+    const int64_t share_floats = A2 * g.tiles * (C + K) * s.batch / threads;
+    return 16 * du_floats <= share_floats;
+  });
   Scratch scratch(run.device);
-  const int64_t ldv = padded_stride(chunk * g.tiles * C), ldz = padded_stride(chunk * g.tiles * K);
-  float* v = scratch.floats(workers * A2 * ldv);
-  float* z = scratch.floats(workers * A2 * ldz);
-  float* du = scratch.floats(workers * A2 * C * K);
-  auto process = [&](int64_t worker, int64_t begin, int64_t end, int step_threads) {
-    float* wv = v + worker * A2 * ldv;
-    float* wz = z + worker * A2 * ldz;
-    float* wdu = du + worker * A2 * C * K;
-    if (begin >= end) std::fill(wdu, wdu + A2 * C * K, 0.0f);  // a worker without images
-    for (int64_t n0 = begin; n0 < end; n0 += chunk) {
-      const int64_t count = std::min(chunk, end - n0);
-      transform_input<M>(s, g, step_threads, x, n0, count, ldv, wv);
-      transform_output_grad<M>(s, g, step_threads, dy, n0, count, ldz, wz);
-      run_matmul(*weight_grad_matmul_plan(A2, count * g.tiles, C, K, ldv, ldz, n0 > begin, step_threads), wv, wz, wdu);
+  float* v = scratch.floats(split.workers * A2 * split.ldv);
+  float* z = scratch.floats(split.workers * A2 * split.ldz);
+  float* du = scratch.floats(split.workers * du_floats);
+  split.run(s.batch, [&](int64_t worker, int64_t begin, int64_t end, int step_threads) {
+    float* wv = v + worker * A2 * split.ldv;
+    float* wz = z + worker * A2 * split.ldz;
+    float* wdu = du + worker * du_floats;
+    if (begin >= end) std::fill(wdu, wdu + du_floats, 0.0f);  // a worker without images
+    for (int64_t n0 = begin; n0 < end; n0 += split.chunk) {
+      const int64_t count = std::min(split.chunk, end - n0);
+      transform_input<M>(s, g, step_threads, x, n0, count, split.ldv, wv);
+      transform_output_grad<M>(s, g, step_threads, dy, n0, count, split.ldz, wz);
+      run_matmul(*weight_grad_matmul_plan(A2, count * g.tiles, C, K, split.ldv, split.ldz, n0 > begin, step_threads),
+                 wv, wz, wdu);
     }
-  };
-  if (per_thread) {
-    parallel_for(
-        threads, threads,
-        [&](int64_t t0, int64_t t1) {
-          for (int64_t t = t0; t < t1; ++t) process(t, std::min(N, t * share), std::min(N, (t + 1) * share), 1);
-        },
-        1);
-  } else {
-    process(0, 0, N, threads);
-  }
-  transform_weight_grad<M>(s, threads, du, workers, dw);
+  });
+  transform_weight_grad<M>(s, split.threads, du, split.workers, dw);
 }
 
 int initial_mode() {
