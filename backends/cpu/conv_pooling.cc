@@ -273,9 +273,51 @@ void pool_forward_planes(const PoolProblem& p, const Windows2d& w, const float* 
   }
 }
 
+// Whether the windows along an axis follow each other from 0 without gaps
+// or overlap (stride = kernel, no padding: LeNet's 2x2 average pooling).
+bool windows_tile(const AxisWindows& a) {
+  int64_t at = 0;
+  for (size_t o = 0; o < a.begin.size(); ++o) {
+    if (a.begin[o] != at || a.end[o] < at) return false;
+    at = a.end[o];
+  }
+  return true;
+}
+
+// dx for avg and sum pooling whose windows tile the plane (windows_tile on
+// both axes): each input receives its one window's value, written once, with
+// no clearing pass and no read-modify-write; inputs past the last window get 0.
+void pool_backward_planes_tiled(const PoolProblem& p, const Windows2d& w, const float* dy, float* dx, int64_t q0,
+                                int64_t q1) {
+  const int64_t plane_in = w.ih * w.iw, plane_out = w.oh * w.ow;
+  const int64_t covered_h = w.oh > 0 ? w.h.end.back() : 0, covered_w = w.ow > 0 ? w.w.end.back() : 0;
+  std::vector<float> v(static_cast<size_t>(w.ow));
+  for (int64_t q = q0; q < q1; ++q) {
+    const float* g = dy + q * plane_out;
+    float* d = dx + q * plane_in;
+    for (int64_t oh = 0; oh < w.oh; ++oh) {
+      const float* gr = g + oh * w.ow;
+      const float dh = p.type == PoolType::kAvg ? w.h.divisor[static_cast<size_t>(oh)] : 1.0f;
+      for (int64_t o = 0; o < w.ow; ++o)
+        v[static_cast<size_t>(o)] =
+            p.type == PoolType::kAvg ? gr[o] / (dh * w.w.divisor[static_cast<size_t>(o)]) : gr[o];
+      for (int64_t ih = w.h.begin[static_cast<size_t>(oh)]; ih < w.h.end[static_cast<size_t>(oh)]; ++ih) {
+        float* dr = d + ih * w.iw;
+        for (int64_t o = 0; o < w.ow; ++o)
+          std::fill(dr + w.w.begin[static_cast<size_t>(o)], dr + w.w.end[static_cast<size_t>(o)],
+                    v[static_cast<size_t>(o)]);
+        std::fill(dr + covered_w, dr + w.iw, 0.0f);
+      }
+    }
+    std::fill(d + covered_h * w.iw, d + plane_in, 0.0f);
+  }
+}
+
 // Planes [q0, q1): dx = pooling's gradient for dy (x: the forward's input, for max).
 void pool_backward_planes(const PoolProblem& p, const Windows2d& w, const float* dy, const float* x, float* dx,
                           int64_t q0, int64_t q1) {
+  if (p.type != PoolType::kMax && windows_tile(w.h) && windows_tile(w.w))
+    return pool_backward_planes_tiled(p, w, dy, dx, q0, q1);
   const int64_t plane_in = w.ih * w.iw, plane_out = w.oh * w.ow;
   const int64_t kw = p.g.kernel[1], sw = p.g.stride[1];
   const auto [full_lo, full_hi] = full_columns(w, kw);
