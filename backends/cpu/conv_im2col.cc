@@ -3,12 +3,12 @@
 // Buffers per chunk of `count` images (P1 = OH x OW positions per image,
 // cols = count x P1, CKK = C x kh x kw):
 //   col [CKK][cols]  the unfolded input
-//   t   [K][cols]    the output (gradient) of the chunk as one matrix: the
-//                    products read and write whole matrices, and NCHW keeps
-//                    each image's [K][P1] block apart, so t is copied from or
-//                    to the user's array.
-// The matmuls run on oneDNN's threads; unfolding and the copies are
-// split over the same threads.
+//   t   [K][cols]    the chunk's output as one matrix: the product writes a
+//                    whole matrix, and NCHW keeps each image's [K][P1] block
+//                    apart, so t is copied to the user's array.
+// With a share of the batch per thread each thread runs all steps alone;
+// otherwise the matmuls run on oneDNN's threads and unfolding and the copies
+// are split over the same threads.
 #include "backends/cpu/conv_im2col.h"
 
 #include <algorithm>
@@ -27,8 +27,8 @@ namespace {
 namespace dn = onednn;
 using dnnl::memory;
 
-// oneDNN's direct kernels block channels by this many (AVX-512 floats).
-constexpr int64_t kChannelBlock = 16;
+// Up to this many input channels the forward runs here.
+constexpr int64_t kMaxChannels = 4;
 // Bytes of col per chunk and thread: the product reads it right after the
 // unfolding wrote it, from L2 (see conv_im2col.h).
 constexpr int64_t kColBytes = int64_t{512} << 10;
@@ -82,21 +82,6 @@ void unfold(const Im2colConv& s, const Geometry& g, int threads, const float* x,
       1);
 }
 
-// t[k][i * P1 + p] = y[n0 + i][k][p] for the chunk's images.
-void gather_chunk(const Im2colConv& s, const Geometry& g, int threads, const float* y, int64_t n0, int64_t count,
-                  float* t) {
-  const int64_t cols = count * g.p1, K = s.out_channels;
-  parallel_for(
-      threads, count * K,
-      [&](int64_t u0, int64_t u1) {
-        for (int64_t u = u0; u < u1; ++u) {
-          const int64_t i = u / K, k = u % K;
-          std::memcpy(t + k * cols + i * g.p1, y + ((n0 + i) * K + k) * g.p1, static_cast<size_t>(g.p1) * sizeof(float));
-        }
-      },
-      1);
-}
-
 // y[n0 + i][k][p] = t[k][i * P1 + p] + bias[k] (bias may be null).
 void scatter_chunk(const Im2colConv& s, const Geometry& g, int threads, const float* t, const float* bias, int64_t n0,
                    int64_t count, float* y) {
@@ -115,38 +100,26 @@ void scatter_chunk(const Im2colConv& s, const Geometry& g, int threads, const fl
       1);
 }
 
-// One matmul dst (+)= a . b of row-major matrices, a [m][k] and b [k][n]; a or
-// b read transposed (stored [k][m] / [n][k]) when asked.
-struct Product {
-  int64_t m, k, n;
-  bool a_transposed = false, b_transposed = false, accumulate = false;
-};
-
-// `threads`: the threads oneDNN splits the product over (1 inside a parallel region).
-void run_product(dn::Call& call, int threads, const Product& p, const float* a, const float* b, float* dst) {
+// t [m][n] = a [m][k] . b [k][n], row-major, as a oneDNN matmul split over
+// `threads` threads (1 inside a parallel region).
+void product(dn::Call& call, int threads, int64_t m, int64_t k, int64_t n, const float* a, const float* b, float* t) {
   std::string key = "im2col_matmul|";
-  dn::append_key(key, {p.m, p.k, p.n, p.a_transposed, p.b_transposed, p.accumulate, threads});
+  dn::append_key(key, {m, k, n, threads});
   struct Plan {
     dnnl::matmul prim;
     size_t scratchpad = 0;
-    memory::desc a, b, dst;
+    memory::desc a, b, t;
   };
   auto plan = dn::cached<Plan>(key, [&] {
-    Plan made;
-    made.a = memory::desc({p.m, p.k}, memory::data_type::f32,
-                          p.a_transposed ? memory::dims{1, p.m} : memory::dims{p.k, 1});
-    made.b = memory::desc({p.k, p.n}, memory::data_type::f32,
-                          p.b_transposed ? memory::dims{1, p.k} : memory::dims{p.n, 1});
-    made.dst = dn::plain_desc({p.m, p.n});
-    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(made.a, made.b, made.dst),
-                                    dn::post_ops_attr(p.accumulate, std::nullopt), dn::engine());
+    Plan made{.a = dn::plain_desc({m, k}), .b = dn::plain_desc({k, n}), .t = dn::plain_desc({m, n})};
+    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(made.a, made.b, made.t), dn::scratchpad_attr(), dn::engine());
     made.prim = dnnl::matmul(pd);
     made.scratchpad = dn::scratchpad_bytes(pd);
     return made;
   });
   call.run(plan->prim, plan->scratchpad,
            {{DNNL_ARG_SRC, call.wrap(plan->a, a)}, {DNNL_ARG_WEIGHTS, call.wrap(plan->b, b)},
-            {DNNL_ARG_DST, call.wrap(plan->dst, dst)}});
+            {DNNL_ARG_DST, call.wrap(plan->t, t)}});
   dn::Call::stream().wait();
 }
 
@@ -158,91 +131,51 @@ std::atomic<bool>& mode_flag() {
   return on;
 }
 
-// Runs step(worker, n0, count, step_threads, col, t) over the batch in
-// chunks of at most g.chunk images. With at least as many images as threads,
-// each thread takes a contiguous share of the batch and runs its chunks alone
-// (step_threads 1), all in one parallel region: with the threads sharing each
-// step instead (three parallel regions per chunk), one LeNet training run in
-// three on this 2-core machine took 1.5x as long, whenever a descheduled
-// thread stalled the barriers. Fewer images: the threads share each step.
-// Returns the number of workers (each has its own col and t from `call`).
-template <typename Step>
-int over_chunks(dn::Call& call, const Im2colConv& s, const Geometry& g, Step&& step) {
-  const int threads = call.threads();
-  const bool per_thread = threads > 1 && s.batch >= threads;
-  const int workers = per_thread ? threads : 1;
-  std::vector<float*> col(static_cast<size_t>(workers)), t(static_cast<size_t>(workers));
-  for (int i = 0; i < workers; ++i) {  // allocated here: Call::temp is not thread safe
-    col[static_cast<size_t>(i)] = static_cast<float*>(call.temp(dn::plain_desc({g.ckk, g.chunk * g.p1})).get_data_handle());
-    t[static_cast<size_t>(i)] =
-        static_cast<float*>(call.temp(dn::plain_desc({s.out_channels, g.chunk * g.p1})).get_data_handle());
-  }
-  auto process = [&](int worker, int64_t begin, int64_t end, int step_threads) {
-    for (int64_t n0 = begin; n0 < end; n0 += g.chunk)
-      step(worker, begin, n0, std::min(g.chunk, end - n0), step_threads, col[static_cast<size_t>(worker)],
-           t[static_cast<size_t>(worker)]);
-  };
-  if (!per_thread) {
-    process(0, 0, s.batch, threads);
-    return 1;
-  }
-  const int64_t share = (s.batch + workers - 1) / workers;
-  parallel_for(
-      threads, threads,
-      [&](int64_t w0, int64_t w1) {
-        for (int64_t w = w0; w < w1; ++w)
-          process(static_cast<int>(w), std::min(s.batch, w * share), std::min(s.batch, (w + 1) * share), 1);
-      },
-      1);
-  return workers;
-}
-
 }  // namespace
 
 bool im2col_mode() { return mode_flag().load(std::memory_order_relaxed); }
 bool im2col_set_mode(bool on) { return mode_flag().exchange(on); }
 
 bool im2col_applies(const Im2colConv& s) {
-  return im2col_mode() && s.channels % kChannelBlock != 0 && s.batch > 0 && s.out_height > 0 && s.out_width > 0;
+  return im2col_mode() && s.channels <= kMaxChannels && s.batch > 0 && s.out_height > 0 && s.out_width > 0;
 }
 
+// With at least as many images as threads, each thread takes a contiguous
+// share of the batch and runs its chunks alone, all in one parallel region:
+// with the threads sharing each step instead (three parallel regions per
+// chunk), one LeNet training run in three on this 2-core machine took 1.5x as
+// long, whenever a descheduled thread stalled the barriers. Fewer images: the
+// threads share each step.
 void im2col_forward(const engine::RunContext& run, const Im2colConv& s, const float* x, const float* w,
                     const float* bias, float* y) {
   const Geometry g(s);
   dn::Call call(run, g.macs(s));
-  over_chunks(call, s, g, [&](int, int64_t, int64_t n0, int64_t count, int threads, float* col, float* t) {
-    unfold(s, g, threads, x, n0, count, col);
-    run_product(call, threads, {.m = s.out_channels, .k = g.ckk, .n = count * g.p1}, w, col, t);
-    scatter_chunk(s, g, threads, t, bias, n0, count, y);
-  });
-}
-
-void im2col_backward_weight(const engine::RunContext& run, const Im2colConv& s, const float* x, const float* dy,
-                            float* dw) {
-  const Geometry g(s);
-  dn::Call call(run, g.macs(s));
-  // Each worker sums its chunks into its own part of dw; the parts are added
-  // in worker order at the end (deterministic for a thread count).
-  const int64_t size = s.out_channels * g.ckk;
-  const bool per_thread = call.threads() > 1 && s.batch >= call.threads();
-  float* parts = per_thread ? static_cast<float*>(
-                                  call.temp(dn::plain_desc({call.threads(), size})).get_data_handle())
-                            : dw;
-  if (per_thread) std::fill(parts, parts + call.threads() * size, 0.0f);  // a worker may get no images
-  const int workers =
-      over_chunks(call, s, g, [&](int worker, int64_t begin, int64_t n0, int64_t count, int threads, float* col, float* t) {
-        unfold(s, g, threads, x, n0, count, col);
-        gather_chunk(s, g, threads, dy, n0, count, t);
-        run_product(call, threads,
-                    {.m = s.out_channels, .k = count * g.p1, .n = g.ckk, .b_transposed = true, .accumulate = n0 > begin},
-                    t, col, parts + worker * size);
-      });
-  if (workers == 1) return;
-  for (int64_t i = 0; i < size; ++i) {
-    float sum = 0;
-    for (int wk = 0; wk < workers; ++wk) sum += parts[wk * size + i];
-    dw[i] = sum;
+  const int threads = call.threads();
+  const int workers = threads > 1 && s.batch >= threads ? threads : 1;
+  std::vector<float*> col(static_cast<size_t>(workers)), t(static_cast<size_t>(workers));
+  for (size_t i = 0; i < col.size(); ++i) {  // allocated here: Call::temp is not thread safe
+    col[i] = static_cast<float*>(call.temp(dn::plain_desc({g.ckk, g.chunk * g.p1})).get_data_handle());
+    t[i] = static_cast<float*>(call.temp(dn::plain_desc({s.out_channels, g.chunk * g.p1})).get_data_handle());
   }
+  // Images [begin, end) by `worker`, its steps on `step_threads` threads.
+  auto process = [&](int64_t worker, int64_t begin, int64_t end, int step_threads) {
+    float* wcol = col[static_cast<size_t>(worker)];
+    float* wt = t[static_cast<size_t>(worker)];
+    for (int64_t n0 = begin; n0 < end; n0 += g.chunk) {
+      const int64_t count = std::min(g.chunk, end - n0);
+      unfold(s, g, step_threads, x, n0, count, wcol);
+      product(call, step_threads, s.out_channels, g.ckk, count * g.p1, w, wcol, wt);
+      scatter_chunk(s, g, step_threads, wt, bias, n0, count, y);
+    }
+  };
+  if (workers == 1) return process(0, 0, s.batch, threads);
+  const int64_t share = (s.batch + workers - 1) / workers;
+  parallel_for(
+      threads, workers,
+      [&](int64_t w0, int64_t w1) {
+        for (int64_t wk = w0; wk < w1; ++wk) process(wk, std::min(s.batch, wk * share), std::min(s.batch, (wk + 1) * share), 1);
+      },
+      1);
 }
 
 }  // namespace kiln::cpu

@@ -1,26 +1,23 @@
-// 2-D convolution as im2col + matrix products, for layers whose input channel
-// count oneDNN's direct kernels handle poorly.
+// The forward of 2-D convolutions with few input channels (first layers on
+// grey or RGB images) as im2col + a matrix product.
 //
 //   cpu::Im2colConv s = ...;  // from the op's attributes
 //   if (cpu::im2col_applies(s)) cpu::im2col_forward(ctx.run, s, x, w, bias, y);
 //
-// oneDNN's direct kernels block channels by 16 (AVX-512): a layer with 20
-// input channels computes on 32, and one with a single input channel runs a
-// special-case kernel at a few GFLOP/s. Here a chunk of images is unfolded
-// into col [C kh kw][images x OH x OW] (each row one kernel tap of one input
-// channel, zeros where the window leaves the image), and then
-//   forward:          Y  = W . col             [K][C kh kw] . [C kh kw][P]
-//   weight gradient:  dW = dY . colᵀ, summed over the chunks
-// with P = images x OH x OW columns, as oneDNN matmuls. The unfolded input is
+// oneDNN runs such layers with a special-case kernel at a few GFLOP/s (LeNet's
+// 1 -> 20 channel 3x3 layer: 3.9 ms in nhwc, 5.2 ms blocked, for batch 256).
+// Here a chunk of images is unfolded into col [C kh kw][images x OH x OW]
+// (each row one kernel tap of one input channel, zeros where the window leaves
+// the image), and Y = W . col ([K][C kh kw] . [C kh kw][P], P = images x OH x
+// OW) is one oneDNN matmul: 1.4 ms for that layer. The unfolded input is
 // C kh kw / (stride²) times the input's size, so each thread's chunks are
 // sized to keep col in its L2 cache between unfolding and the product (512
 // KiB; LeNet training with 256 KiB..1 MiB chunks ran at the same speed, 2 MiB
-// 3% and 8 MiB 15% slower). Used by
-// Convolution and its weight gradient (backends/cpu/conv_convolution.cc) where
-// im2col_applies says so. The data gradient (dcol = Wᵀ . dY, folded back)
-// made LeNet's training 3-5% slower than oneDNN's kernel, and is not here.
-// LeNet training (`kiln bench train_lenet`, alternated with KILN_IM2COL=0 in
-// the same minutes): 5,720-5,810 -> 6,460-6,540 img/s.
+// 3% and 8 MiB 15% slower). With more input channels oneDNN's own kernels
+// (nhwc where blocked layouts would pad the channels) were faster than this
+// path for the forward and both gradients (backends/cpu/conv_convolution.cc).
+// Used by Convolution (backends/cpu/conv_convolution.cc) where
+// im2col_applies says so.
 //
 // Thread safety: calls may run concurrently; the mode is a process-wide atomic.
 #pragma once
@@ -42,9 +39,8 @@ struct Im2colConv {
   int64_t pad_top = 0, pad_left = 0;
 };
 
-// Whether the current mode sends `s` here: on (the default), layers whose
-// input channels are not a multiple of oneDNN's 16-channel block; off
-// (KILN_IM2COL=0 or im2col_set_mode(false)), none.
+// Whether the current mode sends `s` here: on (the default), layers with at
+// most 4 input channels; off (KILN_IM2COL=0 or im2col_set_mode(false)), none.
 bool im2col_applies(const Im2colConv& s);
 
 // The mode; initially from KILN_IM2COL ("0" turns it off). Returns the previous mode.
@@ -54,8 +50,5 @@ bool im2col_set_mode(bool on);
 // y = conv(x, w) + bias (bias [out_channels] or null); w [K][C][kh][kw].
 void im2col_forward(const engine::RunContext& run, const Im2colConv& s, const float* x, const float* w,
                     const float* bias, float* y);
-// dw = the gradient of conv(x, w) with respect to w for the output gradient dy.
-void im2col_backward_weight(const engine::RunContext& run, const Im2colConv& s, const float* x, const float* dy,
-                            float* dw);
 
 }  // namespace kiln::cpu

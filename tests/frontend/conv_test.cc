@@ -88,6 +88,8 @@ std::vector<ConvCase> conv_cases() {
       {2, 4, 6, 6, 4, 3, 3, 1, 1, 1, 1, 1, 1, 4, true},     // depthwise
       {3, 16, 12, 11, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, true},  // big enough for blocked layouts
       {2, 1, 28, 28, 8, 5, 5, 1, 1, 2, 2, 1, 1, 1, true},    // first layer: one channel
+      {2, 20, 13, 13, 50, 5, 5, 1, 1, 0, 0, 1, 1, 1, true},  // 20 channels: nhwc rather than padded blocks
+      {2, 24, 9, 9, 8, 3, 3, 2, 2, 1, 1, 1, 1, 2, false},    // nhwc, grouped and strided
   };
 }
 
