@@ -10,8 +10,11 @@
 // gradient 11.9 -> 7.5 ms, data gradient 10.4 -> 8.1 ms. Layers with at most
 // 4 input channels (first layers) run their forward as im2col + a matrix
 // product (backends/cpu/conv_im2col.h) and their weight gradient as
-// direct_backward_weights below. User arrays stay NCHW, so each call reorders its operands
-// into the chosen layouts and the result back. Weights are reordered on every
+// direct_backward_weights below; 3x3 stride-1 layers with at least 16
+// channels run all three as Winograd (backends/cpu/conv_winograd.h).
+//
+// User arrays stay NCHW, so each call reorders its operands into the chosen
+// layouts and the result back. Weights are reordered on every
 // call in training (they change every step); inference (KernelContext::is_train
 // false) takes the reordered weights from the weight cache
 // (backends/cpu/weight_cache.h), which compares the weights' bytes with the
