@@ -88,9 +88,10 @@ void record(const OpDef& def, const OpAttrs& attrs, std::span<const NDArray> inp
     node->input_types.push_back({x.shape(), x.dtype()});
     if (def.grad_uses_inputs) node->saved_inputs.push_back(x);
   }
-  for (NDArray& y : outputs) {
-    node->output_types.push_back({y.shape(), y.dtype()});
-    if (def.grad_uses_outputs) node->saved_outputs.push_back(y.detach());
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    node->output_types.push_back({outputs[i].shape(), outputs[i].dtype()});
+    // An output the gradient never reads keeps its place as a none array.
+    if (def.grad_uses_outputs) node->saved_outputs.push_back(def.grad_keeps_output(i) ? outputs[i].detach() : NDArray());
   }
   for (size_t i = 0; i < outputs.size(); ++i) outputs[i].set_ag_entry(node, static_cast<int>(i));
 }
@@ -303,7 +304,7 @@ std::unordered_map<Node*, std::vector<NDArray>> run_backward(std::span<const NDA
     for (const NDArray& x : node->saved_inputs) in_vals.push_back(b.add(create_graph ? x : x.detach()));
     for (size_t k = 0; k < node->saved_outputs.size(); ++k) {
       NDArray y = node->saved_outputs[k];
-      if (create_graph) y.set_ag_entry(node->shared_from_this(), static_cast<int>(k));
+      if (create_graph && !y.is_none()) y.set_ag_entry(node->shared_from_this(), static_cast<int>(k));
       out_vals.push_back(b.add(std::move(y)));
     }
     Device device = heads[0].device();

@@ -40,7 +40,8 @@ struct Node : std::enable_shared_from_this<Node> {
   // backward with create_graph records through them. Outputs are detached
   // (an entry would point back at this node) and re-attached on demand.
   std::vector<NDArray> saved_inputs;   // empty unless def->grad_uses_inputs
-  std::vector<NDArray> saved_outputs;  // detached; empty unless def->grad_uses_outputs
+  std::vector<NDArray> saved_outputs;  // detached; empty unless def->grad_uses_outputs, none where
+                                       // !def->grad_keeps_output(i)
   std::vector<TensorType> input_types;
   std::vector<TensorType> output_types;
   bool freed = false;  // saved arrays released by a backward without retain_graph

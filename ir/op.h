@@ -74,6 +74,13 @@ struct OpDef {
   // alive, and the memory planner frees the rest early.
   bool grad_uses_inputs = true;
   bool grad_uses_outputs = false;
+  // With grad_uses_outputs: outputs (bit i for output i) the gradient never
+  // reads, which autograd does not keep (BatchNorm reads its mean and var,
+  // not its activation-sized output).
+  uint64_t grad_unused_outputs = 0;
+  bool grad_keeps_output(size_t i) const {
+    return grad_uses_outputs && (i >= 64 || ((grad_unused_outputs >> i) & 1) == 0);
+  }
 };
 
 const OpDef& op_def(OpId id);

@@ -139,7 +139,7 @@ ir::Graph build_gradient_graph(const ir::Graph& forward, std::span<const std::st
       in_types.push_back(forward.type(e));
     }
     for (int k = 0; k < node.num_outputs(); ++k) {
-      if (def.grad_uses_outputs) out_vals.push_back(b.add({id, k}));
+      if (def.grad_uses_outputs) out_vals.push_back(def.grad_keeps_output(static_cast<size_t>(k)) ? b.add({id, k}) : GradValue{});
       og_vals.push_back(b.add(b.sum(parts[r][static_cast<size_t>(k)], node.types[static_cast<size_t>(k)])));
     }
     const size_t n_in = node.inputs.size();

@@ -14,8 +14,9 @@
 // (depends on a requested node through differentiable ops), and a gradient
 // reaches one of its outputs. Outputs that no gradient reaches get `_zeros`
 // when a sibling output has one. The GradFn sees the forward inputs only if
-// OpDef::grad_uses_inputs and the outputs only if OpDef::grad_uses_outputs,
-// exactly as in eager autograd. Several contributions to one value are summed
+// OpDef::grad_uses_inputs and the outputs only if OpDef::grad_uses_outputs
+// (none for those OpDef::grad_keeps_output excludes), exactly as in eager
+// autograd. Several contributions to one value are summed
 // with one add_n. A requested node no gradient reaches gets `_zeros`.
 //
 // The forward nodes are kept as they are (same ids, names and order);

@@ -331,6 +331,7 @@ void register_conv_ops(OpRegistry& r) {
   bn.mutate_inputs = {3, 4};
   bn.grad = batch_norm_grad;
   bn.grad_uses_outputs = true;
+  bn.grad_unused_outputs = 1;  // the normalized output: batch_norm_grad reads mean and var only
   OpDef& bn_backward =
       define(r, OpId::kBatchNormBackward, "Gradient of BatchNorm with respect to data, gamma and beta.", 5,
              {"out_grad", "data", "gamma", "mean", "var"}, infer_batch_norm_backward, parse_attrs_as<BatchNormAttrs>);

@@ -15,6 +15,7 @@
 #include "frontend/nd.h"
 #include "runtime/engine.h"
 #include "runtime/profiler.h"
+#include "runtime/storage.h"
 #include "tests/frontend/grad_check.h"
 
 namespace kiln {
@@ -141,6 +142,44 @@ TEST_P(ConvGrad, SmallConvNetEndToEnd) {
       {normal({2, 2, 4, 4}), normal({4, 2, 3, 3}, 0.5), normal({4}), nd::random::uniform({4}, 0.5, 1.5, {.device = dev()}),
        normal({4})},
       {.eps = 1e-2, .rtol = 2e-2, .atol = 2e-3});
+}
+
+// The tape keeps what BatchNorm's gradient reads (data, gamma, mean, var),
+// not its activation-sized output: once the caller drops that output, its
+// storage goes back to the pool before backward runs. Kept, it cost ResNet-18
+// one activation per BatchNorm until backward.
+TEST_P(ConvGrad, BatchNormDoesNotKeepItsOutputForBackward) {
+  nd::random::seed(27);
+  NDArray x = normal({8, 16, 32, 32}), gamma = normal({16}), beta = normal({16});
+  NDArray mm = nd::zeros({16}, {.device = dev()}), mv = nd::ones({16}, {.device = dev()});
+  x.attach_grad();
+  gamma.attach_grad();
+  storage::Pool& pool = storage::pool(dev());
+  NDArray loss;
+  int64_t with_y = 0, without_y = 0;
+  {
+    autograd::Record record;
+    NDArray y = nd::batch_norm(x, gamma, beta, mm, mv, {.fix_gamma = false});
+    loss = nd::sum(nd::relu(y));  // relu keeps its own output, not y
+    engine::wait_all();
+    with_y = pool.stats().in_use;
+  }
+  engine::wait_all();
+  without_y = pool.stats().in_use;
+  const int64_t y_bytes = x.size() * static_cast<int64_t>(sizeof(float));
+  EXPECT_LE(without_y, with_y - y_bytes) << "the BatchNorm output's storage is still held";
+  autograd::backward({loss});
+  // The gradient is unchanged: against the same computation with y kept alive by the caller.
+  NDArray dx = x.grad().copy(), dgamma = gamma.grad().copy();
+  NDArray y2, z2;
+  {
+    autograd::Record record;
+    y2 = nd::batch_norm(x, gamma, beta, mm, mv, {.fix_gamma = false});
+    z2 = nd::sum(nd::relu(y2));
+  }
+  autograd::backward({z2});
+  EXPECT_EQ(dx.to_vector<float>(), x.grad().to_vector<float>());
+  EXPECT_EQ(dgamma.to_vector<float>(), gamma.grad().to_vector<float>());
 }
 
 INSTANTIATE_TEST_SUITE_P(Devices, ConvGrad, ::testing::Values(0, 1),

@@ -480,7 +480,7 @@ GradRun run_grad_fn(OpId op, const OpAttrs& attrs, const std::vector<TensorType>
   TypeBuilder b;
   std::vector<GradValue> ins, outs, ogs;
   for (const TensorType& t : in) ins.push_back(b.add(t, !def.grad_uses_inputs));
-  for (const TensorType& t : out) outs.push_back(b.add(t, !def.grad_uses_outputs));
+  for (size_t k = 0; k < out.size(); ++k) outs.push_back(b.add(out[k], !def.grad_keeps_output(k)));
   for (size_t k = 0; k < out.size(); ++k) ogs.push_back(out_grads[k] ? b.add(out[k]) : GradValue{});
   std::unique_ptr<bool[]> need(new bool[in.size()]);
   for (size_t i = 0; i < in.size(); ++i) need[i] = needs[i];
