@@ -457,6 +457,7 @@ void define_layers(OpRegistry& r) {
   dropout.grad = grad_dropout;
   dropout.grad_uses_inputs = false;
   dropout.grad_uses_outputs = true;
+  dropout.grad_unused_outputs = 1;  // the output: grad_dropout reads the mask only
 
   define(r, OpId::kFlatten, "Reshapes [d0, d1, ...] to [d0, d1*...].", {"data"}, infer_flatten).grad = grad_flatten;
   r.alias("flatten", OpId::kFlatten);

@@ -7,6 +7,8 @@
 
 #include "frontend/invoke.h"
 #include "frontend/nd.h"
+#include "runtime/engine.h"
+#include "runtime/storage.h"
 #include "tests/frontend/grad_check.h"
 
 namespace kiln {
@@ -92,6 +94,29 @@ TEST_P(NNGrad, DropoutGradientIsTheMask) {
   }
   autograd::backward({y});
   EXPECT_EQ(z.grad().to_vector<double>(), std::vector<double>(10, 1.0));
+}
+
+// The tape keeps Dropout's mask, not its output: once the caller drops the
+// output, its storage goes back to the pool before backward.
+TEST_P(NNGrad, DropoutDoesNotKeepItsOutputForBackward) {
+  NDArray x = values({64, 4096}, -1, 1, 12);
+  x.attach_grad();
+  storage::Pool& pool = storage::pool(dev());
+  NDArray loss;
+  int64_t with_y = 0, without_y = 0;
+  {
+    autograd::Record record;
+    NDArray y = nd::dropout(x, 0.5);
+    loss = nd::sum(nd::relu(y));  // relu keeps its own output, not y
+    engine::wait_all();
+    with_y = pool.stats().in_use;
+  }
+  engine::wait_all();
+  without_y = pool.stats().in_use;
+  EXPECT_LE(without_y, with_y - x.size() * static_cast<int64_t>(sizeof(double)))
+      << "the Dropout output's storage is still held";
+  autograd::backward({loss});
+  EXPECT_EQ(x.grad().shape(), x.shape());
 }
 
 TEST_P(NNGrad, Flatten) {
