@@ -36,8 +36,9 @@ struct GradValue {
 // What a GradFn sees of the forward call.
 struct GradArgs {
   const OpAttrs& attrs;
-  std::span<const GradValue> inputs;   // forward inputs (only those listed in OpDef::grad_keeps_inputs are valid)
-  std::span<const GradValue> outputs;  // forward outputs (only if OpDef::grad_keeps_outputs)
+  std::span<const GradValue> inputs;   // forward inputs (only if OpDef::grad_uses_inputs)
+  std::span<const GradValue> outputs;  // forward outputs (only if OpDef::grad_uses_outputs; none where
+                                       // OpDef::grad_keeps_output(i) is false)
   std::span<const GradValue> out_grads;  // one per forward output; may be none
   std::span<const bool> needs_grad;    // per forward input: false means the GradFn may leave it none
   std::span<const TensorType> input_types;  // always valid, even when inputs are not kept

@@ -119,8 +119,9 @@ GradValue spread(GradBuilder& b, GradValue v, const Shape& in, uint32_t mask) {
 template <OpId kOp>
 void grad_reduce(GradBuilder& b, const GradArgs& g, std::span<GradValue> in_grads) {
   if (!g.needs_grad[0]) return;
-  const GradValue x = g.inputs[0];
-  const Shape in = b.type(x).shape;
+  // Sum and mean keep only the input's type: g.inputs is empty for them.
+  const GradValue x = g.inputs.empty() ? GradValue{} : g.inputs[0];
+  const Shape in = g.input_types[0].shape;
   uint32_t mask = 0;
   if constexpr (kOp == OpId::kNorm) {
     mask = reduce_axes_mask(in, g.attrs.as<NormAttrs>().axis, false);
@@ -166,7 +167,9 @@ void define_reduce(OpRegistry& r, OpId id, std::string_view doc, InferFn infer, 
   d.infer = infer;
   d.parse_attrs = parse_attrs_as<ReduceAttrs>;
   d.grad = grad;
-  d.grad_uses_inputs = true;  // sum and mean read only the input's shape, but GradArgs has no types without it
+  // Sum and mean read only the input's shape (GradArgs::input_types): the tape
+  // need not keep an activation alive for them.
+  d.grad_uses_inputs = id != OpId::kSum && id != OpId::kMean;
   d.grad_uses_outputs = grad_uses_outputs;
 }
 

@@ -10,6 +10,8 @@
 
 #include "frontend/invoke.h"
 #include "frontend/nd.h"
+#include "frontend/autograd.h"
+#include "runtime/storage.h"
 #include "ir/ops/reduce.h"
 #include "runtime/engine.h"
 #include "tests/frontend/grad_check.h"
@@ -428,6 +430,32 @@ TEST_P(Reduce, Gradients) {
     autograd::backward({y});
   }
   EXPECT_EQ(t.grad().to_vector<double>(), (std::vector<double>{1, 1, 0}));
+}
+
+// Sum and mean read only their input's shape: the tape does not keep the
+// input alive until backward (a loss summed over activations would).
+TEST_P(Reduce, SumAndMeanDoNotKeepTheirInputForBackward) {
+  for (bool mean : {false, true}) {
+    NDArray x = nd::array(std::vector<double>(64 * 4096, 0.5), {64, 4096}, dev());
+    x.attach_grad();
+    storage::Pool& pool = storage::pool(dev());
+    NDArray loss;
+    int64_t with_z = 0, without_z = 0;
+    {
+      autograd::Record record;
+      NDArray z = x * 3.0;  // its gradient keeps neither x nor z
+      loss = mean ? nd::mean(z) : nd::sum(z);
+      engine::wait_all();
+      with_z = pool.stats().in_use;
+    }
+    engine::wait_all();
+    without_z = pool.stats().in_use;
+    EXPECT_LE(without_z, with_z - x.size() * static_cast<int64_t>(sizeof(double)))
+        << (mean ? "mean" : "sum") << " still holds its input";
+    autograd::backward({loss});
+    const double want = mean ? 3.0 / static_cast<double>(x.size()) : 3.0;
+    for (double g : x.grad().to_vector<double>()) ASSERT_DOUBLE_EQ(g, want);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Cpu, Reduce, ::testing::Values(0, 1),
