@@ -7,8 +7,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <exception>
 #include <string>
+#include <vector>
 
 #include "frontend/ndarray.h"
 
@@ -29,6 +31,19 @@ std::string error_of(F&& f) {
   ADD_FAILURE() << "no exception thrown";
   return "";
 }
+
+// n floats uniform in [lo, hi) from a fixed 64-bit LCG: the same values on
+// every platform and thread count, for kernel tests against references.
+inline std::vector<float> uniform(int64_t n, double lo, double hi, uint64_t seed) {
+  std::vector<float> v(static_cast<size_t>(n));
+  uint64_t s = seed * 0x9e3779b97f4a7c15ull + 1;
+  for (float& f : v) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    f = static_cast<float>(lo + (hi - lo) * static_cast<double>(s >> 11) / 9007199254740992.0);
+  }
+  return v;
+}
+inline std::vector<float> uniform(int64_t n, uint64_t seed) { return uniform(n, -1, 1, seed); }
 
 // Same shape, and every element within tol * (1 + |want|); names the index.
 inline void expect_close(const NDArray& got, const NDArray& want, double tol, const std::string& what) {

@@ -21,6 +21,7 @@
 #include "frontend/nd.h"
 #include "ir/ops/conv.h"
 #include "runtime/engine.h"
+#include "tests/test_util.h"
 
 namespace kiln {
 namespace {
@@ -29,15 +30,7 @@ using cpu::Im2colConv;
 
 constexpr double kTolerance = 2e-6;
 
-std::vector<float> uniform(int64_t n, uint64_t seed) {
-  std::vector<float> v(static_cast<size_t>(n));
-  uint64_t s = seed * 0x9e3779b97f4a7c15ull + 7;
-  for (float& f : v) {
-    s = s * 6364136223846793005ull + 1442695040888963407ull;
-    f = static_cast<float>(static_cast<double>(s >> 11) / 9007199254740992.0 * 2.0 - 1.0);
-  }
-  return v;
-}
+using test::uniform;
 
 // The problem for x [n, c, h, w], k filters of kh x kw, with its output size.
 Im2colConv make(int64_t n, int64_t c, int64_t h, int64_t w, int64_t k, int64_t kh, int64_t kw, int64_t stride,

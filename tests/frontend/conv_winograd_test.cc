@@ -30,6 +30,7 @@
 #include "ir/ops/conv.h"
 #include "ir/ops/fused_layers.h"
 #include "runtime/engine.h"
+#include "tests/test_util.h"
 
 namespace kiln {
 namespace {
@@ -51,15 +52,7 @@ class ModeGuard {
   int saved_;
 };
 
-std::vector<float> uniform(int64_t n, uint64_t seed) {
-  std::vector<float> v(static_cast<size_t>(n));
-  uint64_t s = seed * 0x9e3779b97f4a7c15ull + 1;
-  for (float& f : v) {
-    s = s * 6364136223846793005ull + 1442695040888963407ull;
-    f = static_cast<float>(static_cast<double>(s >> 11) / 9007199254740992.0 * 2.0 - 1.0);
-  }
-  return v;
-}
+using test::uniform;
 
 // y = act(conv(x, w) + bias + sum) in float64, weights as the kernel reads them.
 std::vector<double> reference(const WinogradConv& s, const std::vector<float>& x, const std::vector<float>& w,

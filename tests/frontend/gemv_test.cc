@@ -21,19 +21,12 @@
 #include "frontend/nd.h"
 #include "ir/ops/fused_layers.h"
 #include "ir/ops/linalg.h"
+#include "tests/test_util.h"
 
 namespace kiln {
 namespace {
 
-std::vector<float> uniform(int64_t n, double lo, double hi, uint64_t seed) {
-  std::vector<float> v(static_cast<size_t>(n));
-  uint64_t s = seed * 0x9e3779b97f4a7c15ull + 1;
-  for (float& f : v) {
-    s = s * 6364136223846793005ull + 1442695040888963407ull;
-    f = static_cast<float>(lo + (hi - lo) * static_cast<double>(s >> 11) / 9007199254740992.0);
-  }
-  return v;
-}
+using test::uniform;
 
 double activate(std::optional<ActType> act, double v) {
   if (!act) return v;
