@@ -9,8 +9,8 @@
 // channel 5x5 layer (KILN_PROFILE, batch 256) forward 10.0 -> 7.3 ms, weight
 // gradient 11.9 -> 7.5 ms, data gradient 10.4 -> 8.1 ms. Layers with at most
 // 4 input channels (first layers) run their forward as im2col + a matrix
-// product (backends/cpu/conv_im2col.h) and their weight gradient as
-// direct_backward_weights below; 3x3 stride-1 layers with at least 16
+// product and their weight gradient as im2col + dot products
+// (backends/cpu/conv_im2col.h); 3x3 stride-1 layers with at least 16
 // channels run all three as Winograd (backends/cpu/conv_winograd.h).
 //
 // User arrays stay NCHW, so each call reorders its operands into the chosen
@@ -312,78 +312,6 @@ void convolution_backward_data(const KernelContext& ctx, std::span<const TensorV
   call.finish();
 }
 
-// Backward-weights of an ungrouped 2-D convolution with few input channels
-// (a first layer on grey or RGB images) as one im2col and dot products per
-// sample: d_weight[o][t] = sum_n sum_p out_grad[n][o][p] * col_n[t][p], where
-// t runs over (input channel, kernel row, kernel column) and p over output
-// positions. oneDNN's AVX2 kernel vectorizes over input channels and runs
-// this case at a fifth of its forward speed (LeNet's 1->20 3x3: 14 ms
-// against 3 ms); these dots run over whole output planes.
-constexpr int64_t kDirectMaxInputChannels = 4;
-
-bool direct_backward_weights_applies(const ConvolutionAttrs& a, const ConvProblem& p) {
-  return a.num_group == 1 && p.src.size() == 4 && p.src[1] <= kDirectMaxInputChannels;
-}
-
-void direct_backward_weights(const KernelContext& ctx, const ConvProblem& p, const float* dy, const float* x,
-                             float* dw) {
-  const int64_t n = p.src[0], ic = p.src[1], ih = p.src[2], iw = p.src[3];
-  const int64_t oc = p.dst[1], oh = p.dst[2], ow = p.dst[3];
-  const int64_t kh = p.weights[2], kw = p.weights[3];
-  const int64_t taps = ic * kh * kw, plane = oh * ow;
-  const int threads = static_cast<int>(std::max<int64_t>(
-      1, std::min<int64_t>(p.macs < dn::kParallelWork ? 1 : ctx.run.num_threads, n)));
-  // One partial d_weight per thread, summed at the end in thread order
-  // (deterministic for a given thread count).
-  std::vector<float> partial(static_cast<size_t>(threads * oc * taps), 0.0f);
-  cpu::parallel_for(
-      threads, threads,
-      [&](int64_t t0, int64_t t1) {
-        std::vector<float> col(static_cast<size_t>(taps * plane));
-        for (int64_t t = t0; t < t1; ++t) {
-          float* acc = partial.data() + t * oc * taps;
-          const int64_t per = (n + threads - 1) / threads;
-          for (int64_t s = t * per; s < std::min(n, (t + 1) * per); ++s) {
-            // im2col of sample s: col[(c, y, x)][(i, j)] = x[s][c][i*sh - pad + y*dh][j*sw - pad + x*dw], 0 outside.
-            for (int64_t c = 0; c < ic; ++c)
-              for (int64_t ky = 0; ky < kh; ++ky)
-                for (int64_t kx = 0; kx < kw; ++kx) {
-                  float* cr = col.data() + ((c * kh + ky) * kw + kx) * plane;
-                  const float* xs = x + (s * ic + c) * ih * iw;
-                  for (int64_t i = 0; i < oh; ++i) {
-                    const int64_t y = i * p.strides[0] - p.pad_l[0] + ky * (p.dilates[0] + 1);
-                    float* row = cr + i * ow;
-                    if (y < 0 || y >= ih) {
-                      std::fill(row, row + ow, 0.0f);
-                      continue;
-                    }
-                    for (int64_t j = 0; j < ow; ++j) {
-                      const int64_t xx = j * p.strides[1] - p.pad_l[1] + kx * (p.dilates[1] + 1);
-                      row[j] = xx >= 0 && xx < iw ? xs[y * iw + xx] : 0.0f;
-                    }
-                  }
-                }
-            for (int64_t o = 0; o < oc; ++o) {
-              const float* g = dy + (s * oc + o) * plane;
-              for (int64_t k = 0; k < taps; ++k) {
-                const float* cr = col.data() + k * plane;
-                float sum = 0;
-#pragma omp simd reduction(+ : sum)
-                for (int64_t q = 0; q < plane; ++q) sum += g[q] * cr[q];
-                acc[o * taps + k] += sum;
-              }
-            }
-          }
-        }
-      },
-      1);
-  for (int64_t k = 0; k < oc * taps; ++k) {
-    float sum = 0;
-    for (int t = 0; t < threads; ++t) sum += partial[static_cast<size_t>(t * oc * taps + k)];
-    dw[k] = sum;
-  }
-}
-
 // (out_grad, data) -> d_weight
 void convolution_backward_weight(const KernelContext& ctx, std::span<const TensorView> in,
                                  std::span<const TensorView> out) {
@@ -395,8 +323,9 @@ void convolution_backward_weight(const KernelContext& ctx, std::span<const Tenso
     return cpu::winograd_weight_grad(ctx.run, wino->conv, wino->tile, in[1].ptr<float>(), in[0].ptr<float>(),
                                      out[0].ptr<float>());
   }
-  if (direct_backward_weights_applies(a, p)) {
-    return direct_backward_weights(ctx, p, in[0].ptr<float>(), in[1].ptr<float>(), out[0].ptr<float>());
+  if (auto im2col = choose_im2col(p)) {
+    return cpu::im2col_backward_weight(ctx.run, *im2col, in[1].ptr<float>(), in[0].ptr<float>(),
+                                       out[0].ptr<float>());
   }
   dn::Call call(ctx.run, p.macs);
   auto plan = dn::cached<BackwardWeightsPlan>(fmt::format("conv_bwd_weights|{}{}", p.key, call.threads()), [&] { return make_backward_weights_plan(p); });

@@ -169,13 +169,41 @@ void im2col_forward(const engine::RunContext& run, const Im2colConv& s, const fl
     }
   };
   if (workers == 1) return process(0, 0, s.batch, threads);
-  const int64_t share = (s.batch + workers - 1) / workers;
-  parallel_for(
-      threads, workers,
-      [&](int64_t w0, int64_t w1) {
-        for (int64_t wk = w0; wk < w1; ++wk) process(wk, std::min(s.batch, wk * share), std::min(s.batch, (wk + 1) * share), 1);
-      },
-      1);
+  parallel_shares(workers, s.batch, [&](int wk, int64_t begin, int64_t end) { process(wk, begin, end, 1); });
+}
+
+// Per image: unfold it alone (col [CKK][P1]) and take one dot product per
+// (output channel, tap) over the output plane, into the worker's part of dw;
+// the parts are added in worker order (deterministic for a thread count).
+void im2col_backward_weight(const engine::RunContext& run, const Im2colConv& s, const float* x, const float* dy,
+                            float* dw) {
+  const Geometry g(s);
+  const int64_t K = s.out_channels, size = K * g.ckk;
+  const int workers = static_cast<int>(
+      std::max<int64_t>(1, std::min<int64_t>(g.macs(s) < onednn::kParallelWork ? 1 : run.num_threads, s.batch)));
+  std::vector<float> parts(static_cast<size_t>(workers * size), 0.0f);
+  parallel_shares(workers, s.batch, [&](int wk, int64_t begin, int64_t end) {
+    std::vector<float> col(static_cast<size_t>(g.ckk * g.p1));
+    float* acc = parts.data() + wk * size;
+    for (int64_t n = begin; n < end; ++n) {
+      unfold(s, g, 1, x, n, 1, col.data());
+      for (int64_t k = 0; k < K; ++k) {
+        const float* gk = dy + (n * K + k) * g.p1;
+        for (int64_t r = 0; r < g.ckk; ++r) {
+          const float* cr = col.data() + r * g.p1;
+          float sum = 0;
+#pragma omp simd reduction(+ : sum)
+          for (int64_t q = 0; q < g.p1; ++q) sum += gk[q] * cr[q];
+          acc[k * g.ckk + r] += sum;
+        }
+      }
+    }
+  });
+  for (int64_t i = 0; i < size; ++i) {
+    float sum = 0;
+    for (int wk = 0; wk < workers; ++wk) sum += parts[static_cast<size_t>(wk * size + i)];
+    dw[i] = sum;
+  }
 }
 
 }  // namespace kiln::cpu

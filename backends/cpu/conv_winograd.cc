@@ -612,7 +612,7 @@ template <int M>
 struct WorkSplit {
   static constexpr int A2 = (M + 2) * (M + 2);
   int threads = 1, workers = 1;  // workers: threads holding their own chunk
-  int64_t share = 0, chunk = 0;  // images per worker and per chunk
+  int64_t chunk = 0;             // images per chunk
   int64_t ldv = 0, ldz = 0;      // row strides of V and Z (dZ) in a chunk
 
   // `per_thread_pays(threads)`: whether a share per thread pays, given enough images.
@@ -629,7 +629,7 @@ struct WorkSplit {
     // and Z (512 channels: U is 36 MiB).
     const int64_t per_image = A2 * g.tiles * (C + K) * static_cast<int64_t>(sizeof(float));
     const int64_t budget = std::max<int64_t>(kChunkBytes, A2 * C * K * static_cast<int64_t>(sizeof(float))) / workers;
-    share = (N + workers - 1) / workers;
+    const int64_t share = (N + workers - 1) / workers;  // images per worker (parallel_shares' split)
     chunk = std::clamp<int64_t>(budget / std::max<int64_t>(per_image, 1), 1, share);
     const int64_t chunks = (share + chunk - 1) / chunk;
     chunk = (share + chunks - 1) / chunks;  // even chunks: one matmul plan for all but maybe the last
@@ -645,12 +645,7 @@ struct WorkSplit {
   template <typename Process>
   void run(int64_t batch, Process&& process) const {
     if (workers == 1) return process(0, 0, batch, threads);
-    parallel_for(
-        threads, workers,
-        [&](int64_t w0, int64_t w1) {
-          for (int64_t w = w0; w < w1; ++w) process(w, std::min(batch, w * share), std::min(batch, (w + 1) * share), 1);
-        },
-        1);
+    parallel_shares(workers, batch, [&](int w, int64_t begin, int64_t end) { process(w, begin, end, 1); });
   }
 };
 

@@ -34,4 +34,20 @@ void parallel_for(int num_threads, int64_t n, F&& fn, int64_t grain = kDefaultGr
   }
 }
 
+// Splits [0, n) into `workers` contiguous shares of ceil(n / workers) and
+// runs fn(worker, begin, end) for each, every worker on its own thread of one
+// parallel region: for kernels that keep a buffer or a partial result per
+// worker. Shares past n are empty and still run, so per-worker state can be
+// initialized there.
+template <typename F>
+void parallel_shares(int workers, int64_t n, F&& fn) {
+  const int64_t share = (n + workers - 1) / std::max(workers, 1);
+  parallel_for(
+      workers, workers,
+      [&](int64_t w0, int64_t w1) {
+        for (int64_t w = w0; w < w1; ++w) fn(static_cast<int>(w), std::min(n, w * share), std::min(n, (w + 1) * share));
+      },
+      1);
+}
+
 }  // namespace kiln::cpu

@@ -1,15 +1,14 @@
-// The im2col convolution (backends/cpu/conv_im2col.h): forward and weight
-// gradient against float64 references on strides, paddings,
-// dilations, non-square kernels, odd sizes, one to 20 input channels and
-// batches that span several chunks; then through the Convolution ops, which
-// must route layers whose channels are not a multiple of 16 to it and agree
-// with oneDNN's direct kernels (the data gradient, on oneDNN in both modes,
-// is checked there too).
+// The im2col convolution (backends/cpu/conv_im2col.h), forward and weight
+// gradient, against float64 references on strides, paddings, dilations,
+// non-square kernels, odd sizes, one to four input channels, batches that
+// span several chunks and both ways of sharing the threads; then through the
+// Convolution ops, which must route layers with at most four input channels
+// to it and agree with oneDNN's kernels.
 //
-// Tolerance: inputs uniform in [-1, 1]; a forward output or a data gradient
-// sums C kh kw products, a weight gradient N OH OW, and errors
-// are measured relative to the square root of that count. float32 sums of a
-// few thousand terms stay below 1e-6 on that scale.
+// Tolerance: inputs uniform in [-1, 1]; a forward output sums C kh kw
+// products and a weight gradient N OH OW, and errors are measured relative to
+// the square root of that count. float32 sums of up to tens of thousands of
+// terms stay below 1e-6 on that scale.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -78,17 +77,21 @@ void check(const Im2colConv& s, int threads = 2) {
   auto x = uniform(s.batch * s.channels * s.height * s.width, 1);
   auto w = uniform(K * s.channels * KK, 2);
   auto b = uniform(K, 3);
-  std::vector<double> want(static_cast<size_t>(s.batch * K * P1));
-  for (size_t i = 0; i < want.size(); ++i) want[i] = b[i / static_cast<size_t>(P1) % static_cast<size_t>(K)];
+  auto dy = uniform(s.batch * K * P1, 4);
+  std::vector<double> y_want(static_cast<size_t>(s.batch * K * P1)), dw_want(w.size(), 0.0);
+  for (size_t i = 0; i < y_want.size(); ++i) y_want[i] = b[i / static_cast<size_t>(P1) % static_cast<size_t>(K)];
   for_each_product(s, [&](int64_t n, int64_t k, int64_t c, int64_t oy, int64_t ox, int64_t ky, int64_t kx, int64_t xi) {
     const auto wi = static_cast<size_t>(((k * s.channels + c) * s.kernel_h + ky) * s.kernel_w + kx);
-    want[static_cast<size_t>((n * K + k) * P1 + oy * s.out_width + ox)] +=
-        static_cast<double>(w[wi]) * x[static_cast<size_t>(xi)];
+    const auto yi = static_cast<size_t>((n * K + k) * P1 + oy * s.out_width + ox);
+    y_want[yi] += static_cast<double>(w[wi]) * x[static_cast<size_t>(xi)];
+    dw_want[wi] += static_cast<double>(dy[yi]) * x[static_cast<size_t>(xi)];
   });
   engine::RunContext run{.device = Device::cpu(0), .num_threads = threads};
-  std::vector<float> y(want.size(), 1e6f);
+  std::vector<float> y(y_want.size(), 1e6f), dw(w.size(), 1e6f);
   cpu::im2col_forward(run, s, x.data(), w.data(), b.data(), y.data());
-  EXPECT_LE(scaled_error(y, want, static_cast<double>(s.channels * KK)), kTolerance) << name(s);
+  cpu::im2col_backward_weight(run, s, x.data(), dy.data(), dw.data());
+  EXPECT_LE(scaled_error(y, y_want, static_cast<double>(s.channels * KK)), kTolerance) << "forward " << name(s);
+  EXPECT_LE(scaled_error(dw, dw_want, static_cast<double>(s.batch * P1)), kTolerance) << "weight gradient " << name(s);
 }
 
 TEST(ConvIm2col, MatchesReferenceOnManyShapes) {
@@ -125,9 +128,9 @@ TEST(ConvIm2col, SelectionTakesFewInputChannels) {
   cpu::im2col_set_mode(saved);
 }
 
-// ---- through the op: im2col on and off (oneDNN) must agree
+// ---- through the ops: im2col on and off (oneDNN) must agree
 
-TEST(ConvIm2col, ConvolutionOpMatchesOneDnn) {
+TEST(ConvIm2col, ConvolutionOpsMatchOneDnn) {
   struct Case {
     Shape data;
     int filters;
@@ -146,18 +149,23 @@ TEST(ConvIm2col, ConvolutionOpMatchesOneDnn) {
             b = array({c.filters}, 7);
     auto run = [&](bool on) {
       const bool saved = cpu::im2col_set_mode(on);
-      std::vector<float> y = invoke1(OpId::kConvolution, {x, w, b}, OpAttrs::make(a)).to_vector<float>();
+      NDArray y = invoke1(OpId::kConvolution, {x, w, b}, OpAttrs::make(a));
+      NDArray dw = invoke1(OpId::kConvolutionBackwardWeight, {array(y.shape(), 8), x}, OpAttrs::make(a));
+      std::vector<std::vector<float>> out{y.to_vector<float>(), dw.to_vector<float>()};
       cpu::im2col_set_mode(saved);
-      return y;
+      return out;
     };
     auto direct = run(false), im2col = run(true);
-    ASSERT_EQ(direct.size(), im2col.size());
-    double worst = 0, scale = 0;
-    for (size_t j = 0; j < direct.size(); ++j) {
-      worst = std::max(worst, static_cast<double>(std::abs(direct[j] - im2col[j])));
-      scale = std::max(scale, static_cast<double>(std::abs(direct[j])));
+    const char* names[] = {"forward", "weight gradient"};
+    for (int i = 0; i < 2; ++i) {
+      ASSERT_EQ(direct[i].size(), im2col[i].size());
+      double worst = 0, scale = 0;
+      for (size_t j = 0; j < direct[i].size(); ++j) {
+        worst = std::max(worst, static_cast<double>(std::abs(direct[i][j] - im2col[i][j])));
+        scale = std::max(scale, static_cast<double>(std::abs(direct[i][j])));
+      }
+      EXPECT_LE(worst, 1e-5 * std::max(scale, 1.0)) << names[i] << " " << what;
     }
-    EXPECT_LE(worst, 1e-5 * std::max(scale, 1.0)) << what;
   }
 }
 
