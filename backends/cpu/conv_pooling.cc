@@ -273,6 +273,17 @@ void pool_forward_planes(const PoolProblem& p, const Windows2d& w, const float* 
   }
 }
 
+// avg and sum: the value v[o] every input of window (oh, o) receives from
+// the output gradient row gr: gr[o] / divisor, or gr[o].
+void window_values(const PoolProblem& p, const Windows2d& w, const float* gr, int64_t oh, std::vector<float>& v) {
+  if (p.type != PoolType::kAvg) {
+    std::copy(gr, gr + w.ow, v.begin());
+    return;
+  }
+  const float dh = w.h.divisor[static_cast<size_t>(oh)];
+  for (int64_t o = 0; o < w.ow; ++o) v[static_cast<size_t>(o)] = gr[o] / (dh * w.w.divisor[static_cast<size_t>(o)]);
+}
+
 // Whether the windows along an axis follow each other from 0 without gaps
 // or overlap (stride = kernel, no padding: LeNet's 2x2 average pooling).
 bool windows_tile(const AxisWindows& a) {
@@ -296,11 +307,7 @@ void pool_backward_planes_tiled(const PoolProblem& p, const Windows2d& w, const 
     const float* g = dy + q * plane_out;
     float* d = dx + q * plane_in;
     for (int64_t oh = 0; oh < w.oh; ++oh) {
-      const float* gr = g + oh * w.ow;
-      const float dh = p.type == PoolType::kAvg ? w.h.divisor[static_cast<size_t>(oh)] : 1.0f;
-      for (int64_t o = 0; o < w.ow; ++o)
-        v[static_cast<size_t>(o)] =
-            p.type == PoolType::kAvg ? gr[o] / (dh * w.w.divisor[static_cast<size_t>(o)]) : gr[o];
+      window_values(p, w, g + oh * w.ow, oh, v);
       for (int64_t ih = w.h.begin[static_cast<size_t>(oh)]; ih < w.h.end[static_cast<size_t>(oh)]; ++ih) {
         float* dr = d + ih * w.iw;
         for (int64_t o = 0; o < w.ow; ++o)
@@ -345,13 +352,7 @@ void pool_backward_planes(const PoolProblem& p, const Windows2d& w, const float*
         continue;
       }
       // avg and sum: every input of a window receives v = go / divisor.
-      const float* gr = g + oh * w.ow;
-      if (p.type == PoolType::kAvg) {
-        const float dh = w.h.divisor[static_cast<size_t>(oh)];
-        for (int64_t o = 0; o < w.ow; ++o) v[static_cast<size_t>(o)] = gr[o] / (dh * w.w.divisor[static_cast<size_t>(o)]);
-      } else {
-        std::copy(gr, gr + w.ow, v.begin());
-      }
+      window_values(p, w, g + oh * w.ow, oh, v);
       for (int64_t ih = h0; ih < h1; ++ih) {
         float* dr = d + ih * w.iw;
         for (int64_t o = 0; o < w.ow; ++o) {
