@@ -19,7 +19,7 @@
 // in one process, alternately.
 //
 // Effect on whole models: run `kiln bench mlp resnet18_hybridized` with and
-// without KILN_FUSE=0 (BENCHMARKS.md).
+// without KILN_FUSE=0 (docs/perf-log.md, "Elementwise fusion").
 #include <omp.h>
 
 #include <cstring>

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# One measurement round for BENCHMARKS.md, to run on a quiet machine (nothing
-# else building or training: `uptime` below 0.5 first):
+# One measurement round for BENCHMARKS.md (and a dated entry in docs/perf-log.md,
+# naming the machine), to run on a quiet machine (nothing else building or
+# training: `uptime` below 0.5 first):
 #   1. Kiln and PyTorch in the same run (bench/pytorch_compare.py, 2 threads,
 #      best of two alternating rounds) for the figures PyTorch has twins of;
 #   2. Kiln-only figures: data parallelism (two devices, two processes,

@@ -8,7 +8,7 @@
 // Sizes: the chapter trains 10 epochs on all 60,000 images; this runs 3
 // epochs on the first 4,096 (--quick: 1 epoch on 1,024) to stay under 30 s on
 // two cores. The chapter draws every weight from N(0, 0.01), with which LeNet
-// stays at chance for about an epoch of the full set (BENCHMARKS.md); here
+// stays at chance for about an epoch of the full set (docs/perf-log.md); here
 // each layer's weights are drawn with Xavier's scale so the short run learns.
 #include <cmath>
 
