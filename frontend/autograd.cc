@@ -118,6 +118,8 @@ class EagerGradBuilder final : public GradBuilder {
   }
 
   TensorType type(GradValue v) const override { return {value(v).shape(), value(v).dtype()}; }
+  // run_backward sets the mode of the node being differentiated.
+  std::optional<bool> is_train() const override { return is_training(); }
 
  private:
   std::vector<NDArray> values_;
@@ -125,8 +127,9 @@ class EagerGradBuilder final : public GradBuilder {
 
 NDArray add_grads(const NDArray& a, const NDArray& b) { return a.is_none() ? b : a + b; }
 
-// Nodes reachable from the heads, each after everything it depends on.
-std::vector<Node*> topological_order(std::span<const NDArray> heads) {
+// Nodes reachable from the heads, each after everything it depends on; the
+// walk does not go past nodes in `stop`.
+std::vector<Node*> topological_order(std::span<const NDArray> heads, const std::unordered_set<Node*>& stop = {}) {
   std::vector<Node*> order;
   std::unordered_set<Node*> seen;
   std::vector<std::pair<Node*, size_t>> stack;
@@ -136,7 +139,7 @@ std::vector<Node*> topological_order(std::span<const NDArray> heads) {
     stack.push_back({root, 0});
     while (!stack.empty()) {
       auto& [node, next] = stack.back();
-      if (next < node->inputs.size()) {
+      if (next < node->inputs.size() && !stop.contains(node)) {
         Node* child = node->inputs[next++].node.get();
         if (child && seen.insert(child).second) stack.push_back({child, 0});
       } else {
@@ -156,9 +159,6 @@ template <typename Slot>
 void run_custom_backward(Node& node, std::vector<NDArray>& out_grads, Device device, bool retain_graph,
                          bool create_graph, Slot& slot,
                          const std::unordered_map<Node*, std::vector<int>>* reaching) {
-  KILN_CHECK(!create_graph, NotSupported,
-             "grad(create_graph=true) through a hybridized block is not supported yet; call hybridize(false) on it "
-             "for higher-order gradients");
   std::vector<NDArray> full(out_grads.size());
   for (size_t k = 0; k < out_grads.size(); ++k) {
     if (!out_grads[k].is_none()) device = out_grads[k].device();
@@ -177,7 +177,15 @@ void run_custom_backward(Node& node, std::vector<NDArray>& out_grads, Device dev
       if (it != reaching->end() && it->second[static_cast<size_t>(e.index)] == 1) into[k] = e.node->grad;
     }
   }
-  std::vector<NDArray> in_grads = node.custom_backward(full, CustomBackwardArgs{into, retain_graph});
+  std::vector<NDArray> in_grads;
+  if (create_graph) {
+    KILN_CHECK(node.custom_replay != nullptr, NotSupported,
+               "grad(create_graph=true) through this hybridized block is not supported: {}",
+               "its forward cannot be replayed imperatively");
+    in_grads = node.custom_replay(full);
+  } else {
+    in_grads = node.custom_backward(full, CustomBackwardArgs{into, retain_graph});
+  }
   KILN_ASSERT(in_grads.size() == node.inputs.size());
   for (size_t k = 0; k < node.inputs.size(); ++k) {
     const Edge& e = node.inputs[k];
@@ -187,6 +195,7 @@ void run_custom_backward(Node& node, std::vector<NDArray>& out_grads, Device dev
   }
   if (!retain_graph) {
     node.custom_backward = nullptr;  // releases the saved values
+    node.custom_replay = nullptr;
     node.freed = true;
   }
 }
@@ -212,7 +221,8 @@ std::unordered_map<Node*, std::vector<NDArray>> run_backward(std::span<const NDA
                                                              bool retain_graph, bool create_graph,
                                                              bool train_mode,
                                                              const std::unordered_set<Node*>& keep = {},
-                                                             bool into_leaf_grads = false) {
+                                                             bool into_leaf_grads = false,
+                                                             const std::unordered_set<Node*>& stop = {}) {
   KILN_CHECK(head_grads.empty() || head_grads.size() == heads.size(), ValueError,
              "backward: {} head gradients for {} heads", head_grads.size(), heads.size());
   std::unordered_map<Node*, std::vector<NDArray>> grads;
@@ -244,7 +254,7 @@ std::unordered_map<Node*, std::vector<NDArray>> run_backward(std::span<const NDA
     g = add_grads(g, hg);
   }
 
-  std::vector<Node*> order = topological_order(heads);
+  std::vector<Node*> order = topological_order(heads, stop);
   // For backward() (into_leaf_grads), two counts over the leaves:
   // - `reaching`: edges and heads reaching each leaf output; a custom node may
   //   write the gradient of a write-mode leaf that only it reaches into its
@@ -284,7 +294,7 @@ std::unordered_map<Node*, std::vector<NDArray>> run_backward(std::span<const NDA
   };
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
     Node* node = *it;
-    if (node->is_leaf()) continue;
+    if (node->is_leaf() || stop.contains(node)) continue;
     auto found = grads.find(node);
     if (found == grads.end()) continue;
     KILN_CHECK(!node->freed, ValueError,
@@ -348,6 +358,33 @@ std::unordered_map<Node*, std::vector<NDArray>> run_backward(std::span<const NDA
     took_edges_of(node);
   }
   return grads;
+}
+
+std::vector<NDArray> partial_grads(std::span<const NDArray> heads, std::span<const NDArray> head_grads,
+                                   std::span<const NDArray> variables) {
+  std::unordered_set<Node*> stop;
+  for (const NDArray& v : variables) {
+    KILN_ASSERT(v.requires_grad());
+    stop.insert(v.ag_node().get());
+  }
+  // Heads that no variable reaches contribute nothing (and are not on a tape).
+  std::vector<NDArray> live_heads, live_head_grads;
+  for (size_t i = 0; i < heads.size(); ++i) {
+    if (!heads[i].requires_grad()) continue;
+    live_heads.push_back(heads[i]);
+    if (!head_grads.empty()) live_head_grads.push_back(head_grads[i]);
+  }
+  std::vector<NDArray> out;
+  if (live_heads.empty()) {
+    out.resize(variables.size());
+    return out;
+  }
+  auto grads = run_backward(live_heads, live_head_grads, true, true, is_training(), stop, false, stop);
+  for (const NDArray& v : variables) {
+    auto it = grads.find(v.ag_node().get());
+    out.push_back(it == grads.end() ? NDArray() : it->second[static_cast<size_t>(v.ag_index())]);
+  }
+  return out;
 }
 
 }  // namespace detail

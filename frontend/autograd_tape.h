@@ -52,6 +52,11 @@ struct Node : std::enable_shared_from_this<Node> {
   bool custom = false;
   std::function<std::vector<NDArray>(std::span<const NDArray> out_grads, const CustomBackwardArgs& args)>
       custom_backward;
+  // For backward with create_graph through a custom node: recomputes the
+  // node's forward imperatively while recording and returns one gradient
+  // per input edge (none where not needed) as recorded arrays, so they can be
+  // differentiated again. Null when the node cannot.
+  std::function<std::vector<NDArray>(std::span<const NDArray> out_grads)> custom_replay;
 
   // Leaves only.
   NDArray grad;
@@ -69,5 +74,13 @@ struct Node : std::enable_shared_from_this<Node> {
 // op is differentiable and some input needs a gradient, and sets the outputs'
 // tape entries.
 void record(const OpDef& def, const OpAttrs& attrs, std::span<const NDArray> inputs, std::span<NDArray> outputs);
+
+// The gradients of `heads` with respect to `variables`, recorded (as
+// grad(..., create_graph = true)), each variable taken as independent of the
+// others: the walk does not go past a variable's tape node, so what lies
+// upstream of the variables is neither visited nor differentiated. For a
+// custom node's replay, whose variables are its own input edges.
+std::vector<NDArray> partial_grads(std::span<const NDArray> heads, std::span<const NDArray> head_grads,
+                                   std::span<const NDArray> variables);
 
 }  // namespace kiln::autograd::detail

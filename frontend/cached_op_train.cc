@@ -6,6 +6,8 @@
 
 #include "frontend/autograd.h"
 #include "frontend/autograd_tape.h"
+#include "frontend/graph_eval.h"
+#include "frontend/invoke.h"
 #include "ir/error.h"
 #include "passes/fuse_elementwise.h"
 #include "passes/gradient.h"
@@ -61,12 +63,14 @@ int backward_segments() {
 }  // namespace
 
 std::shared_ptr<const TrainProgram> TrainProgram::compile(const trace::TracedGraph& traced,
-                                                          const std::vector<bool>& input_needs_grad) {
+                                                          const std::vector<bool>& input_needs_grad,
+                                                          bool train_mode) {
   const ir::Graph& fwd = traced.graph;
   if (!GraphExecutor::supports(fwd)) return nullptr;
   std::vector<std::string> wrt;
   auto program = std::shared_ptr<TrainProgram>(new TrainProgram);
   program->device_ = traced.device;
+  program->traced_ = std::make_shared<const trace::TracedGraph>(traced);
   program->num_outputs_ = fwd.outputs().size();
   for (const ir::Entry& e : fwd.outputs()) program->output_types_.push_back(fwd.type(e));
   program->input_grad_.assign(traced.inputs.size(), -1);
@@ -82,7 +86,7 @@ std::shared_ptr<const TrainProgram> TrainProgram::compile(const trace::TracedGra
   }
   if (wrt.empty()) return nullptr;
 
-  ir::Graph grad = passes::build_gradient_graph(fwd, wrt);
+  ir::Graph grad = passes::build_gradient_graph(fwd, wrt, train_mode);
   std::vector<std::string> heads;
   for (size_t i = 0; i < fwd.outputs().size(); ++i) heads.push_back(passes::head_grad_name(fwd, i));
   passes::SplitGraph split = passes::split_gradient_graph(grad, fwd.outputs().size(), heads);
@@ -187,6 +191,9 @@ std::vector<NDArray> TrainProgram::call(std::span<const NDArray> inputs, bool is
   std::vector<NDArray> kept_inputs(inputs.begin(), inputs.end());
   // The closure holds the program: backward may run after the CachedOp dropped it.
   std::shared_ptr<const TrainProgram> self = shared_from_this();
+  node->custom_replay = [self, kept_inputs, is_train](std::span<const NDArray> out_grads) {
+    return self->replay_gradients(kept_inputs, out_grads, is_train);
+  };
   node->custom_backward = [self, saved = std::move(saved), kept_inputs = std::move(kept_inputs), block,
                            is_train](std::span<const NDArray> out_grads,
                                      const autograd::detail::CustomBackwardArgs& args) {
@@ -216,6 +223,51 @@ std::vector<NDArray> TrainProgram::call(std::span<const NDArray> inputs, bool is
   };
   for (size_t i = 0; i < outputs.size(); ++i) outputs[i].set_ag_entry(node, static_cast<int>(i));
   return outputs;
+}
+
+std::vector<NDArray> TrainProgram::replay_gradients(std::span<const NDArray> inputs, std::span<const NDArray> out_grads,
+                                                    bool is_train) const {
+  const trace::TracedGraph& t = *traced_;
+  for (const ir::Node& n : t.graph.nodes()) {
+    KILN_CHECK(!n.is_op() || !draws_per_call(n.op) || (n.op == OpId::kDropout && !is_train), NotSupported,
+               "grad(create_graph=true) through a hybridized block: node '{}' ({}) draws random values per call, "
+               "which a replay would draw again; call hybridize(false) on the block for higher-order gradients",
+               n.name, op_def(n.op).name);
+  }
+  // Each tape edge of the call (inputs, then param_grads_) enters the replay
+  // through its own copy, recorded, so that an array bound to two edges gets
+  // each edge's part of the gradient (the walk stops at the copies).
+  std::vector<NDArray> edges(inputs.begin(), inputs.end());
+  for (const auto& [p, _] : param_grads_) edges.push_back(p.data(device_));
+  std::vector<NDArray> variables;
+  std::vector<size_t> where;
+  {
+    autograd::Record record(is_train);
+    for (size_t k = 0; k < edges.size(); ++k) {
+      bool wanted = k >= inputs.size() || input_grad_[k] >= 0;
+      if (!wanted || !edges[k].requires_grad()) continue;
+      edges[k] = invoke1(OpId::kCopy, {edges[k]});
+      variables.push_back(edges[k]);
+      where.push_back(k);
+    }
+  }
+  std::vector<NDArray> values = bind_values(t, std::span<const NDArray>(edges.data(), inputs.size()));
+  for (size_t i = 0; i < param_grads_.size(); ++i) {
+    for (const auto& [node, p] : t.params)
+      if (p.id() == param_grads_[i].first.id()) values[static_cast<size_t>(node)] = edges[inputs.size() + i];
+  }
+  // The replay must not move BatchNorm's running statistics a second time.
+  for (const auto& [node, p] : t.params)
+    if (p.is_aux()) values[static_cast<size_t>(node)] = values[static_cast<size_t>(node)].copy();
+  std::vector<NDArray> outputs;
+  {
+    autograd::Record record(is_train);
+    outputs = eval_graph(t.graph, values);
+  }
+  std::vector<NDArray> per_edge(edges.size());
+  std::vector<NDArray> grads = autograd::detail::partial_grads(outputs, out_grads, variables);
+  for (size_t i = 0; i < where.size(); ++i) per_edge[where[i]] = grads[i];
+  return per_edge;
 }
 
 

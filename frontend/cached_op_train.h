@@ -2,7 +2,7 @@
 // from the gradient pass, run as two engine operations, with the CachedOp as
 // one node on the autograd tape.
 //
-//   auto program = TrainProgram::compile(traced, input_needs_grad);
+//   auto program = TrainProgram::compile(traced, input_needs_grad, is_train);
 //   std::vector<NDArray> y = program->call(inputs, is_train);   // records one tape node
 //
 // compile: the gradient graph of the traced forward with respect to the
@@ -40,7 +40,7 @@ class TrainProgram : public std::enable_shared_from_this<TrainProgram> {
   // and no parameter has one) or when the graph cannot run compiled
   // (GraphExecutor::supports).
   static std::shared_ptr<const TrainProgram> compile(const trace::TracedGraph& traced,
-                                                     const std::vector<bool>& input_needs_grad);
+                                                     const std::vector<bool>& input_needs_grad, bool train_mode);
 
   std::vector<NDArray> call(std::span<const NDArray> inputs, bool is_train) const;
 
@@ -57,6 +57,13 @@ class TrainProgram : public std::enable_shared_from_this<TrainProgram> {
   const Memory& memory() const { return memory_; }
 
  private:
+  // Gradients with create_graph (autograd::detail::Node::custom_replay):
+  // the traced forward evaluated again through invoke while recording, then
+  // differentiated by eager autograd, so the gradients are themselves on the
+  // tape. One per tape edge of a call (inputs, then param_grads_).
+  std::vector<NDArray> replay_gradients(std::span<const NDArray> inputs, std::span<const NDArray> out_grads,
+                                        bool is_train) const;
+
   // Where each backward input comes from.
   enum class Source : int8_t { kSaved, kHeadGrad, kInput };
   struct BackwardInput {
@@ -65,6 +72,7 @@ class TrainProgram : public std::enable_shared_from_this<TrainProgram> {
   };
 
   Device device_;
+  std::shared_ptr<const trace::TracedGraph> traced_;  // the forward as traced, for replay_gradients
   size_t num_outputs_ = 0;
   std::vector<TensorType> output_types_;
   std::unique_ptr<GraphExecutor> forward_, backward_;

@@ -19,6 +19,7 @@
 #pragma once
 
 #include <initializer_list>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -51,6 +52,11 @@ class GradBuilder {
   virtual std::vector<GradValue> apply(OpId op, std::span<const GradValue> inputs, const OpAttrs& attrs) = 0;
   // Static type of a value (shapes are known in both eager and traced mode).
   virtual TensorType type(GradValue v) const = 0;
+  // The train/predict mode the gradient ops will run in, where the builder
+  // knows it (eager autograd does; a graph reads it only when it runs).
+  // GradFns whose math depends on the mode and that are not kernels reading
+  // it at run time (the composite gradient of _backward_BatchNorm) need it.
+  virtual std::optional<bool> is_train() const { return std::nullopt; }
 
   GradValue op(OpId op, std::initializer_list<GradValue> inputs, const OpAttrs& attrs = {}) {
     auto out = apply(op, std::span<const GradValue>(inputs.begin(), inputs.size()), attrs);

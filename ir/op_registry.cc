@@ -15,6 +15,8 @@ void register_linalg_ops(OpRegistry& r);
 void register_matrix_ops(OpRegistry& r);
 void register_conv_ops(OpRegistry& r);
 void register_elemwise_grads(OpRegistry& r);
+void register_conv_grads(OpRegistry& r);  // ir/ops/conv_grad.cc: gradients of the backward ops
+void register_nn_grads(OpRegistry& r);    // ir/ops/nn_grad.cc
 void register_nn_ops(OpRegistry& r);
 void register_optimizer_ops(OpRegistry& r);
 void register_fused_layer_ops(OpRegistry& r);
@@ -83,6 +85,8 @@ const Registry& built_registry() {
     register_fused_layer_ops(builder);
     register_fused_ops(builder);
     register_elemwise_grads(builder);
+    register_conv_grads(builder);
+    register_nn_grads(builder);
     // Ops listed but not yet defined keep their name and id; tests/ir/op_registry_test.cc
     // checks that every op has inference and a CPU kernel.
     for (int i = 0; i < kNumOps; ++i) {

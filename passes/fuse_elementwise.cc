@@ -1,5 +1,7 @@
 #include "passes/fuse_elementwise.h"
 
+#include <algorithm>
+
 #include <cstdlib>
 #include <map>
 #include <optional>
@@ -232,15 +234,20 @@ class Groups {
 
   // Whether `u` (not in `gr`) reads from `gr`, directly or through other nodes.
   bool depends_on(ir::NodeId u, int32_t gr) {
+    // Inputs have lower ids than their readers, so a path that ends in `gr`
+    // climbs above gr's first member only by passing through a group with a
+    // member at or after it. An ungrouped node below the first member of
+    // every such group has no such group among its ancestors: pruned.
     const ir::NodeId first = members(gr).front();
+    ir::NodeId below = first;
+    for (const std::vector<ir::NodeId>& m : members_)
+      if (m.back() >= first) below = std::min(below, m.front());
     ++stamp_;
     std::vector<ir::NodeId> stack{u};
     while (!stack.empty()) {
       ir::NodeId x = stack.back();
       stack.pop_back();
-      // A node before the group's first member reaches it only through a
-      // group with a later member, so only ungrouped ones are pruned.
-      if (seen_[static_cast<size_t>(x)] == stamp_ || (x < first && of(x) < 0)) continue;
+      if (seen_[static_cast<size_t>(x)] == stamp_ || (x < below && of(x) < 0)) continue;
       if (of(x) == gr) return true;
       seen_[static_cast<size_t>(x)] = stamp_;
       if (of(x) < 0) {

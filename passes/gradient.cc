@@ -14,7 +14,7 @@ namespace {
 // graph being built, and each op appends a node.
 class GraphGradBuilder final : public GradBuilder {
  public:
-  explicit GraphGradBuilder(ir::Graph& g) : g_(g) {}
+  GraphGradBuilder(ir::Graph& g, std::optional<bool> train_mode) : g_(g), train_mode_(train_mode) {}
 
   GradValue add(ir::Entry e) {
     values_.push_back(e);
@@ -37,6 +37,7 @@ class GraphGradBuilder final : public GradBuilder {
   }
 
   TensorType type(GradValue v) const override { return g_.type(entry(v)); }
+  std::optional<bool> is_train() const override { return train_mode_; }
 
   std::vector<ir::Entry> append(OpId op, const OpAttrs& attrs, std::span<const ir::Entry> in) {
     return g_.add_op(op, attrs, in, fresh_name(fmt::format("{}_grad/{}", scope_, op_def(op).name)));
@@ -66,6 +67,7 @@ class GraphGradBuilder final : public GradBuilder {
   }
 
   ir::Graph& g_;
+  std::optional<bool> train_mode_;
   std::vector<ir::Entry> values_;
   std::string scope_;
   std::map<std::string, int> counters_;
@@ -82,7 +84,8 @@ std::string head_grad_name(const ir::Graph& forward, size_t i) {
   return taken ? fmt::format("{}_{}", name, i) : name;
 }
 
-ir::Graph build_gradient_graph(const ir::Graph& forward, std::span<const std::string> wrt) {
+ir::Graph build_gradient_graph(const ir::Graph& forward, std::span<const std::string> wrt,
+                               std::optional<bool> train_mode) {
   const size_t n = forward.size();
   std::vector<ir::NodeId> targets;
   std::vector<bool> needs(n, false);  // the node's outputs depend on a requested node
@@ -110,7 +113,7 @@ ir::Graph build_gradient_graph(const ir::Graph& forward, std::span<const std::st
   }
 
   ir::Graph g = forward;
-  GraphGradBuilder b(g);
+  GraphGradBuilder b(g, train_mode);
   // Contributions to the gradient of each forward entry, by node then output.
   std::vector<std::vector<std::vector<ir::Entry>>> parts(n);
   auto parts_of = [&](ir::Entry e) -> std::vector<ir::Entry>& {
@@ -179,7 +182,7 @@ ir::Graph gradient(const ir::Graph& g, PassContext& ctx) {
   std::vector<std::string> wrt = ctx.options.gradient.wrt;
   if (wrt.empty())
     for (ir::NodeId id : g.nodes_of_kind(ir::NodeKind::kParam)) wrt.push_back(g.node(id).name);
-  ir::Graph out = build_gradient_graph(g, wrt);
+  ir::Graph out = build_gradient_graph(g, wrt, ctx.options.train_mode);
   PassStats& stats = ctx.current();
   stats.added += static_cast<int64_t>(out.size() - g.size());
   stats.changed = true;

@@ -26,6 +26,7 @@
 // BatchNorm) read the train/predict mode when the graph runs, as in eager.
 #pragma once
 
+#include <optional>
 #include <span>
 #include <string>
 
@@ -41,11 +42,15 @@ std::string head_grad_name(const ir::Graph& forward, size_t i);
 
 // Throws ValueError when a name in `wrt` is not an input, param or aux node
 // of `forward` (naming it and what it is instead); NotSupported when a
-// differentiable op on the path has no GradFn.
-ir::Graph build_gradient_graph(const ir::Graph& forward, std::span<const std::string> wrt);
+// differentiable op on the path has no GradFn. `train_mode` is the mode the
+// graph will run in, where the caller knows it (GradBuilder::is_train: only
+// GradFns of backward ops read it).
+ir::Graph build_gradient_graph(const ir::Graph& forward, std::span<const std::string> wrt,
+                               std::optional<bool> train_mode = std::nullopt);
 
 // The pipeline pass "gradient": build_gradient_graph with
-// ctx.options.gradient.wrt (empty: every param node, in graph order).
+// ctx.options.gradient.wrt (empty: every param node, in graph order), in
+// ctx.options.train_mode.
 // Records the nodes it added in PassStats::added.
 ir::Graph gradient(const ir::Graph& g, PassContext& ctx);
 

@@ -40,18 +40,27 @@ int main(int argc, char** argv) {
   kiln::cli::add_inspect_command(app);
   kiln::cli::add_run_command(app);
   kiln::cli::add_example_command(app);
+  int status = 0;
   try {
     app.parse(argc, argv);  // runs the chosen subcommand's callback
-    // Finish queued work before exit() destroys static objects that kernels use.
-    kiln::engine::wait_all();
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    status = app.exit(e);
   } catch (const kiln::Error& e) {
     std::fprintf(stderr, "kiln: %s\n", e.what());
-    return 1;
+    status = 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "kiln: unexpected error: %s\n", e.what());
-    return 2;
+    status = 2;
   }
-  return 0;
+  // Finish queued work before exit() destroys static objects that kernels
+  // use, after an error as well (a command that failed may have work queued).
+  try {
+    kiln::engine::wait_all();
+  } catch (const std::exception& e) {
+    if (status == 0) {
+      std::fprintf(stderr, "kiln: %s\n", e.what());
+      status = 1;
+    }
+  }
+  return status;
 }

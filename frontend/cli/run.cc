@@ -2,11 +2,13 @@
 //
 //   kiln run model-symbol.json model-0000.params --input data=x.npy --output y.npy
 //   kiln run det1-symbol.json det1-0001.params --input data=img.npy --output box.npy --output prob.npy
+//   kiln run det1-symbol.json det1-0001.params --input data=img.npy --output-prefix det1   # det1_0.npy, det1_1.npy
 //
 // Inputs are named as in the symbol file (--input NAME=FILE, once per input,
 // in the order the model takes them). Prints each output's shape and its
-// first values; --output writes the outputs as .npy, one file per output in
-// order (fewer files than outputs write the first ones).
+// first values. Writing is all or nothing: either one --output per output,
+// in order, or --output-prefix P, which writes P_0.npy, P_1.npy, ...; any
+// other count of --output files is an error (no output is silently dropped).
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -23,7 +25,23 @@ struct RunOptions {
   std::string symbol_file, params_file;
   std::vector<std::string> inputs;  // NAME=FILE
   std::vector<std::string> outputs;
+  std::string output_prefix;
 };
+
+// The file for each output: ValueError unless the options name every one.
+std::vector<std::string> output_files(const RunOptions& opt, size_t num_outputs) {
+  KILN_CHECK(opt.outputs.empty() || opt.output_prefix.empty(), ValueError,
+             "kiln run: give either --output (once per output) or --output-prefix, not both");
+  std::vector<std::string> files = opt.outputs;
+  if (!opt.output_prefix.empty()) {
+    for (size_t i = 0; i < num_outputs; ++i) files.push_back(fmt::format("{}_{}.npy", opt.output_prefix, i));
+  }
+  KILN_CHECK(files.empty() || files.size() == num_outputs, ValueError,
+             "kiln run: the model has {} output(s) but {} --output file(s) were given; give one --output per "
+             "output, in order, or --output-prefix PREFIX to write PREFIX_0.npy ... PREFIX_{}.npy",
+             num_outputs, files.size(), num_outputs - 1);
+  return files;
+}
 
 void run_model(const RunOptions& opt) {
   std::vector<std::string> names;
@@ -38,17 +56,16 @@ void run_model(const RunOptions& opt) {
   KILN_CHECK(!names.empty(), ValueError, "kiln run: give at least one --input NAME=FILE.npy");
   auto net = nn::SymbolBlock::imports(opt.symbol_file, names, opt.params_file);
   std::vector<NDArray> outs = net(std::span<const NDArray>(values));
-  KILN_CHECK(opt.outputs.size() <= outs.size(), ValueError, "kiln run: {} --output files for {} outputs",
-             opt.outputs.size(), outs.size());
+  std::vector<std::string> files = output_files(opt, outs.size());
   for (size_t i = 0; i < outs.size(); ++i) {
     std::vector<float> v = outs[i].astype(DType::kFloat32).to_vector<float>();
     std::string head;
     for (size_t k = 0; k < std::min<size_t>(v.size(), 6); ++k) head += fmt::format("{}{:.6g}", k ? " " : "", v[k]);
     std::printf("output %zu: %s%s [%s%s]\n", i, std::string(dtype_short_name(outs[i].dtype())).c_str(),
                 outs[i].shape().to_string().c_str(), head.c_str(), v.size() > 6 ? " ..." : "");
-    if (i < opt.outputs.size()) {
-      npy::save(opt.outputs[i], outs[i]);
-      std::printf("wrote %s\n", opt.outputs[i].c_str());
+    if (i < files.size()) {
+      npy::save(files[i], outs[i]);
+      std::printf("wrote %s\n", files[i].c_str());
     }
   }
 }
@@ -61,7 +78,8 @@ void add_run_command(CLI::App& app) {
   cmd->add_option("symbol", opt->symbol_file, "The *-symbol.json file")->required();
   cmd->add_option("params", opt->params_file, "The *.params file")->required();
   cmd->add_option("--input", opt->inputs, "NAME=FILE.npy, once per input")->required();
-  cmd->add_option("--output", opt->outputs, "Write output k to the k-th FILE.npy");
+  cmd->add_option("--output", opt->outputs, "Write output k to the k-th FILE.npy (once per output)");
+  cmd->add_option("--output-prefix", opt->output_prefix, "Write output k to PREFIX_k.npy");
   cmd->callback([opt] { run_model(*opt); });
 }
 

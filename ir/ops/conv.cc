@@ -311,19 +311,16 @@ void register_conv_ops(OpRegistry& r) {
   conv.grad = convolution_grad;
 
   define(r, OpId::kConvolutionBackwardData, "Gradient of Convolution with respect to its data.", 2,
-         {"out_grad", "weight"}, infer_convolution_backward_data, parse_attrs_as<ConvolutionBackwardDataAttrs>)
-      .differentiable = false;
+         {"out_grad", "weight"}, infer_convolution_backward_data, parse_attrs_as<ConvolutionBackwardDataAttrs>);
   define(r, OpId::kConvolutionBackwardWeight, "Gradient of Convolution with respect to its weight.", 2,
-         {"out_grad", "data"}, infer_convolution_backward_weight, parse_attrs_as<ConvolutionAttrs>)
-      .differentiable = false;
+         {"out_grad", "data"}, infer_convolution_backward_weight, parse_attrs_as<ConvolutionAttrs>);
 
   OpDef& pool = define(r, OpId::kPooling, "Max, average or sum pooling over 1 to 3 spatial axes.", 1, {"data"},
                        infer_pooling, parse_attrs_as<PoolingAttrs>);
   pool.grad = pooling_grad;
   pool.grad_uses_outputs = true;
   define(r, OpId::kPoolingBackward, "Gradient of Pooling with respect to its data.", 3,
-         {"out_grad", "data", "output"}, infer_pooling_backward, parse_attrs_as<PoolingAttrs>)
-      .differentiable = false;
+         {"out_grad", "data", "output"}, infer_pooling_backward, parse_attrs_as<PoolingAttrs>);
 
   OpDef& bn = define(r, OpId::kBatchNorm, "Batch normalization; updates the moving statistics in train mode.", 5,
                      {"data", "gamma", "beta", "moving_mean", "moving_var"}, infer_batch_norm,
@@ -335,7 +332,6 @@ void register_conv_ops(OpRegistry& r) {
   OpDef& bn_backward =
       define(r, OpId::kBatchNormBackward, "Gradient of BatchNorm with respect to data, gamma and beta.", 5,
              {"out_grad", "data", "gamma", "mean", "var"}, infer_batch_norm_backward, parse_attrs_as<BatchNormAttrs>);
-  bn_backward.differentiable = false;
   // Per channel the kernel reads all of out_grad before writing data_grad.
   bn_backward.inplace = {{0, 0}};
 }

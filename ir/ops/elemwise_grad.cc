@@ -4,26 +4,17 @@
 #include <cmath>
 
 #include "ir/grad.h"
+#include "ir/grad_ops.h"
 #include "ir/ops/elemwise.h"
 #include "ir/ops/nn.h"
 
 namespace kiln {
 namespace {
 
-OpAttrs scalar_attrs(double s) {
-  ScalarAttrs a;
-  a.scalar = s;
-  return OpAttrs::make(a);
-}
-
-GradValue scalar_op(GradBuilder& b, OpId op, GradValue x, double s) { return b.op(op, {x}, scalar_attrs(s)); }
-GradValue mul(GradBuilder& b, GradValue x, GradValue y) {
-  return b.op(b.type(x).shape == b.type(y).shape ? OpId::kElemwiseMul : OpId::kBroadcastMul, {x, y});
-}
-GradValue div(GradBuilder& b, GradValue x, GradValue y) {
-  return b.op(b.type(x).shape == b.type(y).shape ? OpId::kElemwiseDiv : OpId::kBroadcastDiv, {x, y});
-}
-GradValue neg(GradBuilder& b, GradValue x) { return b.op(OpId::kNegative, {x}); }
+using grad_ops::div;
+using grad_ops::mul;
+using grad_ops::neg;
+using grad_ops::scalar;
 
 const GradValue& dy(const GradArgs& a) { return a.out_grads[0]; }
 const GradValue& lhs(const GradArgs& a) { return a.inputs[0]; }
@@ -55,7 +46,7 @@ void div_grad(GradBuilder& b, const GradArgs& a, std::span<GradValue> g) {
 void power_grad(GradBuilder& b, const GradArgs& a, std::span<GradValue> g) {
   GradValue dl, dr;
   if (a.needs_grad[0]) {  // dy * rhs * lhs^(rhs - 1)
-    GradValue p = b.op(OpId::kBroadcastPower, {lhs(a), scalar_op(b, OpId::kMinusScalar, rhs(a), 1)});
+    GradValue p = b.op(OpId::kBroadcastPower, {lhs(a), scalar(b, OpId::kMinusScalar, rhs(a), 1)});
     dl = mul(b, dy(a), mul(b, rhs(a), p));
   }
   if (a.needs_grad[1]) {  // dy * lhs^rhs * log(lhs)
@@ -69,7 +60,7 @@ template <OpId kChooseLhs>
 void extremum_grad(GradBuilder& b, const GradArgs& a, std::span<GradValue> g) {
   GradValue mask = b.op(kChooseLhs, {lhs(a), rhs(a)});
   GradValue dl = a.needs_grad[0] ? mul(b, dy(a), mask) : GradValue{};
-  GradValue dr = a.needs_grad[1] ? mul(b, dy(a), scalar_op(b, OpId::kRMinusScalar, mask, 1)) : GradValue{};
+  GradValue dr = a.needs_grad[1] ? mul(b, dy(a), scalar(b, OpId::kRMinusScalar, mask, 1)) : GradValue{};
   set_binary(b, a, g, dl, dr);
 }
 
@@ -80,46 +71,46 @@ void identity_grad(GradBuilder&, const GradArgs& a, std::span<GradValue> g) { g[
 void block_grad(GradBuilder&, const GradArgs&, std::span<GradValue>) {}
 void negate_grad(GradBuilder& b, const GradArgs& a, std::span<GradValue> g) { g[0] = neg(b, dy(a)); }
 void mul_scalar_grad(GradBuilder& b, const GradArgs& a, std::span<GradValue> g) {
-  g[0] = scalar_op(b, OpId::kMulScalar, dy(a), scalar_of(a));
+  g[0] = scalar(b, OpId::kMulScalar, dy(a), scalar_of(a));
 }
 void div_scalar_grad(GradBuilder& b, const GradArgs& a, std::span<GradValue> g) {
-  g[0] = scalar_op(b, OpId::kDivScalar, dy(a), scalar_of(a));
+  g[0] = scalar(b, OpId::kDivScalar, dy(a), scalar_of(a));
 }
 void rdiv_scalar_grad(GradBuilder& b, const GradArgs& a, std::span<GradValue> g) {  // d(s/x) = -s/x^2
   GradValue t = div(b, dy(a), b.op(OpId::kSquare, {lhs(a)}));
-  g[0] = scalar_op(b, OpId::kMulScalar, t, -scalar_of(a));
+  g[0] = scalar(b, OpId::kMulScalar, t, -scalar_of(a));
 }
 void power_scalar_grad(GradBuilder& b, const GradArgs& a, std::span<GradValue> g) {  // s * x^(s-1)
   double s = scalar_of(a);
-  GradValue p = scalar_op(b, OpId::kPowerScalar, lhs(a), s - 1);
-  g[0] = mul(b, dy(a), scalar_op(b, OpId::kMulScalar, p, s));
+  GradValue p = scalar(b, OpId::kPowerScalar, lhs(a), s - 1);
+  g[0] = mul(b, dy(a), scalar(b, OpId::kMulScalar, p, s));
 }
 void rpower_scalar_grad(GradBuilder& b, const GradArgs& a, std::span<GradValue> g) {  // s^x * ln s
   double s = scalar_of(a);
-  GradValue p = scalar_op(b, OpId::kRPowerScalar, lhs(a), s);
-  g[0] = mul(b, dy(a), scalar_op(b, OpId::kMulScalar, p, std::log(s)));
+  GradValue p = scalar(b, OpId::kRPowerScalar, lhs(a), s);
+  g[0] = mul(b, dy(a), scalar(b, OpId::kMulScalar, p, std::log(s)));
 }
 template <OpId kMaskOp>
 void masked_scalar_grad(GradBuilder& b, const GradArgs& a, std::span<GradValue> g) {
-  g[0] = mul(b, dy(a), scalar_op(b, kMaskOp, lhs(a), scalar_of(a)));
+  g[0] = mul(b, dy(a), scalar(b, kMaskOp, lhs(a), scalar_of(a)));
 }
 
 // Unary math; `out` is the forward output where the op keeps it.
 void exp_grad(GradBuilder& b, const GradArgs& a, std::span<GradValue> g) { g[0] = mul(b, dy(a), a.outputs[0]); }
 void log_grad(GradBuilder& b, const GradArgs& a, std::span<GradValue> g) { g[0] = div(b, dy(a), lhs(a)); }
 void sqrt_grad(GradBuilder& b, const GradArgs& a, std::span<GradValue> g) {
-  g[0] = scalar_op(b, OpId::kMulScalar, div(b, dy(a), a.outputs[0]), 0.5);
+  g[0] = scalar(b, OpId::kMulScalar, div(b, dy(a), a.outputs[0]), 0.5);
 }
 void square_grad(GradBuilder& b, const GradArgs& a, std::span<GradValue> g) {
-  g[0] = mul(b, dy(a), scalar_op(b, OpId::kMulScalar, lhs(a), 2));
+  g[0] = mul(b, dy(a), scalar(b, OpId::kMulScalar, lhs(a), 2));
 }
 void tanh_grad(GradBuilder& b, const GradArgs& a, std::span<GradValue> g) {  // 1 - y^2
-  GradValue one_minus = scalar_op(b, OpId::kRMinusScalar, b.op(OpId::kSquare, {a.outputs[0]}), 1);
+  GradValue one_minus = scalar(b, OpId::kRMinusScalar, b.op(OpId::kSquare, {a.outputs[0]}), 1);
   g[0] = mul(b, dy(a), one_minus);
 }
 void sigmoid_grad(GradBuilder& b, const GradArgs& a, std::span<GradValue> g) {  // y (1 - y)
   GradValue y = a.outputs[0];
-  g[0] = mul(b, dy(a), mul(b, y, scalar_op(b, OpId::kRMinusScalar, y, 1)));
+  g[0] = mul(b, dy(a), mul(b, y, scalar(b, OpId::kRMinusScalar, y, 1)));
 }
 // From the output (out > 0 exactly where in > 0), through Activation's
 // one-pass backward kernel: backward keeps the output, which the next layer
@@ -128,14 +119,14 @@ void relu_grad(GradBuilder& b, const GradArgs& a, std::span<GradValue> g) {
   g[0] = b.op(OpId::kActivationBackward, {dy(a), a.outputs[0]}, OpAttrs::make(ActivationAttrs{ActType::kRelu}));
 }
 void abs_grad(GradBuilder& b, const GradArgs& a, std::span<GradValue> g) {  // sign(x)
-  GradValue pos = scalar_op(b, OpId::kGreaterScalar, lhs(a), 0);
-  GradValue negative = scalar_op(b, OpId::kLesserScalar, lhs(a), 0);
+  GradValue pos = scalar(b, OpId::kGreaterScalar, lhs(a), 0);
+  GradValue negative = scalar(b, OpId::kLesserScalar, lhs(a), 0);
   g[0] = mul(b, dy(a), b.op(OpId::kElemwiseSub, {pos, negative}));
 }
 void clip_grad(GradBuilder& b, const GradArgs& a, std::span<GradValue> g) {
   const auto& c = a.attrs.as<ClipAttrs>();
-  GradValue inside = mul(b, scalar_op(b, OpId::kGreaterEqualScalar, lhs(a), c.a_min),
-                         scalar_op(b, OpId::kLesserEqualScalar, lhs(a), c.a_max));
+  GradValue inside = mul(b, scalar(b, OpId::kGreaterEqualScalar, lhs(a), c.a_min),
+                         scalar(b, OpId::kLesserEqualScalar, lhs(a), c.a_max));
   g[0] = mul(b, dy(a), inside);
 }
 void cast_grad(GradBuilder& b, const GradArgs& a, std::span<GradValue> g) {
@@ -145,7 +136,7 @@ void cast_grad(GradBuilder& b, const GradArgs& a, std::span<GradValue> g) {
 }
 void where_grad(GradBuilder& b, const GradArgs& a, std::span<GradValue> g) {
   GradValue cond = a.inputs[0];
-  GradValue zeros = scalar_op(b, OpId::kMulScalar, dy(a), 0);
+  GradValue zeros = scalar(b, OpId::kMulScalar, dy(a), 0);
   if (a.needs_grad[1]) g[1] = unbroadcast(b, b.op(OpId::kWhere, {cond, dy(a), zeros}), a.input_types[1].shape);
   if (a.needs_grad[2]) g[2] = unbroadcast(b, b.op(OpId::kWhere, {cond, zeros, dy(a)}), a.input_types[2].shape);
 }

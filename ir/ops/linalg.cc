@@ -1,6 +1,7 @@
 #include "ir/ops/linalg.h"
 
 #include "ir/grad.h"
+#include "ir/grad_ops.h"
 #include "ir/op.h"
 #include "ir/ops/init.h"
 #include "ir/ops/matrix.h"
@@ -114,14 +115,7 @@ void infer_batch_dot(const OpAttrs& attrs, std::span<const TensorType> in, std::
 // product of the stored operands: dA = dC B^T, B dC^T, dC B or B^T dC^T and
 // dB = A^T dC, A dC, dC^T A or dC^T A^T for (ta, tb) = (F,F), (T,F), (F,T), (T,T).
 
-GradValue reshape_to(GradBuilder& b, GradValue v, const Shape& s) {
-  TensorType t = b.type(v);
-  if (t.shape == s) return v;
-  if (s.size() == 0) return b.op(OpId::kZeros, {}, OpAttrs::make(InitAttrs{s, t.dtype}));
-  ReshapeAttrs a;
-  a.shape = s.to_vector();
-  return b.op(OpId::kReshape, {v}, OpAttrs::make(a));
-}
+using grad_ops::reshape_to;
 
 // Fills in_grads for `op` (dot or batch_dot) of stored operands a, b and output gradient dc.
 void product_grads(GradBuilder& g, OpId op, GradValue a, GradValue b, GradValue dc, bool ta, bool tb,

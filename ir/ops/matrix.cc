@@ -4,6 +4,7 @@
 #include <charconv>
 
 #include "ir/grad.h"
+#include "ir/grad_ops.h"
 #include "ir/op.h"
 #include "ir/ops/init.h"
 #include "ir/ops/reduce.h"
@@ -420,21 +421,7 @@ void infer_take_backward(const OpAttrs& attrs, std::span<const TensorType> in, s
 
 // ---- gradients: layout ops again, or the backward ops above
 
-// dy reshaped to `s`. A zero-size `s` cannot always be spelled as a Reshape
-// spec (0 means "copy an input dim" there): one zero dim is inferred with -1,
-// several give fresh zeros.
-GradValue reshape_to(GradBuilder& b, GradValue v, const Shape& s) {
-  TensorType t = b.type(v);
-  if (t.shape == s) return v;
-  ReshapeAttrs a;
-  a.shape = s.to_vector();
-  if (s.size() == 0) {
-    auto zeros = std::count(a.shape.begin(), a.shape.end(), int64_t{0});
-    if (zeros > 1) return b.op(OpId::kZeros, {}, OpAttrs::make(InitAttrs{s, t.dtype}));
-    *std::find(a.shape.begin(), a.shape.end(), int64_t{0}) = -1;
-  }
-  return b.op(OpId::kReshape, {v}, OpAttrs::make(a));
-}
+using grad_ops::reshape_to;
 
 void grad_reshape(GradBuilder& b, const GradArgs& g, std::span<GradValue> in_grads) {
   if (!g.needs_grad[0]) return;

@@ -3,6 +3,7 @@
 #include "ir/ops/nn.h"
 
 #include "ir/grad.h"
+#include "ir/grad_ops.h"
 #include "ir/op.h"
 #include "ir/ops/elemwise.h"
 #include "ir/ops/linalg.h"
@@ -127,11 +128,7 @@ namespace {
 
 // ---- small helpers for gradients
 
-GradValue reshape_to(GradBuilder& b, GradValue v, const Shape& s) {
-  ReshapeAttrs a;
-  a.shape = s.to_vector();
-  return b.op(OpId::kReshape, {v}, OpAttrs::make(a));
-}
+using grad_ops::reshape_to;
 
 GradValue dot(GradBuilder& b, GradValue x, GradValue y, bool ta, bool tb) {
   return b.op(OpId::kDot, {x, y}, OpAttrs::make(DotAttrs{.transpose_a = ta, .transpose_b = tb}));
@@ -421,10 +418,10 @@ OpDef& define(OpRegistry& r, OpId id, std::string_view doc, std::vector<std::str
   return d;
 }
 
-// A fused backward op: not differentiable itself (no higher-order gradients).
+// A backward op; its own gradient (for higher orders) is in ir/ops/nn_grad.cc.
 void define_backward(OpRegistry& r, OpId id, std::string_view doc, std::vector<std::string_view> inputs, InferFn infer,
                      ParseAttrsFn parse = nullptr) {
-  define(r, id, doc, std::move(inputs), infer, parse).differentiable = false;
+  define(r, id, doc, std::move(inputs), infer, parse);
 }
 
 void define_layers(OpRegistry& r) {

@@ -1,6 +1,7 @@
 #include "ir/ops/reduce.h"
 
 #include "ir/grad.h"
+#include "ir/grad_ops.h"
 #include "ir/op.h"
 #include "ir/ops/elemwise.h"
 #include "ir/ops/init.h"
@@ -98,14 +99,7 @@ void infer_norm(const OpAttrs& attrs, std::span<const TensorType> in, std::vecto
 // ---- gradients: the output gradient spread back over the reduced axes,
 // times what each element contributed.
 
-GradValue reshape_to(GradBuilder& b, GradValue v, const Shape& s) {
-  TensorType t = b.type(v);
-  if (t.shape == s) return v;
-  if (s.size() == 0) return b.op(OpId::kZeros, {}, OpAttrs::make(InitAttrs{s, t.dtype}));
-  ReshapeAttrs a;
-  a.shape = s.to_vector();
-  return b.op(OpId::kReshape, {v}, OpAttrs::make(a));
-}
+using grad_ops::reshape_to;
 
 // `v` shaped like the reduction's output, broadcast back to the input's shape.
 GradValue spread(GradBuilder& b, GradValue v, const Shape& in, uint32_t mask) {

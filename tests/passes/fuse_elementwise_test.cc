@@ -132,6 +132,28 @@ TEST(FuseElementwise, NoCycleThroughAnotherGroup) {
                             1e-6);
 }
 
+TEST(FuseElementwise, NoCycleThroughAnEarlierNodeReadingALaterGroup) {
+  // {y, m} reads {g} (m = y * g); %t (transpose, not fusible) comes before
+  // %g but reads y's group, so w = g + t must not join {g}: that group would
+  // then read itself through t and {y, m}.
+  const char* before = R"IR(graph {
+  %in = input f32[4,4]
+  %y = exp(%in) : f32[4,4]
+  %t = transpose(%y) : f32[4,4]
+  %g = tanh(%in) : f32[4,4]
+  %m = elemwise_mul(%y, %g) : f32[4,4]
+  %w = elemwise_add(%g, %t) : f32[4,4]
+  return %m, %w
+}
+)IR";
+  PassContext ctx(PassOptions{});
+  ir::Graph out = run_pass("fuse-elementwise", ir::parse_graph(before), ctx);  // verify() checks the order
+  ir::verify(out);
+  auto bind = testing::random_bindings(ir::parse_graph(before), 3);
+  testing::expect_all_close(testing::eval_graph(ir::parse_graph(before), bind), testing::eval_graph(out, bind), 1e-6,
+                            1e-6);
+}
+
 TEST(FuseElementwise, BroadcastOperands) {
   // A bias per channel (1,C,1,1), a row (C) and a single element fuse; a
   // (N,1,H,1) operand (two broadcast axes) does not.
