@@ -15,6 +15,12 @@ NDArray fully_connected(const NDArray& x, const NDArray& w, const NDArray& b, in
   return invoke1(OpId::kFullyConnected, {x, w, b}, OpAttrs::make(a));
 }
 
+NDArray embedding(const NDArray& data, const NDArray& weight) {
+  KILN_CHECK(weight.ndim() == 2, ShapeError, "embedding: weight must be [input_dim, output_dim], got {}", weight.shape());
+  EmbeddingAttrs a{.input_dim = weight.shape()[0], .output_dim = weight.shape()[1], .dtype = weight.dtype()};
+  return invoke1(OpId::kEmbedding, {data, weight}, OpAttrs::make(a));
+}
+
 NDArray activation(const NDArray& x, ActType act_type) {
   return invoke1(OpId::kActivation, {x}, OpAttrs::make(ActivationAttrs{act_type}));
 }

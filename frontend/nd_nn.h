@@ -53,6 +53,10 @@ NDArray pick(const NDArray& x, const NDArray& index, int axis = -1, bool keepdim
 NDArray softmax_cross_entropy(const NDArray& logits, const NDArray& labels);
 // Elementwise sum of same-shape arrays (at least one).
 NDArray add_n(std::span<const NDArray> arrays);
+// Rows of weight [input_dim, output_dim] picked by the token ids in data:
+// data's shape + [output_dim]. An id outside [0, input_dim) is an IndexError
+// naming it (raised where the kernel runs: at the next wait on the result).
+NDArray embedding(const NDArray& data, const NDArray& weight);
 inline NDArray add_n(const std::vector<NDArray>& arrays) { return add_n(std::span<const NDArray>(arrays)); }
 
 // Restarts every device's dropout stream from `seed` (default 0 until called).

@@ -8,6 +8,7 @@
 #include "backends/cpu/matrix_copy.h"
 #include "backends/cpu/parallel.h"
 #include "ir/ops/matrix.h"
+#include "ir/ops/nn.h"
 #include "runtime/kernel.h"
 
 namespace kiln {
@@ -266,6 +267,18 @@ void take_kernel(const KernelContext& ctx, std::span<const TensorView> in, std::
   });
 }
 
+// Embedding is a take of whole rows of its weight, with its own id check.
+void embedding_kernel(const KernelContext& ctx, std::span<const TensorView> in, std::span<const TensorView> out) {
+  const auto& a = ctx.attrs.as<EmbeddingAttrs>();
+  if (out[0].size() == 0) return;
+  std::vector<int64_t> ids = load_indices(in[0]);
+  for (size_t i = 0; i < ids.size(); ++i) check_embedding_id(ids[i], i, a.input_dim);
+  cpu::dispatch_unit(elem_size(in[1]), [&](auto unit) {
+    using U = decltype(unit);
+    gather_rows(ctx.run.num_threads, out[0].ptr<U>(), in[1].ptr<U>(), ids, 1, a.input_dim, a.output_dim);
+  });
+}
+
 // dx[o, ids[j], i] += dy[o, j, i] for x seen as [outer, n, inner] and dy as
 // [outer, m, inner]. Work items are (o, block of destination rows, block of
 // i); each item scans all j in order, so every element sums its
@@ -386,6 +399,7 @@ void register_cpu_matrix_kernels() {
   register_kernel(OpId::kSliceBackward, DeviceKind::kCPU, slice_backward_kernel);
   register_kernel(OpId::kSliceAxisBackward, DeviceKind::kCPU, slice_axis_backward_kernel);
   register_kernel(OpId::kTakeBackward, DeviceKind::kCPU, take_backward_kernel);
+  register_kernel(OpId::kEmbedding, DeviceKind::kCPU, embedding_kernel);
 }
 
 }  // namespace kiln

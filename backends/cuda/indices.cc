@@ -147,6 +147,19 @@ void take_backward(const KernelContext& ctx, std::span<const TensorView> in, std
                    ctx);
 }
 
+// Embedding: whole rows of the weight, ids checked as on every backend.
+void embedding(const KernelContext& ctx, std::span<const TensorView> in, std::span<const TensorView> out) {
+  const auto& a = ctx.attrs.as<EmbeddingAttrs>();
+  if (out[0].size() == 0) return;
+  std::vector<int64_t> ids = read_indices(ctx, in[0], NanAs::kOutOfRange);
+  for (size_t i = 0; i < ids.size(); ++i) check_embedding_id(ids[i], i, a.input_dim);
+  DeviceIds dev_ids(ctx, ids);
+  KILN_CUDA_LAUNCH(cuda::launch_take(in[1].data, out[0].data, dev_ids.get(), 1, a.input_dim,
+                                     static_cast<int64_t>(ids.size()), a.output_dim,
+                                     static_cast<int>(dtype_size(in[1].dtype)), cuda::stream_of(ctx)),
+                   ctx);
+}
+
 void one_hot(const KernelContext& ctx, std::span<const TensorView> in, std::span<const TensorView> out) {
   const auto& a = ctx.attrs.as<OneHotAttrs>();
   if (out[0].size() == 0) return;
@@ -191,6 +204,7 @@ void register_cuda_index_kernels() {
   constexpr DeviceKind k = DeviceKind::kCUDA;
   register_kernel(OpId::kTake, k, take);
   register_kernel(OpId::kTakeBackward, k, take_backward);
+  register_kernel(OpId::kEmbedding, k, embedding);
   register_kernel(OpId::kOneHot, k, one_hot);
   register_kernel(OpId::kPick, k, pick);
   register_kernel(OpId::kPickBackward, k, pick_backward);

@@ -16,6 +16,7 @@
 #include "frontend/nn/conv2d.h"
 #include "frontend/nn/dense.h"
 #include "frontend/nn/dropout.h"
+#include "frontend/nn/embedding.h"
 #include "frontend/nn/export.h"
 #include "frontend/nn/flatten.h"
 #include "frontend/nn/initializer.h"

@@ -386,6 +386,46 @@ void grad_softmax_cross_entropy(GradBuilder& b, const GradArgs& g, std::span<Gra
   in_grads[0] = b.op(OpId::kSoftmaxCrossEntropyBackward, {g.out_grads[0], g.inputs[0], g.inputs[1]});
 }
 
+// ---- Embedding
+
+}  // namespace
+
+void check_embedding_id(int64_t id, size_t position, int64_t input_dim) {
+  KILN_CHECK(id >= 0 && id < input_dim, IndexError,
+             "Embedding: token id {} (element {} of data) is out of range for a vocabulary of {} (input_dim)", id,
+             position, input_dim);
+}
+
+namespace {
+
+void infer_embedding(const OpAttrs& attrs, std::span<const TensorType> in, std::vector<TensorType>& out) {
+  const auto& a = attrs.as<EmbeddingAttrs>();
+  check_index_dtype(in[0].dtype, "data");
+  check_float(in[1].dtype, "weight");
+  KILN_CHECK(a.input_dim > 0 && a.output_dim > 0, ValueError, "input_dim and output_dim must be positive, got {} and {}",
+             a.input_dim, a.output_dim);
+  KILN_CHECK(in[1].shape == (Shape{a.input_dim, a.output_dim}), ShapeError,
+             "weight must be [input_dim, output_dim] = [{}, {}], got {}", a.input_dim, a.output_dim, in[1].shape);
+  KILN_CHECK(a.dtype == in[1].dtype, TypeError, "dtype={} differs from weight's {}", a.dtype, in[1].dtype);
+  KILN_CHECK(in[0].shape.ndim() < Shape::kMaxNdim, ShapeError, "the result would have {} axes; Kiln supports at most {}",
+             in[0].shape.ndim() + 1, Shape::kMaxNdim);
+  Shape o = in[0].shape;
+  o.push_back(a.output_dim);
+  out.push_back({o, in[1].dtype});
+}
+
+// The weight's gradient scatters dy's rows back to the rows the ids picked
+// (a scatter-add: repeated ids accumulate); the ids get none.
+void grad_embedding(GradBuilder& b, const GradArgs& g, std::span<GradValue> in_grads) {
+  if (!g.needs_grad[1]) return;
+  const Shape& ws = g.input_types[1].shape;
+  const int64_t rows = g.input_types[0].shape.size();
+  GradValue dy = grad_ops::reshape_to(b, g.out_grads[0], Shape{rows, ws[1]});
+  GradValue ids = grad_ops::reshape_to(b, g.inputs[0], Shape{rows});
+  in_grads[1] = b.op(OpId::kTakeBackward, {dy, ids}, OpAttrs::make(TakeBackwardAttrs{0, TakeMode::kClip, ws}));
+}
+
+// ---- add_n
 // ---- add_n
 
 void infer_add_n(const OpAttrs& attrs, std::span<const TensorType> in, std::vector<TensorType>& out) {
@@ -488,6 +528,10 @@ void define_softmax(OpRegistry& r) {
   define_backward(r, OpId::kSoftmaxCrossEntropyBackward,
                   "Gradient of _kiln_softmax_cross_entropy: (softmax(data) - onehot(label)) * out_grad.",
                   {"out_grad", "data", "label"}, infer_softmax_cross_entropy_backward);
+
+  OpDef& embedding = define(r, OpId::kEmbedding, "Rows of weight picked by the token ids in data.",
+                            {"data", "weight"}, infer_embedding, parse_attrs_as<EmbeddingAttrs>);
+  embedding.grad = grad_embedding;
 
   OpDef& add_n = define(r, OpId::kAddN, "Elementwise sum of num_args arrays of one shape.", {}, infer_add_n,
                         parse_attrs_as<AddNAttrs>);

@@ -199,6 +199,28 @@ AxisSplit split_at_axis(const Shape& s, int axis);  // axis already normalized
 Shape pick_out_shape(const Shape& data, int axis, bool keepdims);
 
 // SELU's constants (Klambauer et al.), as MXNet uses them.
+// Embedding(data, weight): rows of weight [input_dim, output_dim] picked by
+// the token ids in data (any index dtype, truncated to integers); out is
+// data's shape + [output_dim]. sparse_grad is accepted and ignored (the
+// weight's gradient is dense).
+struct EmbeddingAttrs {
+  int64_t input_dim = 0;
+  int64_t output_dim = 0;
+  DType dtype = DType::kFloat32;
+  bool sparse_grad = false;
+  template <typename V>
+  void fields(V& v) {
+    v("input_dim", input_dim, kRequired);
+    v("output_dim", output_dim, kRequired);
+    v("dtype", dtype);
+    v("sparse_grad", sparse_grad);
+  }
+};
+
+// The one check of an Embedding token id, for every backend's kernel:
+// IndexError naming the id, its position in data and the vocabulary size.
+void check_embedding_id(int64_t id, size_t position, int64_t input_dim);
+
 inline constexpr double kSeluAlpha = 1.6732632423543772848170429916717;
 inline constexpr double kSeluLambda = 1.0507009873554804934193349852946;
 

@@ -224,6 +224,7 @@ const std::vector<Case>& cases() {
     {"_backward_pick", {in({3}), ints({3}, 0, 3)}, {{"axis", "1"}, {"data_shape", "(3, 4)"}}},
     {"_kiln_softmax_cross_entropy", {in({4, 5}, -2, 2), ints({4}, 0, 4)}, {}},
     {"add_n", {in({5}), in({5}), in({5})}, {{"num_args", "3"}}},
+    {"Embedding", {ints({2, 3}, 0, 4), in({5, 4})}, {{"input_dim", "5"}, {"output_dim", "4"}, {"dtype", "float64"}}},
     {"_backward_kiln_softmax_cross_entropy", {in({4}), in({4, 5}, -2, 2), ints({4}, 0, 4)}, {}},
     // ---- fused layers (made by passes; differentiable as their parts)
     f32({"_kiln_conv_act", {in({2, 3, 5, 5}), in({4, 3, 3, 3}), in({4})},
