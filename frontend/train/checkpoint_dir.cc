@@ -181,9 +181,8 @@ std::optional<CheckpointDir::Loaded> CheckpointDir::load_newest(const std::funct
     } catch (const Error& e) {
       refused.push_back(e.what());
       if (warn) {
-        warn(i + 1 < paths.size()
-                 ? fmt::format("checkpoint {} is unusable: {}; falling back to {}", paths[i], e.what(), paths[i + 1])
-                 : fmt::format("checkpoint {} is unusable: {}; no older checkpoint is left", paths[i], e.what()));
+        warn(i + 1 < paths.size() ? fmt::format("unusable checkpoint: {}; falling back to {}", e.what(), paths[i + 1])
+                                  : fmt::format("unusable checkpoint: {}; no older checkpoint is left", e.what()));
       }
     }
   }

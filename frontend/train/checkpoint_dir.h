@@ -15,8 +15,8 @@
 // load_newest tries the manifest's checkpoints newest first (or, when the
 // manifest is missing or unreadable, the ckpt-*.kiln files found, newest
 // first); a file that does not parse, or that `accept` rejects by throwing a
-// kiln::Error, is reported through `warn` ("... is unusable: <error>; falling
-// back to ...") and the next older one is tried. None at all: nullopt. Some,
+// kiln::Error, is reported through `warn` ("unusable checkpoint: <error
+// naming the file>; falling back to <the next>") and the next older one is tried. None at all: nullopt. Some,
 // but none usable: IOError listing why each was refused (starting over would
 // silently discard the run).
 //

@@ -202,5 +202,49 @@ TEST(CheckpointKill, ResumedRunsEndBitIdenticalAndTheNewestCheckpointAlwaysLoads
   fs::remove_all(root);
 }
 
+// --resume past damaged checkpoints: the newest truncated, the next with a
+// flipped byte; the run says it falls back, resumes from the third and still
+// ends with the uninterrupted run's parameters. All damaged: an error, not a
+// silent fresh start.
+TEST(CheckpointKill, ResumeFallsBackPastDamagedCheckpoints) {
+  if (!fs::exists(data::FashionMNIST::default_dir() + "/train-images-idx3-ubyte.gz"))
+    GTEST_SKIP() << "Fashion-MNIST is not installed (Debian package dataset-fashion-mnist)";
+  fs::path root = fs::temp_directory_path() / fmt::format("kiln_ckpt_fallback_{}", ::getpid());
+  fs::remove_all(root);
+  fs::create_directories(root);
+  fs::path dir = root / "ckpt";
+  std::vector<std::string> args = kTrain;
+  args.insert(args.end(), {"--checkpoint", dir.string(), "--checkpoint-every", "5", "--keep", "3", "--resume", "--save",
+                           (root / "out").string()});
+  ASSERT_EQ(wait_for(spawn_kiln(args, root / "first.log")), 0) << read_bytes(root / "first.log");
+  std::string reference = read_bytes(root / "out.params");
+  std::vector<std::string> listed = train::CheckpointDir(dir.string()).list();
+  ASSERT_EQ(listed.size(), 3u);  // steps 24 (the end), 20, 15
+  std::string newest = read_bytes(listed[0]), second = read_bytes(listed[1]);
+  std::ofstream(listed[0], std::ios::binary | std::ios::trunc) << newest.substr(0, newest.size() - 100);
+  second[second.size() / 2] = static_cast<char>(second[second.size() / 2] ^ 0x10);
+  std::ofstream(listed[1], std::ios::binary | std::ios::trunc) << second;
+  fs::remove(root / "out.params");
+
+  ASSERT_EQ(wait_for(spawn_kiln(args, root / "second.log")), 0) << read_bytes(root / "second.log");
+  std::string log = read_bytes(root / "second.log");
+  EXPECT_NE(log.find("kiln: unusable checkpoint: " + listed[0] + ": truncated"), std::string::npos) << log;
+  EXPECT_NE(log.find("; falling back to " + listed[1]), std::string::npos) << log;
+  EXPECT_NE(log.find("kiln: unusable checkpoint: " + listed[1] + ": section 'optimizer' is corrupt: crc32"),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find("kiln: resuming from " + listed[2] + " (epoch 2, batch 3, step 15)"), std::string::npos) << log;
+  EXPECT_TRUE(read_bytes(root / "out.params") == reference) << "parameters differ after the fallback\n" << log;
+
+  // Every checkpoint damaged (the resumed run rewrote them: damage them again).
+  for (const std::string& p : train::CheckpointDir(dir.string()).list()) {
+    std::ofstream(p, std::ios::binary | std::ios::trunc) << "KILNCKPT";
+  }
+  EXPECT_EQ(wait_for(spawn_kiln(args, root / "third.log")), 1);
+  EXPECT_NE(read_bytes(root / "third.log").find("none of the 3 checkpoints can be resumed from"), std::string::npos)
+      << read_bytes(root / "third.log");
+  fs::remove_all(root);
+}
+
 }  // namespace
 }  // namespace kiln

@@ -403,7 +403,7 @@ TEST(CheckpointDir, FallsBackToThePreviousCheckpointAndSaysSo) {
   ASSERT_TRUE(loaded.has_value());
   EXPECT_EQ(step_of(loaded->checkpoint), 2);
   ASSERT_EQ(warnings.size(), 1u);
-  EXPECT_CONTAINS(warnings[0], "ckpt-0000000003.kiln is unusable: ");
+  EXPECT_CONTAINS(warnings[0], "unusable checkpoint: " + (d / "ckpt-0000000003.kiln").string() + ": ");
   EXPECT_CONTAINS(warnings[0], "truncated");
   EXPECT_CONTAINS(warnings[0], "; falling back to " + (d / "ckpt-0000000002.kiln").string());
 
