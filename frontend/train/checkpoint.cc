@@ -1,13 +1,15 @@
 #include "frontend/train/checkpoint.h"
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
 #include <bit>
 #include <cerrno>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
 
 #include <fmt/ranges.h>
 
@@ -29,19 +31,21 @@ bool valid_name(std::string_view n) {
                      [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == ':'; });
 }
 
-uint32_t crc32_of(std::string_view bytes) {
-  uLong crc = ::crc32(0L, Z_NULL, 0);
-  // zlib takes uInt lengths: feed large payloads in pieces.
+uint32_t crc32_update(uint32_t crc, std::string_view bytes) {
+  uLong c = crc;
+  // zlib takes uInt lengths: feed large pieces in parts.
   while (!bytes.empty()) {
     size_t n = std::min<size_t>(bytes.size(), 1u << 30);
-    crc = ::crc32(crc, reinterpret_cast<const Bytef*>(bytes.data()), static_cast<uInt>(n));
+    c = ::crc32(c, reinterpret_cast<const Bytef*>(bytes.data()), static_cast<uInt>(n));
     bytes.remove_prefix(n);
   }
-  return static_cast<uint32_t>(crc);
+  return static_cast<uint32_t>(c);
 }
 
+uint32_t crc32_of(std::string_view bytes) { return crc32_update(static_cast<uint32_t>(::crc32(0L, Z_NULL, 0)), bytes); }
+
 template <typename T>
-void put(std::string& out, T v) {
+void put_pod(std::string& out, T v) {
   out.append(reinterpret_cast<const char*>(&v), sizeof v);
 }
 
@@ -103,24 +107,50 @@ const nn::NamedArrays& Checkpoint::section(std::string_view name, std::string_vi
   throw IOError(fmt::format("{}: no section '{}' (the file has: {})", source, name, fmt::join(names, ", ")));
 }
 
-std::string serialize_checkpoint(const Checkpoint& c) {
+void write_checkpoint(const Checkpoint& c, const std::function<void(std::string_view)>& out) {
   KILN_CHECK(c.sections.size() <= kCheckpointMaxSections, ValueError, "checkpoint: {} sections, at most {}",
              c.sections.size(), kCheckpointMaxSections);
-  std::string out(kMagic);
-  put<uint32_t>(out, c.version);
-  put<uint32_t>(out, static_cast<uint32_t>(c.sections.size()));
+  uint32_t file_crc = crc32_of({});
+  auto put = [&](std::string_view bytes) {
+    file_crc = crc32_update(file_crc, bytes);
+    out(bytes);
+  };
+  std::string head(kMagic);
+  put_pod<uint32_t>(head, c.version);
+  put_pod<uint32_t>(head, static_cast<uint32_t>(c.sections.size()));
+  put(head);
   for (const CheckpointSection& s : c.sections) {
     KILN_CHECK(valid_name(s.name), ValueError, "checkpoint: section name '{}' must be 1 to {} characters of [a-z0-9_:]",
                s.name, kCheckpointMaxNameBytes);
-    std::string payload = nn::serialize_ndarrays(s.arrays);
-    put<uint32_t>(out, static_cast<uint32_t>(s.name.size()));
-    out += s.name;
-    put<uint32_t>(out, s.required ? kFlagRequired : 0u);
-    put<uint64_t>(out, payload.size());
-    put<uint32_t>(out, crc32_of(payload));
-    out += payload;
+    // The payload's length and crc32 come first in the file: a pass that only counts.
+    uint64_t size = 0;
+    uint32_t crc = crc32_of({});
+    nn::write_ndarrays(s.arrays, [&](std::string_view bytes) {
+      size += bytes.size();
+      crc = crc32_update(crc, bytes);
+    });
+    std::string h;
+    put_pod<uint32_t>(h, static_cast<uint32_t>(s.name.size()));
+    h += s.name;
+    put_pod<uint32_t>(h, s.required ? kFlagRequired : 0u);
+    put_pod<uint64_t>(h, size);
+    put_pod<uint32_t>(h, crc);
+    put(h);
+    uint64_t written = 0;
+    nn::write_ndarrays(s.arrays, [&](std::string_view bytes) {
+      written += bytes.size();
+      put(bytes);
+    });
+    KILN_ASSERT(written == size);  // the arrays did not change between the passes
   }
-  put<uint32_t>(out, crc32_of(out));
+  std::string tail;
+  put_pod<uint32_t>(tail, file_crc);
+  out(tail);
+}
+
+std::string serialize_checkpoint(const Checkpoint& c) {
+  std::string out;
+  write_checkpoint(c, [&](std::string_view bytes) { out.append(bytes); });
   return out;
 }
 
@@ -204,16 +234,30 @@ Checkpoint parse_checkpoint(std::span<const std::byte> raw, std::string_view nam
 }
 
 Checkpoint read_checkpoint(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  KILN_CHECK(in.good(), IOError, "{}: cannot open for reading: {}", path, std::strerror(errno));
-  std::error_code ec;
-  auto size = std::filesystem::file_size(path, ec);
-  KILN_CHECK(!ec, IOError, "{}: cannot read the size: {}", path, ec.message());
-  std::string bytes(size, '\0');
-  in.read(bytes.data(), static_cast<std::streamsize>(size));
-  KILN_CHECK(in.gcount() == static_cast<std::streamsize>(size), IOError, "{}: read {} of {} bytes", path, in.gcount(),
-             size);
-  return parse_checkpoint(std::as_bytes(std::span(bytes.data(), bytes.size())), path);
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  KILN_CHECK(fd >= 0, IOError, "{}: cannot open for reading: {}", path, std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    int err = errno;
+    ::close(fd);
+    throw IOError(fmt::format("{}: cannot read the size: {}", path, std::strerror(err)));
+  }
+  size_t size = static_cast<size_t>(st.st_size);
+  if (size == 0) {
+    ::close(fd);
+    return parse_checkpoint({}, path);
+  }
+  // Mapped rather than read: a large checkpoint is not copied once more.
+  void* p = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+  int err = errno;
+  ::close(fd);
+  KILN_CHECK(p != MAP_FAILED, IOError, "{}: cannot map its {} bytes: {}", path, size, std::strerror(err));
+  struct Unmap {
+    void* p;
+    size_t n;
+    ~Unmap() { ::munmap(p, n); }
+  } unmap{p, size};
+  return parse_checkpoint(std::span(static_cast<const std::byte*>(p), size), path);
 }
 
 }  // namespace kiln::train

@@ -36,6 +36,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -66,11 +67,16 @@ struct Checkpoint {
   const nn::NamedArrays& section(std::string_view name, std::string_view source = "checkpoint") const;
 };
 
-// Waits for each array's pending writes (its values are read).
+// The file's bytes, streamed to `put` in consecutive pieces without building
+// the file in memory (each section's arrays are read twice: for its length
+// and crc32, then to write them). Waits for each array's pending writes.
+void write_checkpoint(const Checkpoint& checkpoint, const std::function<void(std::string_view)>& put);
+// The same bytes in one string.
 std::string serialize_checkpoint(const Checkpoint& checkpoint);
 // `name` (a file name) prefixes every error message.
 Checkpoint parse_checkpoint(std::span<const std::byte> bytes, std::string_view name);
-// The whole file through parse_checkpoint; IOError when it cannot be read.
+// The file (mapped, not copied) through parse_checkpoint; IOError when it
+// cannot be read.
 Checkpoint read_checkpoint(const std::string& path);
 
 }  // namespace kiln::train

@@ -51,21 +51,41 @@ std::string parent_of(const std::string& path) {
 }  // namespace
 
 void write_file_atomically(const std::string& path, std::string_view bytes) {
+  write_file_atomically(path, [&](const ByteSink& put) { put(bytes); });
+}
+
+void write_file_atomically(const std::string& path, const std::function<void(const ByteSink&)>& produce) {
   static std::atomic<uint64_t> counter{0};
   std::string tmp = fmt::format("{}{}{}-{}", path, kTmpMarker, ::getpid(), counter++);
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   KILN_CHECK(fd >= 0, IOError, "{}: cannot create the temporary file {}: {}", path, tmp, std::strerror(errno));
   try {
-    const char* p = bytes.data();
-    size_t n = bytes.size();
-    while (n > 0) {
-      ssize_t w = ::write(fd, p, n);
-      if (w < 0 && errno == EINTR) continue;
-      KILN_CHECK(w > 0, IOError, "{}: write failed after {} of {} bytes: {}", tmp, bytes.size() - n, bytes.size(),
-                 std::strerror(errno));
-      p += w;
-      n -= static_cast<size_t>(w);
-    }
+    uint64_t total = 0;
+    auto write_all = [&](const char* p, size_t n) {
+      while (n > 0) {
+        ssize_t w = ::write(fd, p, n);
+        if (w < 0 && errno == EINTR) continue;
+        KILN_CHECK(w > 0, IOError, "{}: write failed after {} bytes: {}", tmp, total, std::strerror(errno));
+        p += w;
+        n -= static_cast<size_t>(w);
+        total += static_cast<uint64_t>(w);
+      }
+    };
+    constexpr size_t kBuffer = 1 << 20;
+    std::string buffer;
+    buffer.reserve(kBuffer);
+    produce([&](std::string_view piece) {
+      if (buffer.size() + piece.size() > kBuffer) {
+        write_all(buffer.data(), buffer.size());
+        buffer.clear();
+      }
+      if (piece.size() >= kBuffer) {
+        write_all(piece.data(), piece.size());
+      } else {
+        buffer.append(piece);
+      }
+    });
+    write_all(buffer.data(), buffer.size());
     KILN_CHECK(::fsync(fd) == 0, IOError, "{}: fsync failed: {}", tmp, std::strerror(errno));
     int rc = ::close(fd);
     fd = -1;
@@ -96,7 +116,7 @@ std::string CheckpointDir::save(int64_t step, const Checkpoint& checkpoint) {
   fs::create_directories(dir_, ec);
   KILN_CHECK(!ec, IOError, "{}: cannot create the checkpoint directory: {}", dir_, ec.message());
   std::string path = (fs::path(dir_) / name).string();
-  write_file_atomically(path, serialize_checkpoint(checkpoint));
+  write_file_atomically(path, [&](const ByteSink& put) { write_checkpoint(checkpoint, put); });
 
   // The manifest: the new file first, then the previous entries, at most `keep`.
   std::vector<std::string> entries{name};
