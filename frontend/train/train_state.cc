@@ -108,6 +108,8 @@ Checkpoint capture_training(const nn::ParameterDict& params, const Trainer& trai
   const data::LoaderPosition& l = pos.data;
   c.add("data", {{"epoch", scalar_i64(pos.epoch)},
                  {"shuffle_seed", scalar_i64(std::bit_cast<int64_t>(loader.seed()))},
+                 {"batch_size", scalar_i64(loader.batch_size())},
+                 {"dataset_size", scalar_i64(loader.dataset().size())},
                  {"pass", scalar_i64(std::bit_cast<int64_t>(l.epoch))},
                  {"batch", scalar_i64(l.batch)},
                  {"carry", host_i64(l.carry, Shape{static_cast<int64_t>(l.carry.size())})}});
@@ -195,6 +197,11 @@ TrainingState decode_training(const Checkpoint& c, std::string_view source, cons
   KILN_CHECK(seed == loader.seed(), IOError,
              "{}: the data was shuffled with seed {}, this run's loader has seed {} (resume with the same --seed)", src,
              seed, loader.seed());
+  int64_t batch_size = read_i64(d, "batch_size", src), dataset_size = read_i64(d, "dataset_size", src);
+  KILN_CHECK(batch_size == loader.batch_size() && dataset_size == loader.dataset().size(), IOError,
+             "{}: saved for batches of {} from {} samples, this run's loader has batches of {} from {} samples (the "
+             "position in the data would mean other samples)",
+             src, batch_size, dataset_size, loader.batch_size(), loader.dataset().size());
   st.position.data.epoch = std::bit_cast<uint64_t>(read_i64(d, "pass", src));
   st.position.data.batch = read_i64(d, "batch", src);
   KILN_CHECK(st.position.data.batch >= 0, IOError, "{}: batch {} is negative", src, st.position.data.batch);

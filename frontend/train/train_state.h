@@ -19,8 +19,9 @@
 //   rng        nd::random's generator (global seed; per device: stream seed and
 //              values drawn) and the dropout streams (seed; per device: mask
 //              elements drawn)
-//   data       the loop's epoch, the loader's shuffle seed, its pass number,
-//              the pass's rollover samples and the batch index within the pass
+//   data       the loop's epoch, the loader's shuffle seed, batch size and
+//              dataset size (checked, not restored), its pass number, the
+//              pass's rollover samples and the batch index within the pass
 // The loop's own extras (running sums of a partial epoch) go in further
 // sections the caller adds and reads.
 //

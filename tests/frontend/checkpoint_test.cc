@@ -337,6 +337,12 @@ TEST(CheckpointTraining, ForeignStateIsRefusedNamingWhatDiffers) {
   EXPECT_CONTAINS(
       error_of<IOError>([&] { train::decode_training(c, "ck.kiln", a.net.collect_params(), *a.trainer, l); }),
       "the data was shuffled with seed 9, this run's loader has seed 10");
+  data::DataLoader other_batch(data::ArrayDataset(std::vector<float>(50 * 4), Shape{4}, std::vector<float>(50)), 16,
+                               {.shuffle = true, .seed = 9});
+  EXPECT_CONTAINS(
+      error_of<IOError>([&] { train::decode_training(c, "ck.kiln", a.net.collect_params(), *a.trainer, other_batch); }),
+      "ck.kiln: section 'data': saved for batches of 8 from 50 samples, this run's loader has batches of 16 from 50 "
+      "samples");
   // A required section this Kiln does not know; unknown optional ones are fine.
   train::Checkpoint opt = c;
   opt.add("amp_loss_scaler", {{"scale", train::scalar_f64(65536)}}, /*required=*/false);
