@@ -17,6 +17,7 @@
 #include "frontend/train/train_state.h"
 #include "frontend/train/trainer.h"
 #include "models/zoo.h"
+#include "runtime/engine.h"
 
 namespace kiln::models {
 
@@ -97,6 +98,10 @@ std::vector<EpochStats> train_fashion_mnist(const TrainConfig& cfg,
     KILN_CHECK(group.size == 1, NotSupported, "--checkpoint: not supported with several processes (mpirun) yet");
     checkpoints.emplace(cfg.checkpoint_dir, train::CheckpointDirOptions{.keep = cfg.keep});
   }
+  // Kernels split work by thread count, so results are bit-identical only
+  // for the same count: recorded, and a resume with another says so.
+  const int64_t cpu_threads = dev.is_cpu() ? engine::get().cpu_threads(dev) : 0;
+  int64_t saved_threads = -1;
   int first_epoch = 1;
   int64_t step = 0, last_saved = -1;
   NDArray resumed_loss, resumed_correct;
@@ -116,6 +121,9 @@ std::vector<EpochStats> train_fashion_mnist(const TrainConfig& cfg,
       resumed_loss = train::read_entry(m, "loss_sum", src);
       resumed_correct = train::read_entry(m, "correct_sum", src);
       resumed_seen = train::read_i64(m, "seen", src);
+      saved_threads =
+          c.has("run") ? train::read_i64(c.section("run", path), "cpu_threads", fmt::format("{}: section 'run'", path))
+                       : -1;
       KILN_CHECK(state.position.epoch >= 1 && state.position.epoch <= cfg.epochs, IOError,
                  "{}: epoch {} is outside this run's epochs 1 to {}", path, state.position.epoch, cfg.epochs);
       KILN_CHECK(state.position.data.batch <= batches, IOError, "{}: batch {} is past the epoch's {} batches", path,
@@ -132,6 +140,12 @@ std::vector<EpochStats> train_fashion_mnist(const TrainConfig& cfg,
       if (note) {
         note(fmt::format("resuming from {} (epoch {}, batch {}, step {})", loaded->path, first_epoch, resumed_done,
                          step));
+      }
+      if (note && saved_threads >= 0 && saved_threads != cpu_threads) {
+        note(
+            fmt::format("the checkpoint was written with {} threads per CPU device, this run has {}: it continues, "
+                        "but not bit-identically to an uninterrupted run (KILN_CPU_THREADS sets the count)",
+                        saved_threads, cpu_threads));
       }
     } else if (note) {
       note(fmt::format("no checkpoint in {}: starting fresh", cfg.checkpoint_dir));
@@ -161,6 +175,7 @@ std::vector<EpochStats> train_fashion_mnist(const TrainConfig& cfg,
           params, trainer, {.step = step, .epoch = epoch, .data = train_loader.position(done)}, train_loader);
       c.add("metrics", {{"loss_sum", loss_sum}, {"correct_sum", correct_sum}, {"seen", train::scalar_i64(seen)}},
             /*required=*/false);
+      c.add("run", {{"cpu_threads", train::scalar_i64(cpu_threads)}}, /*required=*/false);
       checkpoints->save(step, c);
       last_saved = step;
     };

@@ -14,7 +14,9 @@
 // checkpoint that loads (falling back to older ones, and saying so on
 // stderr), or starts fresh when there is none: a pre-empted job is restarted
 // with the same command line. With the same seed, devices and thread count a
-// resumed run ends with the parameters of an uninterrupted one, bit for bit.
+// resumed run ends with the parameters of an uninterrupted one, bit for bit
+// (the checkpoint records the threads per CPU device; a resume with another
+// count continues, saying that it will not be bit-identical).
 #pragma once
 
 #include <cstdint>

@@ -5,6 +5,7 @@
 // The SIGKILL test of `kiln train` is checkpoint_kill_test.cc.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -88,6 +89,30 @@ TEST(CheckpointFormat, RoundTripsSectionsFlagsAndArrays) {
   EXPECT_EQ(train::read_i64(back.section("trainer"), "step", "t"), 42);
   EXPECT_CONTAINS(error_of<IOError>([&] { back.section("rng", "mem.kiln"); }),
                   "mem.kiln: no section 'rng' (the file has: params, trainer, extra)");
+}
+
+// Version 1 as committed (tests/data/checkpoint/v1-small.kiln, written by
+// this test's small_checkpoint()): a later Kiln must still read it, through an
+// upgrade function if the layout changes.
+TEST(CheckpointFormat, ReadsTheVersion1GoldenFile) {
+  fs::path golden = fs::path(KILN_TEST_DATA_DIR) / "checkpoint" / "v1-small.kiln";
+  if (std::getenv("KILN_WRITE_GOLDEN")) write_bytes(golden, train::serialize_checkpoint(small_checkpoint()));
+  train::Checkpoint c = train::read_checkpoint(golden.string());
+  EXPECT_EQ(c.version, 1u);
+  ASSERT_EQ(c.sections.size(), 3u);
+  EXPECT_EQ(c.sections[2].name, "extra");
+  EXPECT_FALSE(c.sections[2].required);
+  EXPECT_TRUE(c.sections[2].arrays.at(0).second.is_none());
+  const nn::NamedArrays& p = c.section("params");
+  ASSERT_EQ(p.size(), 2u);
+  EXPECT_EQ(p[0].first, "0.weight");
+  EXPECT_EQ(p[0].second.shape(), (Shape{2, 3}));
+  EXPECT_EQ(p[0].second.to_vector<float>(), (std::vector<float>{1, 2, 3, 4, 5, 6}));
+  EXPECT_EQ(p[1].second.to_vector<float>(), (std::vector<float>{-1, 0.5f}));
+  EXPECT_EQ(train::read_i64(c.section("trainer"), "step", "golden"), 42);
+  EXPECT_EQ(train::read_f64(c.section("trainer"), "learning_rate", "golden"), 0.125);
+  // Today's writer still writes exactly these bytes.
+  EXPECT_TRUE(train::serialize_checkpoint(small_checkpoint()) == read_bytes(golden));
 }
 
 TEST(CheckpointFormat, ForeignFilesNameWhatWasFound) {
