@@ -19,12 +19,13 @@
 // Extending: new state is a new section, so the version stays 1 while only
 // sections are added. A reader keeps sections it does not know; whoever
 // consumes a checkpoint refuses an unknown section that is flagged required
-// (restore_training, frontend/train/train_state.h, does), so a checkpoint whose
+// (decode_training, frontend/train/train_state.h, does), so a checkpoint whose
 // state an older Kiln cannot restore is refused rather than half-resumed. The
 // AMP loss scaler, when mixed precision exists, is such a section
 // ("amp_loss_scaler": scale, growth counter) written only by runs that use it.
-// A change to the layout itself bumps kFormatVersion and adds an upgrade
-// function for version 1 files.
+// A change to the layout itself bumps kCheckpointVersion and adds an upgrade
+// function for version 1 files (tests/data/checkpoint/v1-small.kiln is the
+// golden file that checkpoint_test reads).
 //
 // Parsing checks, in order, with IOError naming the file and the byte offset:
 // the magic (a foreign file says what it found), the version, every length

@@ -122,7 +122,8 @@ std::string CheckpointDir::save(int64_t step, const Checkpoint& checkpoint) {
   std::vector<std::string> entries{name};
   for (const std::string& p : list()) {
     std::string n = fs::path(p).filename().string();
-    if (n != name && entries.size() < static_cast<size_t>(options_.keep)) entries.push_back(n);
+    bool present = fs::exists(p, ec);  // the manifest may name files deleted since
+    if (n != name && present && entries.size() < static_cast<size_t>(options_.keep)) entries.push_back(n);
   }
   std::string text = std::string(kManifestHeader) + "\n";
   for (const std::string& n : entries) text += n + "\n";

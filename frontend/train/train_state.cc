@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cmath>
 #include <cstring>
 #include <set>
 
@@ -171,6 +172,8 @@ TrainingState decode_training(const Checkpoint& c, std::string_view source, cons
   st.position.step = read_i64(t, "step", src);
   st.learning_rate = read_f64(t, "learning_rate", src);
   KILN_CHECK(st.position.step >= 0, IOError, "{}: step {} is negative", src, st.position.step);
+  KILN_CHECK(std::isfinite(st.learning_rate) && st.learning_rate >= 0, IOError,
+             "{}: learning_rate {} is not a finite value >= 0", src, st.learning_rate);
   int64_t num_update = read_i64(st.optimizer, want, fmt::format("{}: section 'optimizer'", source));
   KILN_CHECK(num_update == st.position.step, IOError,
              "{}: the trainer took {} steps but the optimizer counted {} updates", source, st.position.step,
@@ -181,12 +184,16 @@ TrainingState decode_training(const Checkpoint& c, std::string_view source, cons
   st.random.global_seed = std::bit_cast<uint64_t>(read_i64(r, "random:seed", src));
   std::vector<int64_t> rows = read_table(r, "random:streams", 4, src);
   for (size_t i = 0; i < rows.size(); i += 4) {
+    KILN_CHECK(rows[i + 3] >= 0, IOError, "{}: entry 'random:streams': row {} has a negative offset {}", src, i / 4,
+               rows[i + 3]);
     st.random.streams.push_back(
         {read_device(rows[i], rows[i + 1], src, "random:streams"), std::bit_cast<uint64_t>(rows[i + 2]), rows[i + 3]});
   }
   st.dropout.seed = std::bit_cast<uint64_t>(read_i64(r, "dropout:seed", src));
   rows = read_table(r, "dropout:drawn", 3, src);
   for (size_t i = 0; i < rows.size(); i += 3) {
+    KILN_CHECK(rows[i + 2] >= 0, IOError, "{}: entry 'dropout:drawn': row {} has a negative count {}", src, i / 3,
+               rows[i + 2]);
     st.dropout.drawn.emplace_back(read_device(rows[i], rows[i + 1], src, "dropout:drawn"), rows[i + 2]);
   }
 

@@ -415,6 +415,10 @@ TEST(CheckpointDir, KeepsTheNewestKAndDeletesOnlyAfterTheManifest) {
   ASSERT_TRUE(loaded.has_value());
   EXPECT_EQ(step_of(loaded->checkpoint), 50);
   EXPECT_EQ(fs::path(loaded->path).filename(), "ckpt-0000000050.kiln");
+  // A file deleted by hand leaves the manifest at the next save.
+  fs::remove(d / "ckpt-0000000050.kiln");
+  dir.save(60, tagged(60));
+  EXPECT_EQ(read_bytes(d / "MANIFEST"), "kiln checkpoint manifest 1\nckpt-0000000060.kiln\nckpt-0000000040.kiln\n");
 }
 
 TEST(CheckpointDir, EmptyOrMissingDirectoryMeansStartFresh) {
