@@ -26,6 +26,7 @@ const std::vector<Benchmark>& registry() {
     register_fusion_benchmarks();
     register_conv_benchmarks();
     register_cuda_benchmarks();
+    register_checkpoint_benchmarks();
     return true;
   }();
   (void)registered;

@@ -64,6 +64,7 @@ void register_hybridize_benchmarks();  // bench/hybridize_bench.cc
 void register_fusion_benchmarks();     // bench/fusion_bench.cc
 void register_conv_benchmarks();       // bench/conv_bench.cc
 void register_cuda_benchmarks();       // bench/cuda_bench.cc (skip without a GPU)
+void register_checkpoint_benchmarks();  // bench/checkpoint_bench.cc
 
 // ---- helpers
 

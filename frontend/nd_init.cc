@@ -1,5 +1,6 @@
 #include "frontend/nd_init.h"
 
+#include <algorithm>
 #include <cstring>
 #include <mutex>
 #include <tuple>
@@ -129,6 +130,25 @@ void seed(uint64_t s, Device device) {
   auto& st = streams();
   std::lock_guard lock(st.mu);
   st.state[device] = {Streams::derive(s, device), 0};
+}
+
+GeneratorState get_state() {
+  auto& st = streams();
+  std::lock_guard lock(st.mu);
+  GeneratorState out{.global_seed = st.global_seed, .streams = {}};
+  for (const auto& [d, s] : st.state) out.streams.push_back({d, s.first, s.second});
+  std::sort(out.streams.begin(), out.streams.end(), [](const StreamState& a, const StreamState& b) {
+    return std::pair(a.device.kind, a.device.id) < std::pair(b.device.kind, b.device.id);
+  });
+  return out;
+}
+
+void set_state(const GeneratorState& state) {
+  auto& st = streams();
+  std::lock_guard lock(st.mu);
+  st.global_seed = state.global_seed;
+  st.state.clear();
+  for (const StreamState& s : state.streams) st.state[s.device] = {s.seed, s.offset};
 }
 
 NDArray uniform(const Shape& shape, double low, double high, ArrayOptions options) {

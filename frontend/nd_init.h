@@ -48,6 +48,24 @@ void seed(uint64_t seed);
 // Seeds one device only.
 void seed(uint64_t seed, Device device);
 
+// The generators' whole state, for checkpoints: the global seed and, per
+// device drawn from (or seeded), its stream's seed and how many values were
+// drawn. Streams are counter-based, so restoring this state makes the next
+// draws equal to those an uninterrupted program would make. Dropout keeps its
+// own streams (nd::dropout_state in nd_nn.h).
+struct StreamState {
+  Device device;
+  uint64_t seed = 0;
+  int64_t offset = 0;
+};
+struct GeneratorState {
+  uint64_t global_seed = 0;
+  std::vector<StreamState> streams;  // sorted by device
+};
+GeneratorState get_state();
+// Replaces every stream (devices not listed restart from global_seed).
+void set_state(const GeneratorState& state);
+
 NDArray uniform(const Shape& shape, double low = 0, double high = 1, ArrayOptions options = {});
 NDArray normal(const Shape& shape, double loc = 0, double scale = 1, ArrayOptions options = {});
 

@@ -1,5 +1,6 @@
 #include "frontend/nd_nn.h"
 
+#include <algorithm>
 #include <mutex>
 #include <tuple>
 #include <unordered_map>
@@ -62,6 +63,23 @@ void dropout_seed(uint64_t seed) {
   std::lock_guard lock(st.mu);
   st.seed = seed;
   st.drawn.clear();
+}
+
+DropoutState dropout_state() {
+  auto& st = dropout_streams();
+  std::lock_guard lock(st.mu);
+  DropoutState out{.seed = st.seed, .drawn = {st.drawn.begin(), st.drawn.end()}};
+  std::sort(out.drawn.begin(), out.drawn.end(), [](const auto& a, const auto& b) {
+    return std::pair(a.first.kind, a.first.id) < std::pair(b.first.kind, b.first.id);
+  });
+  return out;
+}
+
+void set_dropout_state(const DropoutState& state) {
+  auto& st = dropout_streams();
+  std::lock_guard lock(st.mu);
+  st.seed = state.seed;
+  st.drawn = {state.drawn.begin(), state.drawn.end()};
 }
 
 namespace {

@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "frontend/ndarray.h"
@@ -62,6 +63,15 @@ inline NDArray add_n(const std::vector<NDArray>& arrays) { return add_n(std::spa
 // Restarts every device's dropout stream from `seed` (default 0 until called).
 // Not yet tied to nd::random::seed: call both for a reproducible run.
 void dropout_seed(uint64_t seed);
+
+// The dropout streams' whole state, for checkpoints: the seed and, per
+// device, how many mask elements were drawn (sorted by device).
+struct DropoutState {
+  uint64_t seed = 0;
+  std::vector<std::pair<Device, int64_t>> drawn;
+};
+DropoutState dropout_state();
+void set_dropout_state(const DropoutState& state);
 
 // For executors of traced graphs: Dropout's attributes `attrs` with the
 // stream position of a new mask for input shape `x` on `device` (drawn as

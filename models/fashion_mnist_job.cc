@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <fstream>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
@@ -11,9 +12,12 @@
 #include "frontend/kvstore.h"
 #include "frontend/nd.h"
 #include "frontend/split.h"
+#include "frontend/train/checkpoint_dir.h"
 #include "frontend/train/loss.h"
+#include "frontend/train/train_state.h"
 #include "frontend/train/trainer.h"
 #include "models/zoo.h"
+#include "runtime/engine.h"
 
 namespace kiln::models {
 
@@ -60,7 +64,7 @@ double evaluate(nn::Block& net, data::DataLoader& loader) {
 
 std::vector<EpochStats> train_fashion_mnist(const TrainConfig& cfg,
                                             const std::function<void(const EpochStats&)>& on_epoch,
-                                            const ProgressFn& progress) {
+                                            const ProgressFn& progress, const NoteFn& note) {
   KILN_CHECK(cfg.epochs >= 1, ValueError, "train: epochs must be >= 1, got {}", cfg.epochs);
   KILN_CHECK(!cfg.devices.empty(), ValueError, "train: no devices given");
   Device dev = cfg.devices[0];  // where batches are loaded and the model is evaluated
@@ -85,17 +89,96 @@ std::vector<EpochStats> train_fashion_mnist(const TrainConfig& cfg,
   data::DataLoader test_loader(test_set, cfg.batch_size, {.prefetch = 2, .device = dev});
   int64_t batches = (train_set.size() + cfg.batch_size - 1) / cfg.batch_size;
 
+  // Checkpoints: where the loop starts, and the partial epoch's running sums.
+  nn::ParameterDict params = net.collect_params();
+  std::optional<train::CheckpointDir> checkpoints;
+  KILN_CHECK(!cfg.resume || !cfg.checkpoint_dir.empty(), ValueError, "--resume needs --checkpoint DIR");
+  KILN_CHECK(cfg.checkpoint_every >= 0, ValueError, "--checkpoint-every must be >= 0, got {}", cfg.checkpoint_every);
+  if (!cfg.checkpoint_dir.empty()) {
+    KILN_CHECK(group.size == 1, NotSupported, "--checkpoint: not supported with several processes (mpirun) yet");
+    checkpoints.emplace(cfg.checkpoint_dir, train::CheckpointDirOptions{.keep = cfg.keep});
+  }
+  // Kernels split work by thread count, so results are bit-identical only
+  // for the same count: recorded, and a resume with another says so.
+  const int64_t cpu_threads = dev.is_cpu() ? engine::get().cpu_threads(dev) : 0;
+  int64_t saved_threads = -1;
+  int first_epoch = 1;
+  int64_t step = 0, last_saved = -1;
+  NDArray resumed_loss, resumed_correct;
+  int64_t resumed_seen = 0, resumed_done = 0;
+  if (cfg.resume) {
+    train::TrainingState state;
+    auto loaded = checkpoints->load_newest(note, [&](const train::Checkpoint& c, const std::string& path) {
+      state = train::decode_training(c, path, params, trainer, train_loader);
+      std::string src = fmt::format("{}: section 'metrics'", path);
+      const nn::NamedArrays& m = c.section("metrics", path);
+      for (const char* entry : {"loss_sum", "correct_sum"}) {
+        const NDArray& a = train::read_entry(m, entry, src);
+        KILN_CHECK(a.is_none() || (is_floating(a.dtype()) && a.size() == 1), IOError,
+                   "{}: entry '{}': expected none or one floating-point value, found {} {}", src, entry, a.dtype(),
+                   a.shape());
+      }
+      resumed_loss = train::read_entry(m, "loss_sum", src);
+      resumed_correct = train::read_entry(m, "correct_sum", src);
+      resumed_seen = train::read_i64(m, "seen", src);
+      saved_threads =
+          c.has("run") ? train::read_i64(c.section("run", path), "cpu_threads", fmt::format("{}: section 'run'", path))
+                       : -1;
+      KILN_CHECK(state.position.epoch >= 1 && state.position.epoch <= cfg.epochs, IOError,
+                 "{}: epoch {} is outside this run's epochs 1 to {}", path, state.position.epoch, cfg.epochs);
+      KILN_CHECK(state.position.data.batch <= batches, IOError, "{}: batch {} is past the epoch's {} batches", path,
+                 state.position.data.batch, batches);
+    });
+    if (loaded) {
+      train::apply_training(state, params, trainer, train_loader);
+      first_epoch = static_cast<int>(state.position.epoch);
+      step = last_saved = state.position.step;
+      resumed_done = state.position.data.batch;
+      auto to_dev = [dev](const NDArray& x) { return x.is_none() ? x : x.copy_to(dev); };
+      resumed_loss = to_dev(resumed_loss);
+      resumed_correct = to_dev(resumed_correct);
+      if (note) {
+        note(fmt::format("resuming from {} (epoch {}, batch {}, step {})", loaded->path, first_epoch, resumed_done,
+                         step));
+      }
+      if (note && saved_threads >= 0 && saved_threads != cpu_threads) {
+        note(
+            fmt::format("the checkpoint was written with {} threads per CPU device, this run has {}: it continues, "
+                        "but not bit-identically to an uninterrupted run (KILN_CPU_THREADS sets the count)",
+                        saved_threads, cpu_threads));
+      }
+    } else if (note) {
+      note(fmt::format("no checkpoint in {}: starting fresh", cfg.checkpoint_dir));
+    }
+  }
+
   std::ofstream log;
   if (!cfg.log_path.empty()) {
-    log.open(cfg.log_path);
+    log.open(cfg.log_path, step > 0 ? std::ios::app : std::ios::trunc);
     KILN_CHECK(log.good(), IOError, "{}: cannot open the log file for writing", cfg.log_path);
   }
 
   std::vector<EpochStats> history;
-  for (int epoch = 1; epoch <= cfg.epochs; ++epoch) {
+  for (int epoch = first_epoch; epoch <= cfg.epochs; ++epoch) {
     auto start = Clock::now();
     NDArray loss_sum, correct_sum;
     int64_t seen = 0, done = 0;
+    if (epoch == first_epoch) {
+      loss_sum = resumed_loss;
+      correct_sum = resumed_correct;
+      seen = resumed_seen;
+      done = resumed_done;
+    }
+    auto save_checkpoint = [&] {
+      if (!checkpoints || step == last_saved) return;
+      train::Checkpoint c = train::capture_training(
+          params, trainer, {.step = step, .epoch = epoch, .data = train_loader.position(done)}, train_loader);
+      c.add("metrics", {{"loss_sum", loss_sum}, {"correct_sum", correct_sum}, {"seen", train::scalar_i64(seen)}},
+            /*required=*/false);
+      c.add("run", {{"cpu_threads", train::scalar_i64(cpu_threads)}}, /*required=*/false);
+      checkpoints->save(step, c);
+      last_saved = step;
+    };
     for (const data::Batch& b : train_loader) {
       // Data parallel: under mpirun each process takes its share of the batch
       // (the loaders shuffle alike); then one shard per device (one device:
@@ -129,8 +212,11 @@ std::vector<EpochStats> train_fashion_mnist(const TrainConfig& cfg,
         correct_sum = correct_sum.is_none() ? csum : correct_sum + csum;
       }
       seen += y.size();
+      ++step;
       if (progress) progress(++done, batches);
+      if (cfg.checkpoint_every > 0 && step % cfg.checkpoint_every == 0) save_checkpoint();
     }
+    save_checkpoint();  // the epoch's end
     EpochStats s;
     s.epoch = epoch;
     s.loss = loss_sum.item<double>() / static_cast<double>(seen);

@@ -6,6 +6,17 @@
 // Runs the d2l chapter's loop: SGD on softmax cross-entropy, train accuracy
 // accumulated on the device (read once per epoch, so the engine runs ahead),
 // test accuracy in predict mode after every epoch. `kiln train` wraps it.
+//
+// Checkpoints (checkpoint_dir set): every `checkpoint_every` steps and at the
+// end of each epoch the whole state (frontend/train/train_state.h, plus the
+// partial epoch's running sums) is written crash-safely to the directory,
+// keeping the newest `keep`. With `resume`, the run continues from the newest
+// checkpoint that loads (falling back to older ones, and saying so on
+// stderr), or starts fresh when there is none: a pre-empted job is restarted
+// with the same command line. With the same seed, devices and thread count a
+// resumed run ends with the parameters of an uninterrupted one, bit for bit
+// (the checkpoint records the threads per CPU device; a resume with another
+// count continues, saying that it will not be bit-identical).
 #pragma once
 
 #include <cstdint>
@@ -34,6 +45,10 @@ struct TrainConfig {
   std::string save_prefix;       // write PREFIX.params at the end
   bool hybridize = false;
   std::string export_prefix;     // with hybridize: PREFIX-symbol.json + PREFIX-0000.params at the end
+  std::string checkpoint_dir;    // write checkpoints there (empty: none)
+  int64_t checkpoint_every = 0;  // steps between checkpoints (0: at the end of each epoch only)
+  int keep = 3;                  // checkpoints kept
+  bool resume = false;           // continue from the newest usable checkpoint in checkpoint_dir
 };
 
 struct EpochStats {
@@ -47,9 +62,11 @@ struct EpochStats {
 
 // Called with (batches done, batches per epoch) while an epoch runs.
 using ProgressFn = std::function<void(int64_t done, int64_t total)>;
+// Called with one line about checkpoints (resuming from, falling back, ...).
+using NoteFn = std::function<void(const std::string& line)>;
 
 std::vector<EpochStats> train_fashion_mnist(const TrainConfig& config,
                                             const std::function<void(const EpochStats&)>& on_epoch = {},
-                                            const ProgressFn& progress = {});
+                                            const ProgressFn& progress = {}, const NoteFn& note = {});
 
 }  // namespace kiln::models

@@ -9,6 +9,14 @@
 // Prints per epoch: loss, train accuracy, test accuracy, seconds, images/s; a
 // progress bar while an epoch runs on a terminal (nothing on pipes); --log
 // writes one JSON object per epoch; --save writes PREFIX.params at the end.
+//
+//   kiln train --checkpoint ckpt --checkpoint-every 100 --keep 3 --resume
+//
+// --checkpoint DIR writes the whole training state there crash-safely (every
+// --checkpoint-every steps and at each epoch's end), keeping the newest
+// --keep; --resume continues from the newest usable one (or starts fresh when
+// there is none), so a pre-empted job is restarted with the same command.
+// Lines about checkpoints go to stderr, prefixed "kiln: ".
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -53,6 +61,16 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--test-limit", cfg->test_limit, "Evaluate on the first N test images only");
   cmd->add_option("--log", cfg->log_path, "Write one JSON object per epoch to FILE");
   cmd->add_option("--save", cfg->save_prefix, "Write the parameters to PREFIX.params at the end");
+  cmd->add_option("--checkpoint", cfg->checkpoint_dir, "Write checkpoints (the whole training state) to DIR");
+  cmd->add_option("--checkpoint-every", cfg->checkpoint_every,
+                  "Steps between checkpoints (0: at the end of each epoch only)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--keep", cfg->keep, "Checkpoints kept (older ones are deleted)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_flag("--resume", cfg->resume,
+                "Continue from the newest usable checkpoint in --checkpoint DIR; start fresh when there is none");
   cmd->add_flag("--hybridize", cfg->hybridize, "Train through the compiled path (hybridize)");
   cmd->add_option("--export", cfg->export_prefix,
                   "With --hybridize: write PREFIX-symbol.json and PREFIX-0000.params (MXNet's format) at the end");
@@ -81,10 +99,15 @@ void add_train_command(CLI::App& app) {
           std::printf("%5d %8.4f %9.4f %8.4f %8.1f %10.0f\n", s.epoch, s.loss, s.train_acc, s.test_acc, s.seconds,
                       s.images_per_sec);
           std::fflush(stdout);
-          ++epoch;
+          epoch = s.epoch + 1;
         },
         [&](int64_t done, int64_t total) {
           if (tty) draw_progress(epoch, done, total);
+        },
+        [&](const std::string& line) {
+          if (tty) std::fprintf(stderr, "\r%*s\r", 70, "");
+          std::fprintf(stderr, "kiln: %s\n", line.c_str());
+          std::fflush(stderr);
         });
     if (!cfg->save_prefix.empty()) std::printf("parameters written to %s.params\n", cfg->save_prefix.c_str());
     if (!cfg->export_prefix.empty())

@@ -19,7 +19,25 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, int64_t batch_siz
   KILN_CHECK(options_.prefetch >= 0, ValueError, "DataLoader: prefetch must be >= 0, got {}", options_.prefetch);
 }
 
+LoaderPosition DataLoader::position(int64_t batches_done) const {
+  LoaderPosition p = pass_start_;
+  p.batch = batches_done;
+  return p;
+}
+
+void DataLoader::seek(const LoaderPosition& p) {
+  KILN_CHECK(p.batch >= 0, ValueError, "DataLoader::seek: batch must be >= 0, got {}", p.batch);
+  for (int64_t i : p.carry) {
+    KILN_CHECK(i >= 0 && i < dataset_->size(), IndexError,
+               "DataLoader::seek: carried sample {} is outside the dataset's {} samples", i, dataset_->size());
+  }
+  epoch_ = p.epoch;
+  carry_ = p.carry;
+  skip_ = p.batch;
+}
+
 std::vector<std::vector<int64_t>> DataLoader::next_epoch_plan() {
+  pass_start_ = {.epoch = epoch_, .carry = carry_, .batch = 0};
   std::vector<int64_t> order(static_cast<size_t>(dataset_->size()));
   std::iota(order.begin(), order.end(), 0);
   if (options_.shuffle) {
@@ -113,6 +131,9 @@ DataLoader::Iterator DataLoader::begin() {
   epoch->dataset = dataset_;
   epoch->device = options_.device;
   epoch->plan = next_epoch_plan();
+  size_t skip = std::min(epoch->plan.size(), static_cast<size_t>(skip_));
+  epoch->plan.erase(epoch->plan.begin(), epoch->plan.begin() + static_cast<std::ptrdiff_t>(skip));
+  skip_ = 0;
   epoch->capacity = static_cast<size_t>(options_.prefetch);
   if (epoch->capacity > 0) epoch->producer = std::thread([e = epoch.get()] { e->produce(); });
   return Iterator(std::move(epoch));

@@ -12,6 +12,12 @@
 // kRollover carries its samples over to the start of the next epoch (as Gluon).
 // Leaving a loop early stops the background thread. An error while loading
 // is rethrown by the iterator at the batch that failed.
+//
+// Checkpoints: `position(b)` inside a pass says where the loader stands after
+// that pass's first b batches (the pass number, the rollover samples the pass
+// started with, b); `seek(position)` makes the next pass that pass again,
+// starting at batch b, with the same order. Only these numbers are saved:
+// the order is a function of (seed, pass number, carry).
 #pragma once
 
 #include <cstdint>
@@ -23,6 +29,12 @@
 namespace kiln::data {
 
 enum class LastBatch { kKeep, kDiscard, kRollover };
+
+struct LoaderPosition {
+  uint64_t epoch = 0;           // the pass number (the shuffle's second seed)
+  std::vector<int64_t> carry;   // rollover samples that start the pass
+  int64_t batch = 0;            // batches of the pass already consumed
+};
 
 struct LoaderOptions {
   bool shuffle = false;
@@ -43,6 +55,12 @@ class DataLoader {
   const Dataset& dataset() const { return *dataset_; }
   // Index lists of the next epoch's batches (advances the epoch, as iterating does).
   std::vector<std::vector<int64_t>> next_epoch_plan();
+  uint64_t seed() const { return options_.seed; }
+
+  // After `batches_done` batches of the pass begun last (see the file comment).
+  LoaderPosition position(int64_t batches_done) const;
+  // The next begin() replays `p.epoch`'s pass from batch `p.batch`.
+  void seek(const LoaderPosition& p);
 
   struct Epoch;  // the state of one pass (prefetch thread and queue)
   class Iterator {
@@ -69,6 +87,8 @@ class DataLoader {
   LoaderOptions options_;
   uint64_t epoch_ = 0;
   std::vector<int64_t> carry_;  // rollover samples for the next epoch
+  LoaderPosition pass_start_;   // epoch_ and carry_ when the last pass was planned
+  int64_t skip_ = 0;            // batches the next pass leaves out (seek)
 };
 
 }  // namespace kiln::data

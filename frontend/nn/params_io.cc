@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <set>
 
@@ -45,6 +46,15 @@ class StringSink final : public Sink {
  public:
   void put(const void* data, size_t n) override { out.append(static_cast<const char*>(data), n); }
   std::string out;
+};
+
+class FunctionSink final : public Sink {
+ public:
+  explicit FunctionSink(const std::function<void(std::string_view)>& f) : f_(f) {}
+  void put(const void* data, size_t n) override { f_(std::string_view(static_cast<const char*>(data), n)); }
+
+ private:
+  const std::function<void(std::string_view)>& f_;
 };
 
 // Buffered writes to a file descriptor; errors name the file.
@@ -235,6 +245,11 @@ std::string read_file(const std::string& path) {
 }
 
 }  // namespace
+
+void write_ndarrays(const NamedArrays& arrays, const std::function<void(std::string_view)>& put) {
+  FunctionSink sink(put);
+  write_all_arrays(sink, arrays);
+}
 
 std::string serialize_ndarrays(const NamedArrays& arrays) {
   StringSink sink;

@@ -26,6 +26,7 @@
 // and renames it over `path`, so a crash never leaves half a file.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -42,6 +43,9 @@ NamedArrays load_ndarrays(const std::string& path);
 
 // The same format in memory; `source` names the bytes in error messages.
 std::string serialize_ndarrays(const NamedArrays& arrays);
+// The same bytes streamed to `put` in consecutive pieces (values are not
+// copied first), for formats that frame this one (checkpoints).
+void write_ndarrays(const NamedArrays& arrays, const std::function<void(std::string_view)>& put);
 NamedArrays parse_ndarrays(std::string_view bytes, std::string_view source);
 
 }  // namespace kiln::nn

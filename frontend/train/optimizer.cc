@@ -1,6 +1,8 @@
 #include "frontend/train/optimizer.h"
 
 #include <cmath>
+#include <cstdio>
+#include <map>
 
 #include "frontend/nd_init.h"
 #include "frontend/nd_optimizer.h"
@@ -11,6 +13,12 @@ namespace kiln::optim {
 void Optimizer::update(int64_t key, const NDArray& weight, const NDArray& grad, double rescale_grad) {
   KeyState& s = states_[key];
   if (s.arrays.empty()) s.arrays = create_state(weight);
+  for (NDArray& a : s.arrays) {  // loaded states: on the weight's device, of its shape
+    KILN_CHECK(a.shape() == weight.shape(), ValueError,
+               "optimizer '{}': the state of key {} has shape {}, its weight {} (loaded for another model?)", name(),
+               key, a.shape(), weight.shape());
+    if (a.device() != weight.device()) a = a.copy_to(weight.device());
+  }
   ++s.count;
   apply(weight, grad, s.arrays, learning_rate(), rescale_grad, s.count);
 }
@@ -22,38 +30,56 @@ void Optimizer::set_learning_rate(double lr) {
   lr_ = lr;
 }
 
-void Optimizer::save_states(const std::string& path) const {
+nn::NamedArrays Optimizer::state_arrays() const {
   nn::NamedArrays arrays;
   arrays.emplace_back("optimizer:" + name(), nd::array(std::vector<int64_t>{num_update_}));
   for (const auto& [key, s] : states_) {
     arrays.emplace_back(fmt::format("count:{}", key), nd::array(std::vector<int64_t>{s.count}));
     for (size_t k = 0; k < s.arrays.size(); ++k) arrays.emplace_back(fmt::format("state:{}:{}", key, k), s.arrays[k]);
   }
-  nn::save_ndarrays(path, arrays);
+  return arrays;
 }
 
-void Optimizer::load_states(const std::string& path, Device device) {
-  nn::NamedArrays arrays = nn::load_ndarrays(path);
+void Optimizer::save_states(const std::string& path) const { nn::save_ndarrays(path, state_arrays()); }
+
+void Optimizer::load_state_arrays(const nn::NamedArrays& arrays, std::string_view source, Device device) {
   KILN_CHECK(!arrays.empty() && arrays[0].first == "optimizer:" + name(), IOError,
-             "{}: not a saved state of optimizer '{}' (first entry is '{}')", path, name(),
+             "{}: not a saved state of optimizer '{}' (first entry is '{}')", source, name(),
              arrays.empty() ? "" : arrays[0].first);
+  auto scalar = [&](const std::string& n, const NDArray& a) {
+    KILN_CHECK(!a.is_none() && a.dtype() == DType::kInt64 && a.size() == 1, IOError,
+               "{}: optimizer entry '{}': expected one int64, found {}", source, n,
+               a.is_none() ? std::string("none") : fmt::format("{} {}", a.dtype(), a.shape()));
+    return a.item<int64_t>();
+  };
   std::map<int64_t, KeyState> loaded;
   for (size_t i = 1; i < arrays.size(); ++i) {
     const auto& [n, a] = arrays[i];
     long long key = 0;
     unsigned k = 0;
-    if (std::sscanf(n.c_str(), "count:%lld", &key) == 1) {
-      loaded[key].count = a.item<int64_t>();
-    } else if (std::sscanf(n.c_str(), "state:%lld:%u", &key, &k) == 2) {
+    char tail = 0;
+    if (std::sscanf(n.c_str(), "count:%lld%c", &key, &tail) == 1) {
+      loaded[key].count = scalar(n, a);
+    } else if (std::sscanf(n.c_str(), "state:%lld:%u%c", &key, &k, &tail) == 2 && k < 16) {
+      KILN_CHECK(!a.is_none(), IOError, "{}: optimizer entry '{}' holds no array", source, n);
       auto& v = loaded[key].arrays;
       if (v.size() <= k) v.resize(k + 1);
       v[k] = a.copy_to(device);
     } else {
-      throw IOError(fmt::format("{}: unexpected entry '{}' in an optimizer state file", path, n));
+      throw IOError(fmt::format("{}: unexpected entry '{}' in an optimizer state", source, n));
     }
   }
-  num_update_ = arrays[0].second.item<int64_t>();
+  for (const auto& [key, s] : loaded) {
+    for (size_t k = 0; k < s.arrays.size(); ++k) {
+      KILN_CHECK(!s.arrays[k].is_none(), IOError, "{}: optimizer state {} of key {} is missing", source, k, key);
+    }
+  }
+  num_update_ = scalar(arrays[0].first, arrays[0].second);
   states_ = std::move(loaded);
+}
+
+void Optimizer::load_states(const std::string& path, Device device) {
+  load_state_arrays(nn::load_ndarrays(path), path, device);
 }
 
 std::vector<NDArray> SGD::create_state(const NDArray& weight) const {

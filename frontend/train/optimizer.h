@@ -16,9 +16,11 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "frontend/ndarray.h"
+#include "frontend/nn/params_io.h"
 
 namespace kiln::optim {
 
@@ -38,6 +40,7 @@ class Optimizer {
   double learning_rate() const;  // the schedule's value if one is set
   void set_learning_rate(double lr);
   void set_schedule(Schedule schedule) { schedule_ = std::move(schedule); }
+  bool has_schedule() const { return static_cast<bool>(schedule_); }
   int64_t num_update() const { return num_update_; }
   virtual std::string name() const = 0;
 
@@ -46,6 +49,11 @@ class Optimizer {
   // saved optimizer type and state shapes match.
   void save_states(const std::string& path) const;
   void load_states(const std::string& path, Device device = Device::cpu(0));
+  // The same in memory (checkpoints): the arrays save_states writes, and
+  // their loading; `source` names them in errors. A loaded state moves to its
+  // weight's device at the key's next update, which checks its shape.
+  nn::NamedArrays state_arrays() const;
+  void load_state_arrays(const nn::NamedArrays& arrays, std::string_view source, Device device = Device::cpu(0));
 
  protected:
   virtual std::vector<NDArray> create_state(const NDArray& weight) const = 0;

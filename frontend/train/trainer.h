@@ -59,6 +59,7 @@ class Trainer {
   kv::KVStore* kvstore() const { return kvstore_.get(); }
 
   optim::Optimizer& optimizer() { return *optimizer_; }
+  const optim::Optimizer& optimizer() const { return *optimizer_; }
   double learning_rate() const { return optimizer_->learning_rate(); }
   void set_learning_rate(double lr) { optimizer_->set_learning_rate(lr); }
   const nn::ParameterDict& params() const { return params_; }
