@@ -40,9 +40,11 @@ for t in "${targets[@]}"; do
     failed+=("$t")
     tail -n 60 "$build/fuzz-$t.log" >&2
   fi
-  grep -E '^(#[0-9]+ +DONE|stat::number_of_executed_units|stat::peak_rss_mb)' "$build/fuzz-$t.log" | tr '\n' ' ' || true
-  grep -E '^#[0-9]+ +DONE' "$build/fuzz-$t.log" >/dev/null || tail -n 3 "$build/fuzz-$t.log"
-  echo
+  # One line per target: executions, coverage, peak memory.
+  runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$build/fuzz-$t.log" | tail -n 1)
+  cov=$(grep -oE 'cov: [0-9]+' "$build/fuzz-$t.log" | tail -n 1)
+  rss=$(sed -n 's/^stat::peak_rss_mb: *//p' "$build/fuzz-$t.log" | tail -n 1)
+  echo "fuzz.sh: $t: ${runs:-?} executions, ${cov:-cov: ?} edges, peak ${rss:-?} MB"
 done
 if [[ ${#failed[@]} -ne 0 ]]; then
   echo "fuzz.sh: FAILED: ${failed[*]} (inputs in $build/fuzz-crashes/)" >&2

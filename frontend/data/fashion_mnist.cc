@@ -3,6 +3,8 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <optional>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -24,6 +26,23 @@ constexpr size_t kLabelsLimit = 8 + static_cast<size_t>(kMaxSamples);
 uint32_t read_be32(const std::vector<uint8_t>& b, size_t offset) {
   return static_cast<uint32_t>(b[offset]) << 24 | static_cast<uint32_t>(b[offset + 1]) << 16 |
          static_cast<uint32_t>(b[offset + 2]) << 8 | b[offset + 3];
+}
+
+// The whole file's size as an IDX header declares it (magic 0 0 type ndim,
+// then ndim big-endian u32 dims), once `b` holds the header; nullopt before,
+// and SIZE_MAX when the product overflows.
+std::optional<size_t> idx_declared_bytes(const std::vector<uint8_t>& b) {
+  if (b.size() < 4) return std::nullopt;
+  const size_t ndim = b[3], header = 4 + 4 * ndim;
+  if (b.size() < header) return std::nullopt;
+  size_t element = 1;  // type codes 0x08, 0x09 are bytes; 0x0B: 2; 0x0C, 0x0D: 4; 0x0E: 8
+  if (b[2] == 0x0B) element = 2;
+  if (b[2] == 0x0C || b[2] == 0x0D) element = 4;
+  if (b[2] == 0x0E) element = 8;
+  size_t n = element;
+  for (size_t i = 0; i < ndim; ++i)
+    if (__builtin_mul_overflow(n, size_t{read_be32(b, 4 + 4 * i)}, &n)) return SIZE_MAX;
+  return n > SIZE_MAX - header ? SIZE_MAX : n + header;
 }
 
 struct Header {
@@ -69,12 +88,21 @@ std::vector<uint8_t> decode_idx_bytes(std::span<const uint8_t> bytes, std::strin
   std::vector<uint8_t> buf(size_t{1} << 16);
   z_stream z{};
   KILN_CHECK(inflateInit2(&z, 16 + MAX_WBITS) == Z_OK, OutOfMemory, "{}: zlib could not start inflating", source);
+  struct End {
+    z_stream* z;
+    ~End() { inflateEnd(z); }
+  } end{&z};
+  // Once the IDX header is out, output past the size it declares is an
+  // error at once: a small file cannot make us inflate gigabytes.
+  size_t limit = max_bytes;
+  bool header_read = false;
   size_t at = 0;  // where the current member starts
   while (at < bytes.size()) {
     KILN_CHECK(is_gzip(at), IOError, "{}: {} bytes after the compressed data at byte {} are not a gzip member",
                source, bytes.size() - at, at);
     inflateReset(&z);
     z.next_in = const_cast<Bytef*>(bytes.data() + at);
+    z.avail_in = 0;  // what the last member left unread starts this one: fed again from `at`
     size_t left = bytes.size() - at;
     int rc = Z_OK;
     while (rc != Z_STREAM_END) {
@@ -89,25 +117,32 @@ std::vector<uint8_t> decode_idx_bytes(std::span<const uint8_t> bytes, std::strin
       if (rc != Z_OK && rc != Z_STREAM_END && rc != Z_BUF_ERROR) {
         const size_t offset = static_cast<size_t>(z.next_in - bytes.data());
         std::string msg = z.msg ? z.msg : "zlib error " + std::to_string(rc);
-        inflateEnd(&z);
         throw IOError(fmt::format("{}: corrupt compressed data at byte {} ({}) after {} bytes of output", source,
                                   offset, msg, out.size()));
       }
       const size_t n = buf.size() - z.avail_out;
-      if (out.size() + n > max_bytes) {
-        inflateEnd(&z);
-        throw IOError(fmt::format("{}: inflates to more than the {}-byte limit", source, max_bytes));
+      if (out.size() + n > limit) {
+        throw IOError(fmt::format("{}: inflates to more than {} bytes (at byte {} of the compressed data){}", source,
+                                  limit, static_cast<size_t>(z.next_in - bytes.data()),
+                                  header_read ? ", the size its IDX header declares" : ""));
       }
       out.insert(out.end(), buf.begin(), buf.begin() + static_cast<std::ptrdiff_t>(n));
+      if (!header_read) {
+        if (auto declared = idx_declared_bytes(out)) {
+          header_read = true;
+          limit = std::min(limit, *declared);
+          KILN_CHECK(out.size() <= limit, IOError,
+                     "{}: inflates to more than the {} bytes its IDX header declares (at byte {} of the compressed "
+                     "data)", source, limit, static_cast<size_t>(z.next_in - bytes.data()));
+        }
+      }
     }
     if (rc != Z_STREAM_END) {
-      inflateEnd(&z);
       throw IOError(fmt::format("{}: compressed data truncated at byte {} (the gzip member starting at byte {} "
                                 "does not end)", source, bytes.size(), at));
     }
     at = static_cast<size_t>(z.next_in - bytes.data());
   }
-  inflateEnd(&z);
   return out;
 }
 
