@@ -40,8 +40,17 @@ install(FILES ${PROJECT_BINARY_DIR}/KilnConfig.cmake ${PROJECT_BINARY_DIR}/KilnC
 # runs tests/consumer against it with find_package(Kiln): proves the installed
 # headers, targets and config are complete.
 if(KILN_BUILD_TESTS)
+  # A sanitized libkiln needs its consumer built by the same compiler with the
+  # same sanitizers (their runtime lives in the program, not the library).
+  set(kiln_consumer_flags)
+  if(KILN_SANITIZE)
+    string(REPLACE ";" " " flags "${KILN_SANITIZE_FLAGS}")
+    set(kiln_consumer_flags "-DKILN_CXX_COMPILER=${CMAKE_CXX_COMPILER}" "-DKILN_CXX_FLAGS=${flags}"
+                            "-DKILN_LINK_FLAGS=-fsanitize=address,undefined")
+  endif()
   add_test(NAME install_consumer
            COMMAND ${CMAKE_COMMAND}
+                   ${kiln_consumer_flags}
                    -DKILN_BUILD_DIR=${PROJECT_BINARY_DIR}
                    -DKILN_SOURCE_DIR=${PROJECT_SOURCE_DIR}
                    -DKILN_WORK_DIR=${PROJECT_BINARY_DIR}/install-check

@@ -58,6 +58,7 @@ NDArray array(std::span<const T> values, const Shape& shape, Device device) {
   // Elsewhere than on a CPU: built on cpu(0), then copied on the device's copy lane.
   if (!device.is_cpu()) return array(values, shape, Device::cpu(0)).copy_to(device);
   NDArray out = NDArray::empty(shape, {dtype_of<T>(), device});
+  if (values.empty()) return out;  // no bytes to write (and memcpy may not take null pointers)
   std::vector<T> copy(values.begin(), values.end());
   engine::get().push(
       [out, copy = std::move(copy)](engine::RunContext) { std::memcpy(out.data(), copy.data(), out.nbytes()); }, {},

@@ -23,6 +23,13 @@ int64_t Shape::size() const {
 void Shape::push_back(int64_t d) {
   KILN_CHECK(ndim_ < kMaxNdim, ShapeError, "shape {} cannot grow past {} axes", to_string(), kMaxNdim);
   KILN_CHECK(d >= 0, ShapeError, "negative dimension {} in shape {} (axis {})", d, to_string(), ndim_);
+  // The product of the non-zero dims must fit in int64_t, so that size() and
+  // strides() never overflow, even with a zero after huge dims.
+  int64_t n = d == 0 ? 1 : d;
+  for (int i = 0; i < ndim_; ++i) {
+    KILN_CHECK(dims_[i] == 0 || !__builtin_mul_overflow(n, dims_[i], &n), ShapeError,
+               "dimension {} after shape {} (axis {}): more than 2^63 - 1 elements", d, to_string(), ndim_);
+  }
   dims_[ndim_++] = d;
 }
 

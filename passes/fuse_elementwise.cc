@@ -251,7 +251,8 @@ class Groups {
       if (of(x) == gr) return true;
       seen_[static_cast<size_t>(x)] = stamp_;
       if (of(x) < 0) {
-        for (const ir::Entry& e : g_.node(x).inputs) stack.push_back(e.node);
+        for (const ir::Entry& e : g_.node(x).inputs)
+          if (e.node >= 0) stack.push_back(e.node);  // a const node's input is its slot, not a node
         continue;
       }
       for (ir::NodeId m : members(of(x))) {
@@ -313,7 +314,7 @@ ir::Graph fuse_elementwise(const ir::Graph& g, PassContext& ctx) {
   std::map<std::pair<ir::NodeId, int32_t>, bool> read_outside;
   for (ir::NodeId v = 0; v < num_nodes; ++v)
     for (const ir::Entry& e : g.node(v).inputs)
-      if (unit[e.node] != unit[v]) read_outside[{e.node, e.index}] = true;
+      if (e.node >= 0 && unit[e.node] != unit[v]) read_outside[{e.node, e.index}] = true;
   for (const ir::Entry& e : g.outputs()) read_outside[{e.node, e.index}] = true;
 
   // Units in a topological order of the contracted graph, ties by first node.
@@ -321,7 +322,7 @@ ir::Graph fuse_elementwise(const ir::Graph& g, PassContext& ctx) {
   std::vector<int32_t> pending(units.size(), 0);
   for (ir::NodeId v = 0; v < num_nodes; ++v)
     for (const ir::Entry& e : g.node(v).inputs)
-      if (unit[e.node] != unit[v]) {
+      if (e.node >= 0 && unit[e.node] != unit[v]) {
         succ[unit[e.node]].push_back(unit[v]);
         ++pending[unit[v]];
       }

@@ -116,7 +116,9 @@ MemoryPlan make_memory_plan(const ir::Graph& g, const PlanOptions& options) {
       last_use[static_cast<size_t>(e.node)][static_cast<size_t>(e.index)] = static_cast<ir::NodeId>(i);
   }
   for (const ir::Entry& e : g.outputs()) plan.offset[static_cast<size_t>(e.node)][static_cast<size_t>(e.index)] = -1;
-  for (auto [id, at] : options.placed_inputs) {
+  for (const auto& placed : options.placed_inputs) {
+    const ir::NodeId id = placed.first;  // not a structured binding: the lambda below captures it (clang 14)
+    const int64_t at = placed.second;
     KILN_CHECK(id >= 0 && static_cast<size_t>(id) < n && g.node(id).kind == ir::NodeKind::kInput, ValueError,
                "plan-memory: placed node {} is not an input node", id);
     const ir::Node& node = g.node(id);

@@ -13,6 +13,7 @@ packages=(
   build-essential cmake ninja-build git pkg-config
   libfmt-dev nlohmann-json3-dev libdnnl-dev libgtest-dev libcli11-dev zlib1g-dev
   libopenmpi-dev openmpi-bin llvm-14-dev
+  clang-14 libclang-rt-14-dev libomp-14-dev  # the sanitizer build and its fuzz targets (build-asan/)
   ocl-icd-opencl-dev  # libdnnl-dev's CMake config looks for OpenCL (a Recommends, skipped by --no-install-recommends)
   dataset-fashion-mnist
 )

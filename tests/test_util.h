@@ -16,6 +16,15 @@
 
 namespace kiln::test {
 
+// True in the sanitizer build (cmake/KilnSanitize.cmake), where ASan makes
+// compute-heavy tests several times slower: those take smaller sizes there,
+// still covering every path they cover in the Release build.
+#ifdef KILN_SANITIZE_BUILD
+inline constexpr bool kSanitizeBuild = true;
+#else
+inline constexpr bool kSanitizeBuild = false;
+#endif
+
 // The message of the E that `f` throws; a test failure (and "") when it
 // throws something else or nothing.
 template <typename E, typename F>

@@ -2,8 +2,13 @@
 
 #include <zlib.h>
 
+#include <algorithm>
+#include <cstdint>
+#include <optional>
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 
 #include "frontend/nd_init.h"
 #include "ir/error.h"
@@ -15,9 +20,29 @@ constexpr uint32_t kImagesMagic = 2051;  // IDX: unsigned byte, 3 dimensions
 constexpr uint32_t kLabelsMagic = 2049;  // IDX: unsigned byte, 1 dimension
 constexpr int64_t kMaxSamples = 10'000'000;
 
+constexpr size_t kImagesLimit = 16 + static_cast<size_t>(kMaxSamples) * FashionMNIST::kRows * FashionMNIST::kCols;
+constexpr size_t kLabelsLimit = 8 + static_cast<size_t>(kMaxSamples);
+
 uint32_t read_be32(const std::vector<uint8_t>& b, size_t offset) {
   return static_cast<uint32_t>(b[offset]) << 24 | static_cast<uint32_t>(b[offset + 1]) << 16 |
          static_cast<uint32_t>(b[offset + 2]) << 8 | b[offset + 3];
+}
+
+// The whole file's size as an IDX header declares it (magic 0 0 type ndim,
+// then ndim big-endian u32 dims), once `b` holds the header; nullopt before,
+// and SIZE_MAX when the product overflows.
+std::optional<size_t> idx_declared_bytes(const std::vector<uint8_t>& b) {
+  if (b.size() < 4) return std::nullopt;
+  const size_t ndim = b[3], header = 4 + 4 * ndim;
+  if (b.size() < header) return std::nullopt;
+  size_t element = 1;  // type codes 0x08, 0x09 are bytes; 0x0B: 2; 0x0C, 0x0D: 4; 0x0E: 8
+  if (b[2] == 0x0B) element = 2;
+  if (b[2] == 0x0C || b[2] == 0x0D) element = 4;
+  if (b[2] == 0x0E) element = 8;
+  size_t n = element;
+  for (size_t i = 0; i < ndim; ++i)
+    if (__builtin_mul_overflow(n, size_t{read_be32(b, 4 + 4 * i)}, &n)) return SIZE_MAX;
+  return n > SIZE_MAX - header ? SIZE_MAX : n + header;
 }
 
 struct Header {
@@ -25,7 +50,7 @@ struct Header {
   size_t data_offset = 0;
 };
 
-Header check_header(const std::vector<uint8_t>& b, const std::string& path, uint32_t magic) {
+Header check_header(const std::vector<uint8_t>& b, std::string_view path, uint32_t magic) {
   size_t ndim = magic == kImagesMagic ? 3 : 1;
   size_t header = 4 + 4 * ndim;
   KILN_CHECK(b.size() >= header, IOError, "{}: file is {} bytes, shorter than its {}-byte IDX header", path,
@@ -52,28 +77,90 @@ Header check_header(const std::vector<uint8_t>& b, const std::string& path, uint
 
 }  // namespace
 
-std::vector<uint8_t> read_idx_file(const std::string& path, size_t max_bytes) {
-  gzFile f = gzopen(path.c_str(), "rb");  // also reads uncompressed files
-  KILN_CHECK(f != nullptr, IOError, "{}: cannot open ({})", path, std::strerror(errno));
-  std::vector<uint8_t> out;
-  std::vector<uint8_t> buf(1 << 20);
-  for (;;) {
-    int n = gzread(f, buf.data(), static_cast<unsigned>(buf.size()));
-    if (n < 0) {
-      int err = 0;
-      std::string msg = gzerror(f, &err);
-      gzclose(f);
-      throw IOError(fmt::format("{}: corrupt compressed data after {} bytes ({})", path, out.size(), msg));
-    }
-    if (n == 0) break;
-    if (out.size() + static_cast<size_t>(n) > max_bytes) {
-      gzclose(f);
-      throw IOError(fmt::format("{}: larger than the {}-byte limit", path, max_bytes));
-    }
-    out.insert(out.end(), buf.begin(), buf.begin() + n);
+std::vector<uint8_t> decode_idx_bytes(std::span<const uint8_t> bytes, std::string_view source, size_t max_bytes) {
+  auto is_gzip = [&](size_t at) { return bytes.size() - at >= 2 && bytes[at] == 0x1f && bytes[at + 1] == 0x8b; };
+  if (!is_gzip(0)) {
+    KILN_CHECK(bytes.size() <= max_bytes, IOError, "{}: {} bytes is over the {}-byte limit", source, bytes.size(),
+               max_bytes);
+    return {bytes.begin(), bytes.end()};
   }
-  gzclose(f);
+  std::vector<uint8_t> out;
+  std::vector<uint8_t> buf(size_t{1} << 16);
+  z_stream z{};
+  KILN_CHECK(inflateInit2(&z, 16 + MAX_WBITS) == Z_OK, OutOfMemory, "{}: zlib could not start inflating", source);
+  struct End {
+    z_stream* z;
+    ~End() { inflateEnd(z); }
+  } end{&z};
+  // Once the IDX header is out, output past the size it declares is an
+  // error at once: a small file cannot make us inflate gigabytes.
+  size_t limit = max_bytes;
+  bool header_read = false;
+  size_t at = 0;  // where the current member starts
+  while (at < bytes.size()) {
+    KILN_CHECK(is_gzip(at), IOError, "{}: {} bytes after the compressed data at byte {} are not a gzip member",
+               source, bytes.size() - at, at);
+    inflateReset(&z);
+    z.next_in = const_cast<Bytef*>(bytes.data() + at);
+    z.avail_in = 0;  // what the last member left unread starts this one: fed again from `at`
+    size_t left = bytes.size() - at;
+    int rc = Z_OK;
+    while (rc != Z_STREAM_END) {
+      if (z.avail_in == 0) {
+        if (left == 0) break;
+        z.avail_in = static_cast<uInt>(std::min<size_t>(left, 1u << 30));
+        left -= z.avail_in;
+      }
+      z.next_out = buf.data();
+      z.avail_out = static_cast<uInt>(buf.size());
+      rc = inflate(&z, Z_NO_FLUSH);
+      if (rc != Z_OK && rc != Z_STREAM_END && rc != Z_BUF_ERROR) {
+        const size_t offset = static_cast<size_t>(z.next_in - bytes.data());
+        std::string msg = z.msg ? z.msg : "zlib error " + std::to_string(rc);
+        throw IOError(fmt::format("{}: corrupt compressed data at byte {} ({}) after {} bytes of output", source,
+                                  offset, msg, out.size()));
+      }
+      const size_t n = buf.size() - z.avail_out;
+      if (out.size() + n > limit) {
+        throw IOError(fmt::format("{}: inflates to more than {} bytes (at byte {} of the compressed data){}", source,
+                                  limit, static_cast<size_t>(z.next_in - bytes.data()),
+                                  header_read ? ", the size its IDX header declares" : ""));
+      }
+      out.insert(out.end(), buf.begin(), buf.begin() + static_cast<std::ptrdiff_t>(n));
+      if (!header_read) {
+        if (auto declared = idx_declared_bytes(out)) {
+          header_read = true;
+          limit = std::min(limit, *declared);
+          KILN_CHECK(out.size() <= limit, IOError,
+                     "{}: inflates to more than the {} bytes its IDX header declares (at byte {} of the compressed "
+                     "data)", source, limit, static_cast<size_t>(z.next_in - bytes.data()));
+        }
+      }
+    }
+    if (rc != Z_STREAM_END) {
+      throw IOError(fmt::format("{}: compressed data truncated at byte {} (the gzip member starting at byte {} "
+                                "does not end)", source, bytes.size(), at));
+    }
+    at = static_cast<size_t>(z.next_in - bytes.data());
+  }
   return out;
+}
+
+std::vector<uint8_t> read_idx_file(const std::string& path, size_t max_bytes) {
+  std::ifstream in(path, std::ios::binary);
+  KILN_CHECK(in, IOError, "{}: cannot open ({})", path, std::strerror(errno));
+  // A gzip file is smaller than what it holds, except for a few bytes of
+  // headers on tiny files.
+  std::vector<uint8_t> bytes;
+  std::vector<char> buf(size_t{1} << 20);
+  while (in) {
+    in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+    const auto n = static_cast<size_t>(in.gcount());
+    KILN_CHECK(bytes.size() + n <= max_bytes + 4096, IOError, "{}: larger than the {}-byte limit", path, max_bytes);
+    bytes.insert(bytes.end(), buf.begin(), buf.begin() + static_cast<std::ptrdiff_t>(n));
+  }
+  KILN_CHECK(in.eof(), IOError, "{}: read failed after {} bytes ({})", path, bytes.size(), std::strerror(errno));
+  return decode_idx_bytes(bytes, path, max_bytes);
 }
 
 std::string FashionMNIST::default_dir() {
@@ -90,9 +177,19 @@ FashionMNIST FashionMNIST::test(const std::string& dir) {
 }
 
 FashionMNIST::FashionMNIST(const std::string& images_path, const std::string& labels_path) {
-  constexpr size_t kLimit = 16 + static_cast<size_t>(kMaxSamples) * kRows * kCols;
-  auto images = read_idx_file(images_path, kLimit);
-  auto labels = read_idx_file(labels_path, 8 + static_cast<size_t>(kMaxSamples));
+  auto images = read_idx_file(images_path, kImagesLimit);
+  auto labels = read_idx_file(labels_path, kLabelsLimit);
+  *this = from_idx(std::move(images), images_path, std::move(labels), labels_path);
+}
+
+FashionMNIST FashionMNIST::parse(std::span<const uint8_t> images_file, std::string_view images_name,
+                                 std::span<const uint8_t> labels_file, std::string_view labels_name) {
+  return from_idx(decode_idx_bytes(images_file, images_name, kImagesLimit), images_name,
+                  decode_idx_bytes(labels_file, labels_name, kLabelsLimit), labels_name);
+}
+
+FashionMNIST FashionMNIST::from_idx(std::vector<uint8_t> images, std::string_view images_path,
+                                    std::vector<uint8_t> labels, std::string_view labels_path) {
   Header hi = check_header(images, images_path, kImagesMagic);
   Header hl = check_header(labels, labels_path, kLabelsMagic);
   KILN_CHECK(hi.count == hl.count, IOError, "{} holds {} images but {} holds {} labels", images_path, hi.count,
@@ -104,9 +201,11 @@ FashionMNIST::FashionMNIST(const std::string& images_path, const std::string& la
   }
   images.erase(images.begin(), images.begin() + static_cast<std::ptrdiff_t>(hi.data_offset));
   labels.erase(labels.begin(), labels.begin() + static_cast<std::ptrdiff_t>(hl.data_offset));
-  images_ = std::make_shared<const std::vector<uint8_t>>(std::move(images));
-  labels_ = std::make_shared<const std::vector<uint8_t>>(std::move(labels));
-  count_ = hi.count;
+  FashionMNIST d;
+  d.images_ = std::make_shared<const std::vector<uint8_t>>(std::move(images));
+  d.labels_ = std::make_shared<const std::vector<uint8_t>>(std::move(labels));
+  d.count_ = hi.count;
+  return d;
 }
 
 FashionMNIST FashionMNIST::subset(int64_t begin, int64_t end) const {

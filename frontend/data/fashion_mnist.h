@@ -12,7 +12,9 @@
 #pragma once
 
 #include <memory>
+#include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "frontend/data/dataset.h"
@@ -31,6 +33,10 @@ class FashionMNIST final : public Dataset {
   static FashionMNIST test(const std::string& dir = default_dir());
 
   FashionMNIST(const std::string& images_path, const std::string& labels_path);
+  // The same from the two files' bytes in memory (gzip-compressed or not);
+  // the names stand for the files in errors.
+  static FashionMNIST parse(std::span<const uint8_t> images_file, std::string_view images_name,
+                            std::span<const uint8_t> labels_file, std::string_view labels_name);
 
   int64_t size() const override { return count_; }
   Batch batch(std::span<const int64_t> indices, Device device = Device::cpu(0)) const override;
@@ -42,6 +48,8 @@ class FashionMNIST final : public Dataset {
 
  private:
   FashionMNIST() = default;
+  static FashionMNIST from_idx(std::vector<uint8_t> images, std::string_view images_path,
+                               std::vector<uint8_t> labels, std::string_view labels_path);
   std::shared_ptr<const std::vector<uint8_t>> images_;
   std::shared_ptr<const std::vector<uint8_t>> labels_;
   int64_t offset_ = 0;
@@ -51,5 +59,12 @@ class FashionMNIST final : public Dataset {
 // Reads a whole IDX file (gzip-compressed or not) with a size limit.
 // Exposed for tests.
 std::vector<uint8_t> read_idx_file(const std::string& path, size_t max_bytes);
+// The same for a file's bytes in memory: gzip members (one or several,
+// concatenated) are inflated, other bytes are taken as they are. IOError,
+// naming `source` and the byte offset, for corrupt or truncated compressed
+// data, for bytes after the last member, and as soon as the output would
+// pass `max_bytes` (memory grows with the data inflated, never with a size
+// the data declares).
+std::vector<uint8_t> decode_idx_bytes(std::span<const uint8_t> bytes, std::string_view source, size_t max_bytes);
 
 }  // namespace kiln::data

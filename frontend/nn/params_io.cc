@@ -218,7 +218,12 @@ NDArray read_record(Reader& r, uint64_t index) {
     else
       count *= static_cast<uint64_t>(d);
   }
-  Shape shape(dims);
+  Shape shape;
+  try {
+    shape = Shape(dims);
+  } catch (const Error& e) {
+    r.fail(shape_at, fmt::format("array {}: {}", index, e.message()));
+  }
   if (count > limit) {
     double bytes = static_cast<double>(dtype_size(dtype));
     for (int64_t d : dims) bytes *= static_cast<double>(d);

@@ -13,6 +13,19 @@ if(NOT KILN_BUILD_TYPE)
   set(KILN_BUILD_TYPE Release)
 endif()
 
+# KILN_CXX_COMPILER, KILN_CXX_FLAGS, KILN_LINK_FLAGS: how the consumer is
+# compiled and linked (set for sanitizer builds, whose flags it must share).
+set(consumer_args)
+if(KILN_CXX_COMPILER)
+  list(APPEND consumer_args -DCMAKE_CXX_COMPILER=${KILN_CXX_COMPILER})
+endif()
+if(KILN_CXX_FLAGS)
+  list(APPEND consumer_args "-DCMAKE_CXX_FLAGS=${KILN_CXX_FLAGS}")
+endif()
+if(KILN_LINK_FLAGS)
+  list(APPEND consumer_args "-DCMAKE_EXE_LINKER_FLAGS=${KILN_LINK_FLAGS}")
+endif()
+
 set(prefix ${KILN_WORK_DIR}/prefix)
 set(build ${KILN_WORK_DIR}/consumer)
 file(REMOVE_RECURSE ${prefix} ${build})
@@ -31,7 +44,7 @@ step("installing ${KILN_BUILD_DIR} into ${prefix}"
 step("configuring tests/consumer against the installed package only"
      ${CMAKE_COMMAND} -S ${KILN_SOURCE_DIR}/tests/consumer -B ${build}
      -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_BUILD_TYPE=${KILN_BUILD_TYPE}
-     -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF)
+     -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF ${consumer_args})
 step("building" ${CMAKE_COMMAND} --build ${build})
 message(STATUS "install_consumer: running ${build}/consumer")
 execute_process(COMMAND ${build}/consumer RESULT_VARIABLE rc)

@@ -342,6 +342,17 @@ TEST(DistSync, AStuckProcessTimesOutNamingTheKey) {
   fs::remove(log_path);
 }
 
+// Open MPI never frees much of what MPI_Init allocates and unloads its
+// plugins at MPI_Finalize, so LeakSanitizer reports leaks that are not
+// Kiln's, with stacks it cannot resolve (no suppression can name them): the
+// sanitizer build runs the MPI worker processes without leak detection; every
+// other test process keeps it.
+#ifdef KILN_SANITIZE_BUILD
+constexpr const char* kMpiWorkerEnv = "ASAN_OPTIONS=${ASAN_OPTIONS}:detect_leaks=0 ";
+#else
+constexpr const char* kMpiWorkerEnv = "";
+#endif
+
 TEST(DistSync, TwoProcessesMatchOneProcess) {
   if (!kv::dist_available()) GTEST_SKIP() << "built without MPI";
   if (kv::launched_under_mpi()) GTEST_SKIP() << "already one of several processes";
@@ -352,9 +363,9 @@ TEST(DistSync, TwoProcessesMatchOneProcess) {
   fs::create_directories(dir);
   std::string exe = fs::read_symlink("/proc/self/exe").string();
   std::string cmd = fmt::format(
-      "KILN_DP_DIST_OUT={0} timeout 300 mpirun --allow-run-as-root --oversubscribe -np 2 -x KILN_DP_DIST_OUT {1} "
+      "KILN_DP_DIST_OUT={0} {2}timeout 300 mpirun --allow-run-as-root --oversubscribe -np 2 -x KILN_DP_DIST_OUT {1} "
       "--gtest_filter=DistSync.Worker > {0}/log 2>&1",
-      dir.string(), exe);
+      dir.string(), exe, kMpiWorkerEnv);
   int rc = std::system(cmd.c_str());
   std::stringstream log;
   log << std::ifstream(dir / "log").rdbuf();

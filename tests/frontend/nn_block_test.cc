@@ -338,7 +338,7 @@ TEST(NnBlock, GradientsMatchFiniteDifferences) {
     ASSERT_EQ(analytic.size(), base.size()) << name;
     const double eps = 1e-6;
     for (size_t i = 0; i < base.size(); ++i) {
-      auto at = [&](double delta) {
+      auto at = [&, &p = p](double delta) {  // clang 14 captures no structured binding
         std::vector<double> v = base;
         v[i] += delta;
         nn::Parameter q = p;

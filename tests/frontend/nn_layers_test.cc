@@ -408,7 +408,7 @@ void check_net_gradients(nn::HybridSequential& net, const NDArray& x) {
     for (double g : analytic) norm += std::fabs(g);
     EXPECT_GT(norm, 0) << name << " got no gradient";
     for (size_t i = 0; i < base.size(); i += 1 + base.size() / 3) {  // a few elements of each
-      auto at = [&](double delta) {
+      auto at = [&, &p = p](double delta) {  // clang 14 captures no structured binding
         std::vector<double> v = base;
         v[i] += delta;
         nn::Parameter q = p;

@@ -59,8 +59,12 @@ TEST(Npy, ErrorsNameTheByte) {
   EXPECT_CONTAINS(error_of<NotSupported>([&] { npy::parse(with_header("'<f4'", "'<c8'"), "c.npy"); }), "'<c8'");
   EXPECT_CONTAINS(error_of<IOError>([&] { npy::parse(with_header("(4, 4)", "(4, 9)"), "s.npy"); }), "truncated");
   EXPECT_CONTAINS(error_of<IOError>([&] { npy::parse(with_header("(4, 4)", "(1 << 62, 4)"), "x.npy"); }), "shape");
-  EXPECT_CONTAINS(error_of<IOError>([&] { npy::parse(with_header("(4, 4)", "(4611686018427387904, 4)"), "huge.npy"); }),
+  // 2^62 elements: their byte count overflows 64 bits, and it is still "truncated".
+  EXPECT_CONTAINS(error_of<IOError>([&] { npy::parse(with_header("(4, 4)", "(1152921504606846976, 4)"), "huge.npy"); }),
                   "truncated");
+  // 2^64 elements: more than a shape can hold, refused at the shape.
+  EXPECT_CONTAINS(error_of<IOError>([&] { npy::parse(with_header("(4, 4)", "(4611686018427387904, 4)"), "huge.npy"); }),
+                  "more than 2^63 - 1 elements");
 }
 
 }  // namespace

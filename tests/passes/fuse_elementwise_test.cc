@@ -71,6 +71,24 @@ TEST(FuseElementwise, ChainBecomesOneNode) {
   EXPECT_EQ(ir::parse_graph(after).to_text(), after);
 }
 
+TEST(FuseElementwise, ConstantsSlotsAreNotNodes) {
+  // A const node's one input entry holds its slot in the constant table
+  // ({-1, slot}), not a node: the pass must not follow it (it read its
+  // per-node tables at index -1; AddressSanitizer reports that).
+  const char* before = R"IR(graph {
+  %x = input f32[4,5]
+  %a = exp(%x) : f32[4,5]
+  %c = const f32[4,5] slot=0
+  %b = elemwise_add(%a, %c) : f32[4,5]
+  return %b
+}
+)IR";
+  int64_t fused = 0;
+  const std::string after = fuse(before, &fused);
+  EXPECT_EQ(fused, 2);
+  EXPECT_NE(after.find("%c = const f32[4,5] slot=0"), std::string::npos) << after;
+}
+
 TEST(FuseElementwise, ValuesReadOutsideStayOutputs) {
   // %a is read by FullyConnected and %b is a graph output: both stay outputs.
   const char* before = R"IR(graph {
