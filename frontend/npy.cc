@@ -6,6 +6,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "frontend/atomic_file.h"
+
 namespace kiln::npy {
 
 static_assert(std::endian::native == std::endian::little, ".npy reading assumes a little-endian host");
@@ -177,13 +179,6 @@ NDArray load(const std::string& path) {
   return parse(bytes, path);
 }
 
-void save(const std::string& path, const NDArray& a) {
-  std::string bytes = serialize(a);
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  KILN_CHECK(out.good(), IOError, "{}: cannot open for writing", path);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  out.close();
-  KILN_CHECK(out.good(), IOError, "{}: write failed", path);
-}
+void save(const std::string& path, const NDArray& a) { write_file_atomically(path, serialize(a)); }
 
 }  // namespace kiln::npy

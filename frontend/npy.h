@@ -21,6 +21,7 @@
 namespace kiln::npy {
 
 NDArray load(const std::string& path);
+// Written atomically (frontend/atomic_file.h).
 void save(const std::string& path, const NDArray& a);
 
 // The same in memory; `source` names the bytes in errors.

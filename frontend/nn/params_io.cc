@@ -1,5 +1,6 @@
 #include "frontend/nn/params_io.h"
 
+
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -15,6 +16,7 @@
 
 #include <fmt/ranges.h>
 
+#include "frontend/atomic_file.h"
 #include "frontend/nn/block.h"
 
 namespace kiln::nn {
@@ -55,39 +57,6 @@ class FunctionSink final : public Sink {
 
  private:
   const std::function<void(std::string_view)>& f_;
-};
-
-// Buffered writes to a file descriptor; errors name the file.
-class FileSink final : public Sink {
- public:
-  FileSink(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
-  void put(const void* data, size_t n) override {
-    if (buffer_.size() + n > kBufferBytes) flush();
-    if (n >= kBufferBytes) {
-      write_all(static_cast<const char*>(data), n);
-    } else {
-      buffer_.append(static_cast<const char*>(data), n);
-    }
-  }
-  void flush() {
-    write_all(buffer_.data(), buffer_.size());
-    buffer_.clear();
-  }
-
- private:
-  static constexpr size_t kBufferBytes = 1 << 20;
-  void write_all(const char* p, size_t n) {
-    while (n > 0) {
-      ssize_t w = ::write(fd_, p, n);
-      if (w < 0 && errno == EINTR) continue;
-      KILN_CHECK(w > 0, IOError, "{}: write failed: {}", path_, std::strerror(errno));
-      p += w;
-      n -= static_cast<size_t>(w);
-    }
-  }
-  int fd_;
-  std::string path_;
-  std::string buffer_;
 };
 
 void write_all_arrays(Sink& sink, const NamedArrays& arrays) {
@@ -308,27 +277,7 @@ NamedArrays parse_ndarrays(std::string_view bytes, std::string_view source) {
 }
 
 void save_ndarrays(const std::string& path, const NamedArrays& arrays) {
-  static std::atomic<uint64_t> counter{0};
-  std::string tmp = fmt::format("{}.tmp-{}-{}", path, ::getpid(), counter++);
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  KILN_CHECK(fd >= 0, IOError, "{}: cannot create the temporary file {}: {}", path, tmp, std::strerror(errno));
-  try {
-    FileSink sink(fd, path);
-    write_all_arrays(sink, arrays);
-    sink.flush();
-    KILN_CHECK(::fsync(fd) == 0, IOError, "{}: fsync failed: {}", path, std::strerror(errno));
-    int rc = ::close(fd);
-    fd = -1;
-    KILN_CHECK(rc == 0, IOError, "{}: close failed: {}", path, std::strerror(errno));
-    std::error_code ec;
-    std::filesystem::rename(tmp, path, ec);
-    KILN_CHECK(!ec, IOError, "{}: cannot rename {} into place: {}", path, tmp, ec.message());
-  } catch (...) {
-    if (fd >= 0) ::close(fd);
-    std::error_code ignored;
-    std::filesystem::remove(tmp, ignored);
-    throw;
-  }
+  write_file_atomically(path, [&](const ByteSink& put) { write_ndarrays(arrays, put); });
 }
 
 NamedArrays load_ndarrays(const std::string& path) { return parse_ndarrays(read_file(path), path); }

@@ -12,6 +12,7 @@
 #include <set>
 #include <sstream>
 
+#include "frontend/atomic_file.h"
 #include "ir/error.h"
 
 namespace kiln::train {
@@ -24,7 +25,6 @@ constexpr std::string_view kManifest = "MANIFEST";
 constexpr std::string_view kManifestHeader = "kiln checkpoint manifest 1";
 constexpr std::string_view kPrefix = "ckpt-";
 constexpr std::string_view kSuffix = ".kiln";
-constexpr std::string_view kTmpMarker = ".tmp-";
 constexpr size_t kMaxManifestBytes = 1 << 20;
 
 bool is_checkpoint_name(std::string_view n) {
@@ -34,71 +34,7 @@ bool is_checkpoint_name(std::string_view n) {
          std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; });
 }
 
-void fsync_dir(const std::string& dir) {
-  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  KILN_CHECK(fd >= 0, IOError, "{}: cannot open the directory to sync it: {}", dir, std::strerror(errno));
-  int rc = ::fsync(fd);
-  int err = errno;
-  ::close(fd);
-  KILN_CHECK(rc == 0, IOError, "{}: fsync of the directory failed: {}", dir, std::strerror(err));
-}
-
-std::string parent_of(const std::string& path) {
-  std::string p = fs::path(path).parent_path().string();
-  return p.empty() ? "." : p;
-}
-
 }  // namespace
-
-void write_file_atomically(const std::string& path, std::string_view bytes) {
-  write_file_atomically(path, [&](const ByteSink& put) { put(bytes); });
-}
-
-void write_file_atomically(const std::string& path, const std::function<void(const ByteSink&)>& produce) {
-  static std::atomic<uint64_t> counter{0};
-  std::string tmp = fmt::format("{}{}{}-{}", path, kTmpMarker, ::getpid(), counter++);
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  KILN_CHECK(fd >= 0, IOError, "{}: cannot create the temporary file {}: {}", path, tmp, std::strerror(errno));
-  try {
-    uint64_t total = 0;
-    auto write_all = [&](const char* p, size_t n) {
-      while (n > 0) {
-        ssize_t w = ::write(fd, p, n);
-        if (w < 0 && errno == EINTR) continue;
-        KILN_CHECK(w > 0, IOError, "{}: write failed after {} bytes: {}", tmp, total, std::strerror(errno));
-        p += w;
-        n -= static_cast<size_t>(w);
-        total += static_cast<uint64_t>(w);
-      }
-    };
-    constexpr size_t kBuffer = 1 << 20;
-    std::string buffer;
-    buffer.reserve(kBuffer);
-    produce([&](std::string_view piece) {
-      if (buffer.size() + piece.size() > kBuffer) {
-        write_all(buffer.data(), buffer.size());
-        buffer.clear();
-      }
-      if (piece.size() >= kBuffer) {
-        write_all(piece.data(), piece.size());
-      } else {
-        buffer.append(piece);
-      }
-    });
-    write_all(buffer.data(), buffer.size());
-    KILN_CHECK(::fsync(fd) == 0, IOError, "{}: fsync failed: {}", tmp, std::strerror(errno));
-    int rc = ::close(fd);
-    fd = -1;
-    KILN_CHECK(rc == 0, IOError, "{}: close failed: {}", tmp, std::strerror(errno));
-    KILN_CHECK(::rename(tmp.c_str(), path.c_str()) == 0, IOError, "{}: cannot rename {} into place: {}", path, tmp,
-               std::strerror(errno));
-  } catch (...) {
-    if (fd >= 0) ::close(fd);
-    ::unlink(tmp.c_str());
-    throw;
-  }
-  fsync_dir(parent_of(path));
-}
 
 CheckpointDir::CheckpointDir(std::string dir, CheckpointDirOptions options) : dir_(std::move(dir)), options_(options) {
   KILN_CHECK(!dir_.empty(), ValueError, "CheckpointDir: no directory given");
@@ -134,8 +70,8 @@ std::string CheckpointDir::save(int64_t step, const Checkpoint& checkpoint) {
   for (const auto& entry : fs::directory_iterator(dir_, ec)) {
     std::string n = entry.path().filename().string();
     bool stale = is_checkpoint_name(n) && !kept.contains(n);
-    bool tmp = n.find(kTmpMarker) != std::string::npos &&
-               (n.starts_with(kPrefix) || n.starts_with(std::string(kManifest) + std::string(kTmpMarker)));
+    bool tmp = n.find(kTempMarker) != std::string::npos &&
+               (n.starts_with(kPrefix) || n.starts_with(std::string(kManifest) + std::string(kTempMarker)));
     if (stale || tmp) fs::remove(entry.path(), ec);
   }
   return path;

@@ -68,12 +68,4 @@ class CheckpointDir {
   CheckpointDirOptions options_;
 };
 
-// Writes `bytes` to `path` atomically: a temporary file in the same
-// directory, fsync, rename, fsync of the directory. IOError naming the file.
-void write_file_atomically(const std::string& path, std::string_view bytes);
-// The same with the bytes streamed: `produce` calls its argument with
-// consecutive pieces (buffered here, 1 MiB at a time).
-using ByteSink = std::function<void(std::string_view)>;
-void write_file_atomically(const std::string& path, const std::function<void(const ByteSink&)>& produce);
-
 }  // namespace kiln::train

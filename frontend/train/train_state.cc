@@ -136,7 +136,9 @@ TrainingState decode_training(const Checkpoint& c, std::string_view source, cons
     if (!seen.insert(n).second) problems.push_back(fmt::format("'{}' appears twice", n));
     if (!params.contains(n)) problems.push_back(fmt::format("'{}' is not a parameter of this model", n));
   }
-  for (const auto& [name, p] : params) {
+  for (const auto& entry : params) {
+    const std::string& name = entry.first;
+    const auto& p = entry.second;
     auto it = std::find_if(saved.begin(), saved.end(), [&](const auto& e) { return e.first == name; });
     if (it == saved.end()) {
       problems.push_back(fmt::format("'{}' is missing", name));
