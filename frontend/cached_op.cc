@@ -228,7 +228,7 @@ std::vector<NDArray> CachedOp::call(nn::Block& block, std::span<const NDArray> i
       std::lock_guard lock(entry->train_mutex);
       auto it = entry->train.find(needs);
       if (it == entry->train.end())
-        it = entry->train.emplace(needs, TrainProgram::compile(t, needs, entry->key.train)).first;
+        it = entry->train.emplace(needs, TrainProgram::compile(entry->traced, needs, entry->key.train)).first;
       program = it->second;
     }
     if (program) {

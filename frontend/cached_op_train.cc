@@ -62,15 +62,16 @@ int backward_segments() {
 
 }  // namespace
 
-std::shared_ptr<const TrainProgram> TrainProgram::compile(const trace::TracedGraph& traced,
+std::shared_ptr<const TrainProgram> TrainProgram::compile(std::shared_ptr<const trace::TracedGraph> traced_graph,
                                                           const std::vector<bool>& input_needs_grad,
                                                           bool train_mode) {
+  const trace::TracedGraph& traced = *traced_graph;
   const ir::Graph& fwd = traced.graph;
   if (!GraphExecutor::supports(fwd)) return nullptr;
   std::vector<std::string> wrt;
   auto program = std::shared_ptr<TrainProgram>(new TrainProgram);
   program->device_ = traced.device;
-  program->traced_ = std::make_shared<const trace::TracedGraph>(traced);
+  program->traced_ = std::move(traced_graph);
   program->num_outputs_ = fwd.outputs().size();
   for (const ir::Entry& e : fwd.outputs()) program->output_types_.push_back(fwd.type(e));
   program->input_grad_.assign(traced.inputs.size(), -1);

@@ -39,7 +39,7 @@ class TrainProgram : public std::enable_shared_from_this<TrainProgram> {
   // Null when there is nothing to differentiate (no input needs a gradient
   // and no parameter has one) or when the graph cannot run compiled
   // (GraphExecutor::supports).
-  static std::shared_ptr<const TrainProgram> compile(const trace::TracedGraph& traced,
+  static std::shared_ptr<const TrainProgram> compile(std::shared_ptr<const trace::TracedGraph> traced,
                                                      const std::vector<bool>& input_needs_grad, bool train_mode);
 
   std::vector<NDArray> call(std::span<const NDArray> inputs, bool is_train) const;
@@ -72,7 +72,7 @@ class TrainProgram : public std::enable_shared_from_this<TrainProgram> {
   };
 
   Device device_;
-  std::shared_ptr<const trace::TracedGraph> traced_;  // the forward as traced, for replay_gradients
+  std::shared_ptr<const trace::TracedGraph> traced_;  // the forward as traced (the cache entry's), for replay_gradients
   size_t num_outputs_ = 0;
   std::vector<TensorType> output_types_;
   std::unique_ptr<GraphExecutor> forward_, backward_;

@@ -63,8 +63,9 @@ void grad_convolution_backward_weight(GradBuilder& b, const GradArgs& a, std::sp
 void grad_pooling_backward(GradBuilder& b, const GradArgs& a, std::span<GradValue> in_grads) {
   const auto& attrs = a.attrs.as<PoolingAttrs>();
   KILN_CHECK(attrs.pool_type != "max", NotSupported,
-             "_backward_Pooling: max pooling is not twice differentiable in Kiln (the gradient of its gradient "
-             "is not implemented); use avg pooling, or do not pass create_graph through it");
+             "_backward_Pooling: max pooling is not twice differentiable in Kiln (no op gathers a gradient at "
+             "each window's argmax, which its gradient's gradient needs); use avg pooling, or do not pass "
+             "create_graph through it");
   if (a.needs_grad[0]) in_grads[0] = b.op(OpId::kPooling, {a.out_grads[0]}, a.attrs);
 }
 
