@@ -16,10 +16,13 @@ packages=(
   clang-14 libclang-rt-14-dev libomp-14-dev  # the sanitizer build and its fuzz targets (build-asan/)
   ocl-icd-opencl-dev  # libdnnl-dev's CMake config looks for OpenCL (a Recommends, skipped by --no-install-recommends)
   dataset-fashion-mnist
+  libonnx-dev libprotobuf-dev protobuf-compiler libonnx-testdata  # ONNX import/export and ONNX's node tests
+  graphviz libgraphviz-dev librsvg2-bin  # graph pictures (kiln inspect --svg) and the SVG tests' renderer
+  fortunes  # the byte-level text dataset of the GPT model
 )
 for arg in "$@"; do
   case "$arg" in
-    --bench) packages+=(python3-torch python3-numpy libopenblas0-openmp) ;;
+    --bench) packages+=(python3-torch python3-numpy libopenblas0-openmp python3-onnx) ;;
     -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
     *) echo "install-deps.sh: unknown argument '$arg' (expected --bench)" >&2; exit 2 ;;
   esac
