@@ -155,7 +155,9 @@ GraphExecutor::GraphExecutor(std::shared_ptr<const trace::TracedGraph> traced, B
     if (!n.is_op()) continue;
     const OpDef& def = op_def(n.op);
     Program::Step step;
-    step.fn = find_kernel(def, p.device);
+    std::vector<TensorType> in_types;
+    for (const ir::Entry& e : n.inputs) in_types.push_back(g.node(e.node).types[static_cast<size_t>(e.index)]);
+    step.fn = find_kernel(def, p.device, in_types, n.types);
     prepare_kernel(n.op, p.device, n.attrs);  // e.g. compile a fused loop now, not in the first call
     step.op = n.op;
     step.attrs = n.attrs;
@@ -324,7 +326,8 @@ void GraphExecutor::Call::run_steps(engine::RunContext rc, size_t begin, size_t 
         ++k;
       }
     }
-    KernelContext ctx{rc, step.fresh >= 0 ? fresh_attrs[static_cast<size_t>(step.fresh)] : step.attrs, is_train};
+    KernelContext ctx{rc, step.fresh >= 0 ? fresh_attrs[static_cast<size_t>(step.fresh)] : step.attrs, is_train,
+                      step.op};
     step.fn(ctx, {views, step.in.size()}, {views + step.in.size(), step.out.size()});
     if (profile) {
       profiler::record({.name = fmt::format("CachedOp/{}", op_def(step.op).name),

@@ -4,6 +4,7 @@
 #include <iterator>
 #include <utility>
 
+#include "frontend/amp.h"
 #include "frontend/autograd.h"
 #include "frontend/autograd_tape.h"
 #include "frontend/trace.h"
@@ -29,6 +30,7 @@ struct KernelCall {
   static constexpr int kInline = 4;
   KernelCall* pool_next = nullptr;
   KernelFn fn = nullptr;
+  OpId op = OpId::kNumOps;
   bool is_train = false;
   int num_in = 0, num_out = 0;
   OpAttrs attrs;
@@ -49,7 +51,7 @@ struct KernelCall {
 
   void run(const engine::RunContext& rc) {
     TensorView* v = views();
-    KernelContext ctx{rc, attrs, is_train};
+    KernelContext ctx{rc, attrs, is_train, op};
     fn(ctx, {v, static_cast<size_t>(num_in)}, {v + num_in, static_cast<size_t>(num_out)});
   }
 };
@@ -147,13 +149,17 @@ void invoke_into(OpId op, std::span<const NDArray> inputs, const OpAttrs& attrs,
     for (NDArray& a : tracer->record(op, inputs, attrs, options.out)) outputs.push_back(std::move(a));
     return;
   }
+  std::vector<NDArray> cast_inputs;
+  if (amp::active()) [[unlikely]] {
+    if (amp::detail::cast_inputs(def, inputs, cast_inputs)) inputs = cast_inputs;
+  }
   Device device = common_device(def, inputs, options);
 
   thread_local std::vector<TensorType> in_types, out_types;
   in_types.clear();
   for (const NDArray& x : inputs) in_types.push_back({x.shape(), x.dtype()});
   infer_types(def, attrs, in_types, out_types);
-  KernelFn fn = find_kernel(def, device);
+  KernelFn fn = find_kernel(def, device, in_types, out_types);
 
   int64_t new_bytes = 0;
   if (!options.out.empty()) {
@@ -178,6 +184,7 @@ void invoke_into(OpId op, std::span<const NDArray> inputs, const OpAttrs& attrs,
   KernelCall* call = RecordPool<KernelCall>::alloc();
   PooledCall owner(call);
   call->fn = fn;
+  call->op = op;
   if (!call->attrs.same(attrs)) call->attrs = attrs;
   call->is_train = autograd::is_training();
   TensorView* views = call->set_counts(static_cast<int>(inputs.size()), static_cast<int>(outputs.size()));

@@ -52,6 +52,15 @@ using InferFn = void (*)(const OpAttrs& attrs, std::span<const TensorType> in, s
 // Parses MXNet's string attributes into the op's typed struct.
 using ParseAttrsFn = OpAttrs (*)(std::string_view op, const AttrMap& strings);
 
+// How an op runs under a mixed-precision policy (autocast at invoke and the
+// amp-cast pass apply the same rule: frontend/amp.h, passes/amp_cast.h).
+enum class AmpPolicy : uint8_t {
+  kFollow,   // no casts: runs in the dtype its inputs have (shape ops, activations, pooling)
+  kLow,      // floating inputs are cast to the 16-bit type (the matrix products: tensor/tile units)
+  kFloat32,  // floating inputs are cast to float32 (softmax, losses, norms, exp/log, powers)
+  kPromote,  // floating inputs are cast to the widest floating dtype among them (binary ops, concat)
+};
+
 struct OpDef {
   OpId id{};
   std::string_view name;        // MXNet's spelling; what export writes
@@ -78,6 +87,12 @@ struct OpDef {
   // reads, which autograd does not keep (BatchNorm reads its mean and var,
   // not its activation-sized output).
   uint64_t grad_unused_outputs = 0;
+  // Mixed precision: the op's policy, and inputs (bit i for input i) that
+  // stay float32 whatever the data's dtype (BatchNorm's scale, shift and
+  // statistics), which autocast and Block::cast leave in float32.
+  AmpPolicy amp = AmpPolicy::kFollow;
+  uint64_t amp_float32_inputs = 0;
+  bool keeps_float32(size_t input) const { return input < 64 && ((amp_float32_inputs >> input) & 1) != 0; }
   bool grad_keeps_output(size_t i) const {
     return grad_uses_outputs && (i >= 64 || ((grad_unused_outputs >> i) & 1) == 0);
   }

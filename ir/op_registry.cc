@@ -21,6 +21,7 @@ void register_nn_ops(OpRegistry& r);
 void register_optimizer_ops(OpRegistry& r);
 void register_fused_layer_ops(OpRegistry& r);
 void register_fused_ops(OpRegistry& r);
+void register_amp_policies(OpRegistry& r);  // ir/ops/amp_policy.cc: after every op is defined
 
 namespace {
 
@@ -87,6 +88,7 @@ const Registry& built_registry() {
     register_elemwise_grads(builder);
     register_conv_grads(builder);
     register_nn_grads(builder);
+    register_amp_policies(builder);
     // Ops listed but not yet defined keep their name and id; tests/ir/op_registry_test.cc
     // checks that every op has inference and a CPU kernel.
     for (int i = 0; i < kNumOps; ++i) {

@@ -11,12 +11,25 @@ void register_cuda_kernels();  // backends/cuda, or a no-op without CUDA
 namespace {
 
 using Table = std::array<std::array<KernelFn, kNumDeviceKinds>, kNumOps>;
+using HalfTable = std::array<std::array<HalfSupport, kNumDeviceKinds>, kNumOps>;
 using PrepareTable = std::array<std::array<KernelPrepareFn, kNumDeviceKinds>, kNumOps>;
 
 Table& table_storage() {
   static Table t{};
   return t;
 }
+
+HalfTable& half_storage() {
+  static HalfTable t{};
+  return t;
+}
+
+std::array<KernelFn, kNumDeviceKinds>& widening_storage() {
+  static std::array<KernelFn, kNumDeviceKinds> t{};
+  return t;
+}
+
+bool is_half(DType t) { return t == DType::kFloat16 || t == DType::kBfloat16; }
 
 PrepareTable& prepare_storage() {
   static PrepareTable t{};
@@ -35,8 +48,32 @@ const Table& table() {
 
 }  // namespace
 
-void register_kernel(OpId op, DeviceKind kind, KernelFn fn) {
+void register_kernel(OpId op, DeviceKind kind, KernelFn fn, HalfSupport half) {
   table_storage()[static_cast<size_t>(op)][static_cast<size_t>(kind)] = fn;
+  half_storage()[static_cast<size_t>(op)][static_cast<size_t>(kind)] = half;
+}
+
+void register_widening_kernel(DeviceKind kind, KernelFn adaptor) {
+  widening_storage()[static_cast<size_t>(kind)] = adaptor;
+}
+
+HalfSupport half_support(OpId op, DeviceKind kind) {
+  (void)table();
+  return half_storage()[static_cast<size_t>(op)][static_cast<size_t>(kind)];
+}
+
+KernelFn find_kernel(const OpDef& op, Device device, std::span<const TensorType> in,
+                     std::span<const TensorType> out) {
+  KernelFn fn = find_kernel(op, device);
+  if (half_support(op.id, device.kind) == HalfSupport::kAny) return fn;
+  bool half = false;
+  for (const TensorType& t : in) half = half || is_half(t.dtype);
+  for (const TensorType& t : out) half = half || is_half(t.dtype);
+  if (!half) return fn;
+  KernelFn adaptor = widening_storage()[static_cast<size_t>(device.kind)];
+  KILN_CHECK(adaptor != nullptr, NotSupported, "{}: no float16/bfloat16 kernel for {} in this build", op.name,
+             device);
+  return adaptor;
 }
 
 KernelFn find_kernel(const OpDef& op, Device device) {

@@ -20,8 +20,12 @@
 // (backends/cpu/weight_cache.h), which compares the weights' bytes with the
 // ones it reordered, so a changed weight is never served stale.
 //
+// bfloat16 and float16 data run the same primitives in that type (fp32
+// accumulation inside oneDNN; Winograd and im2col are float32 only), or widen
+// to float32 where this CPU's oneDNN has no kernel for the type.
+//
 // Plans (primitive descriptors, primitives and the reorders around them) are
-// cached per (shapes, window, groups, bias, post-ops, thread count). The bias
+// cached per (dtype, shapes, window, groups, bias, post-ops, thread count). The bias
 // gradient is not computed here: the GradFn sums out_grad with the `sum` op.
 //
 // _kiln_conv_act (ir/ops/fused_layers.h) is the forward kernel with oneDNN post-ops:
@@ -38,6 +42,7 @@
 #include "backends/cpu/onednn_util.h"
 #include "backends/cpu/parallel.h"
 #include "backends/cpu/weight_cache.h"
+#include "backends/cpu/widen.h"
 #include "ir/ops/conv.h"
 #include "ir/ops/fused_layers.h"
 #include "runtime/kernel.h"
@@ -55,28 +60,31 @@ struct ConvProblem {
   bool with_sum = false;           // forward post-ops (_kiln_conv_act)
   std::optional<ActType> act;
   bool nhwc = false;  // activations in nhwc rather than a layout oneDNN chooses
+  memory::data_type dt = memory::data_type::f32;  // of every operand (f32, bf16 or f16)
   int64_t macs = 0;   // multiply-adds
   std::string key;    // everything above
 
   // The layout of src or dst (`dims`) the primitives use.
   memory::desc activation_desc(const memory::dims& dims) const {
-    return nhwc ? memory::desc(dims, memory::data_type::f32, memory::format_tag::nhwc) : dn::any_desc(dims);
+    return nhwc ? memory::desc(dims, dt, memory::format_tag::nhwc) : dn::any_desc(dims, dt);
   }
 
   dnnl::convolution_forward::desc forward_desc() const {
-    auto s = activation_desc(src), w = dn::any_desc(weights), d = activation_desc(dst);
+    auto s = activation_desc(src), w = dn::any_desc(weights, dt), d = activation_desc(dst);
     // Fused convolutions run in inference graphs only: oneDNN may pick faster kernels.
     auto prop = act ? dnnl::prop_kind::forward_inference : dnnl::prop_kind::forward_training;
     if (has_bias)
-      return {prop, dnnl::algorithm::convolution_direct, s, w, dn::plain_desc(bias), d, strides, dilates, pad_l, pad_r};
+      return {prop, dnnl::algorithm::convolution_direct, s, w, dn::plain_desc(bias, dt), d, strides, dilates, pad_l, pad_r};
     return {prop, dnnl::algorithm::convolution_direct, s, w, d, strides, dilates, pad_l, pad_r};
   }
 };
 
-ConvProblem make_problem(const ConvolutionAttrs& a, const Shape& data, bool with_sum = false,
+ConvProblem make_problem(const ConvolutionAttrs& a, const Shape& data, DType dtype, bool with_sum = false,
                          std::optional<ActType> act = std::nullopt) {
   WindowGeometry g = convolution_geometry(a, data);
   ConvProblem p;
+  p.dt = dn::data_type(dtype);
+  p.key = fmt::format("{}|", dtype_short_name(dtype));
   p.src = dn::to_dims(data);
   p.dst = dn::to_dims(g.out_shape(data[0], a.num_filter));
   // MXNet's [num_filter, C / groups, k...] is oneDNN's goihw with the group split off.
@@ -133,39 +141,39 @@ ForwardPlan make_forward_plan(const ConvProblem& p) {
   ForwardPlan plan;
   plan.prim = dnnl::convolution_forward(pd);
   plan.scratchpad = dn::scratchpad_bytes(pd);
-  plan.src = {dn::plain_desc(p.src), pd.src_desc()};
-  plan.weights = {dn::plain_desc(p.weights), pd.weights_desc()};
-  plan.dst = {pd.dst_desc(), dn::plain_desc(p.dst)};
-  if (p.with_sum) plan.sum = {dn::plain_desc(p.dst), pd.dst_desc()};
-  if (p.has_bias) plan.bias = dn::plain_desc(p.bias);
+  plan.src = {dn::plain_desc(p.src, p.dt), pd.src_desc()};
+  plan.weights = {dn::plain_desc(p.weights, p.dt), pd.weights_desc()};
+  plan.dst = {pd.dst_desc(), dn::plain_desc(p.dst, p.dt)};
+  if (p.with_sum) plan.sum = {dn::plain_desc(p.dst, p.dt), pd.dst_desc()};
+  if (p.has_bias) plan.bias = dn::plain_desc(p.bias, p.dt);
   return plan;
 }
 
 BackwardDataPlan make_backward_data_plan(const ConvProblem& p) {
   dnnl::convolution_backward_data::desc desc(dnnl::algorithm::convolution_direct, p.activation_desc(p.src),
-                                             dn::any_desc(p.weights), p.activation_desc(p.dst), p.strides, p.dilates,
-                                             p.pad_l, p.pad_r);
+                                             dn::any_desc(p.weights, p.dt), p.activation_desc(p.dst), p.strides,
+                                             p.dilates, p.pad_l, p.pad_r);
   dnnl::convolution_backward_data::primitive_desc pd(desc, dn::scratchpad_attr(), dn::engine(), forward_pd(p));
   BackwardDataPlan plan;
   plan.prim = dnnl::convolution_backward_data(pd);
   plan.scratchpad = dn::scratchpad_bytes(pd);
-  plan.diff_dst = {dn::plain_desc(p.dst), pd.diff_dst_desc()};
-  plan.weights = {dn::plain_desc(p.weights), pd.weights_desc()};
-  plan.diff_src = {pd.diff_src_desc(), dn::plain_desc(p.src)};
+  plan.diff_dst = {dn::plain_desc(p.dst, p.dt), pd.diff_dst_desc()};
+  plan.weights = {dn::plain_desc(p.weights, p.dt), pd.weights_desc()};
+  plan.diff_src = {pd.diff_src_desc(), dn::plain_desc(p.src, p.dt)};
   return plan;
 }
 
 BackwardWeightsPlan make_backward_weights_plan(const ConvProblem& p) {
   dnnl::convolution_backward_weights::desc desc(dnnl::algorithm::convolution_direct, p.activation_desc(p.src),
-                                                dn::any_desc(p.weights), p.activation_desc(p.dst), p.strides,
+                                                dn::any_desc(p.weights, p.dt), p.activation_desc(p.dst), p.strides,
                                                 p.dilates, p.pad_l, p.pad_r);
   dnnl::convolution_backward_weights::primitive_desc pd(desc, dn::scratchpad_attr(), dn::engine(), forward_pd(p));
   BackwardWeightsPlan plan;
   plan.prim = dnnl::convolution_backward_weights(pd);
   plan.scratchpad = dn::scratchpad_bytes(pd);
-  plan.src = {dn::plain_desc(p.src), pd.src_desc()};
-  plan.diff_dst = {dn::plain_desc(p.dst), pd.diff_dst_desc()};
-  plan.diff_weights = {pd.diff_weights_desc(), dn::plain_desc(p.weights)};
+  plan.src = {dn::plain_desc(p.src, p.dt), pd.src_desc()};
+  plan.diff_dst = {dn::plain_desc(p.dst, p.dt), pd.diff_dst_desc()};
+  plan.diff_weights = {pd.diff_weights_desc(), dn::plain_desc(p.weights, p.dt)};
   return plan;
 }
 
@@ -210,6 +218,7 @@ struct WinogradChoice {
 };
 
 std::optional<WinogradChoice> choose_winograd(const ConvProblem& p, bool backward_data) {
+  if (p.dt != memory::data_type::f32) return std::nullopt;
   if (p.src.size() != 4 || p.weights.size() != 4 || p.weights[2] != 3 || p.weights[3] != 3) return std::nullopt;
   if (p.strides != memory::dims{1, 1} || p.dilates != memory::dims{0, 0}) return std::nullopt;
   if (p.act && *p.act != ActType::kRelu) return std::nullopt;
@@ -230,6 +239,7 @@ std::optional<WinogradChoice> choose_winograd(const ConvProblem& p, bool backwar
 // The im2col forward (backends/cpu/conv_im2col.h) for `p` when it applies:
 // ungrouped 2-D, no post-ops, at most a few input channels.
 std::optional<cpu::Im2colConv> choose_im2col(const ConvProblem& p) {
+  if (p.dt != memory::data_type::f32) return std::nullopt;
   if (p.src.size() != 4 || p.weights.size() != 4 || p.with_sum || p.act) return std::nullopt;
   cpu::Im2colConv s{.batch = p.src[0], .channels = p.src[1], .height = p.src[2], .width = p.src[3],
                     .out_channels = p.dst[1], .out_height = p.dst[2], .out_width = p.dst[3],
@@ -277,28 +287,32 @@ void run_forward(const KernelContext& ctx, const ConvProblem& p, std::span<const
 // (data, weight[, bias]) -> out
 void convolution_forward(const KernelContext& ctx, std::span<const TensorView> in, std::span<const TensorView> out) {
   if (any_empty(in, out)) return zero_outputs(out);
-  run_forward(ctx, make_problem(ctx.attrs.as<ConvolutionAttrs>(), in[0].shape), in, out[0]);
+  if (!dn::computes_in(in[0].dtype)) return cpu::widen(ctx, in, out);
+  run_forward(ctx, make_problem(ctx.attrs.as<ConvolutionAttrs>(), in[0].shape, in[0].dtype), in, out[0]);
 }
 
 // _kiln_conv_act: (data, weight[, bias][, sum]) -> act(conv + sum)
 void conv_act_forward(const KernelContext& ctx, std::span<const TensorView> in, std::span<const TensorView> out) {
   const auto& a = ctx.attrs.as<ConvActAttrs>();
   if (out[0].size() == 0) return;
+  if (out[0].dtype != DType::kFloat32 && (any_empty(in, out) || !dn::computes_in(out[0].dtype)))
+    return cpu::widen(ctx, in, out);
   if (any_empty(in, out)) {  // no input channels: the convolution is 0 (as convolution_forward has it)
     float* y = out[0].ptr<float>();
     const float* sum = a.with_sum ? in.back().ptr<float>() : nullptr;
     for (int64_t i = 0; i < out[0].size(); ++i) y[i] = activate(a.act_type, sum ? sum[i] : 0.0f);
     return;
   }
-  run_forward(ctx, make_problem(a, in[0].shape, a.with_sum, a.act_type), in, out[0]);
+  run_forward(ctx, make_problem(a, in[0].shape, in[0].dtype, a.with_sum, a.act_type), in, out[0]);
 }
 
 // (out_grad, weight) -> d_data
 void convolution_backward_data(const KernelContext& ctx, std::span<const TensorView> in,
                                std::span<const TensorView> out) {
   if (any_empty(in, out)) return zero_outputs(out);
+  if (!dn::computes_in(in[0].dtype)) return cpu::widen(ctx, in, out);
   const auto& a = ctx.attrs.as<ConvolutionBackwardDataAttrs>();
-  ConvProblem p = make_problem(a, a.data_shape);
+  ConvProblem p = make_problem(a, a.data_shape, in[0].dtype);
   if (auto wino = choose_winograd(p, true)) {
     return cpu::winograd_conv(ctx.run, wino->conv, wino->tile, in[0].ptr<float>(), in[1].ptr<float>(), nullptr,
                               nullptr, std::nullopt, /*cache_weights=*/false, out[0].ptr<float>());
@@ -316,9 +330,10 @@ void convolution_backward_data(const KernelContext& ctx, std::span<const TensorV
 void convolution_backward_weight(const KernelContext& ctx, std::span<const TensorView> in,
                                  std::span<const TensorView> out) {
   if (any_empty(in, out)) return zero_outputs(out);
+  if (!dn::computes_in(in[0].dtype)) return cpu::widen(ctx, in, out);
   ConvolutionAttrs a = ctx.attrs.as<ConvolutionAttrs>();
   a.no_bias = true;  // the bias gradient is a `sum` in the GradFn
-  ConvProblem p = make_problem(a, in[1].shape);
+  ConvProblem p = make_problem(a, in[1].shape, in[0].dtype);
   if (auto wino = choose_winograd(p, false)) {
     return cpu::winograd_weight_grad(ctx.run, wino->conv, wino->tile, in[1].ptr<float>(), in[0].ptr<float>(),
                                      out[0].ptr<float>());
@@ -339,10 +354,11 @@ void convolution_backward_weight(const KernelContext& ctx, std::span<const Tenso
 }  // namespace
 
 void register_cpu_convolution_kernels() {
-  register_kernel(OpId::kConvolution, DeviceKind::kCPU, convolution_forward);
-  register_kernel(OpId::kConvAct, DeviceKind::kCPU, conv_act_forward);
-  register_kernel(OpId::kConvolutionBackwardData, DeviceKind::kCPU, convolution_backward_data);
-  register_kernel(OpId::kConvolutionBackwardWeight, DeviceKind::kCPU, convolution_backward_weight);
+  constexpr auto kAny = HalfSupport::kAny;
+  register_kernel(OpId::kConvolution, DeviceKind::kCPU, convolution_forward, kAny);
+  register_kernel(OpId::kConvAct, DeviceKind::kCPU, conv_act_forward, kAny);
+  register_kernel(OpId::kConvolutionBackwardData, DeviceKind::kCPU, convolution_backward_data, kAny);
+  register_kernel(OpId::kConvolutionBackwardWeight, DeviceKind::kCPU, convolution_backward_weight, kAny);
 }
 
 }  // namespace kiln

@@ -214,42 +214,42 @@ void where(const KernelContext& ctx, std::span<const TensorView> in, std::span<c
 
 void register_cpu_elemwise_binary_kernels() {
   constexpr DeviceKind kCPU = DeviceKind::kCPU;
-  register_kernel(OpId::kElemwiseAdd, kCPU, binary<AddOp>);
-  register_kernel(OpId::kElemwiseSub, kCPU, binary<SubOp>);
-  register_kernel(OpId::kElemwiseMul, kCPU, binary<MulOp>);
-  register_kernel(OpId::kElemwiseDiv, kCPU, binary<DivOp>);
-  register_kernel(OpId::kBroadcastAdd, kCPU, binary<AddOp>);
-  register_kernel(OpId::kBroadcastSub, kCPU, binary<SubOp>);
-  register_kernel(OpId::kBroadcastMul, kCPU, binary<MulOp>);
-  register_kernel(OpId::kBroadcastDiv, kCPU, binary<DivOp>);
-  register_kernel(OpId::kBroadcastPower, kCPU, binary<PowerOp>);
-  register_kernel(OpId::kBroadcastMaximum, kCPU, binary<MaximumOp>);
-  register_kernel(OpId::kBroadcastMinimum, kCPU, binary<MinimumOp>);
-  register_kernel(OpId::kBroadcastEqual, kCPU, binary<EqualOp>);
-  register_kernel(OpId::kBroadcastNotEqual, kCPU, binary<NotEqualOp>);
-  register_kernel(OpId::kBroadcastGreater, kCPU, binary<GreaterOp>);
-  register_kernel(OpId::kBroadcastGreaterEqual, kCPU, binary<GreaterEqualOp>);
-  register_kernel(OpId::kBroadcastLesser, kCPU, binary<LesserOp>);
-  register_kernel(OpId::kBroadcastLesserEqual, kCPU, binary<LesserEqualOp>);
+  register_kernel(OpId::kElemwiseAdd, kCPU, binary<AddOp>, HalfSupport::kAny);
+  register_kernel(OpId::kElemwiseSub, kCPU, binary<SubOp>, HalfSupport::kAny);
+  register_kernel(OpId::kElemwiseMul, kCPU, binary<MulOp>, HalfSupport::kAny);
+  register_kernel(OpId::kElemwiseDiv, kCPU, binary<DivOp>, HalfSupport::kAny);
+  register_kernel(OpId::kBroadcastAdd, kCPU, binary<AddOp>, HalfSupport::kAny);
+  register_kernel(OpId::kBroadcastSub, kCPU, binary<SubOp>, HalfSupport::kAny);
+  register_kernel(OpId::kBroadcastMul, kCPU, binary<MulOp>, HalfSupport::kAny);
+  register_kernel(OpId::kBroadcastDiv, kCPU, binary<DivOp>, HalfSupport::kAny);
+  register_kernel(OpId::kBroadcastPower, kCPU, binary<PowerOp>, HalfSupport::kAny);
+  register_kernel(OpId::kBroadcastMaximum, kCPU, binary<MaximumOp>, HalfSupport::kAny);
+  register_kernel(OpId::kBroadcastMinimum, kCPU, binary<MinimumOp>, HalfSupport::kAny);
+  register_kernel(OpId::kBroadcastEqual, kCPU, binary<EqualOp>, HalfSupport::kAny);
+  register_kernel(OpId::kBroadcastNotEqual, kCPU, binary<NotEqualOp>, HalfSupport::kAny);
+  register_kernel(OpId::kBroadcastGreater, kCPU, binary<GreaterOp>, HalfSupport::kAny);
+  register_kernel(OpId::kBroadcastGreaterEqual, kCPU, binary<GreaterEqualOp>, HalfSupport::kAny);
+  register_kernel(OpId::kBroadcastLesser, kCPU, binary<LesserOp>, HalfSupport::kAny);
+  register_kernel(OpId::kBroadcastLesserEqual, kCPU, binary<LesserEqualOp>, HalfSupport::kAny);
 
-  register_kernel(OpId::kPlusScalar, kCPU, scalar<AddOp>);
-  register_kernel(OpId::kMinusScalar, kCPU, scalar<SubOp>);
-  register_kernel(OpId::kRMinusScalar, kCPU, scalar<SubOp, true>);
-  register_kernel(OpId::kMulScalar, kCPU, scalar<MulOp>);
-  register_kernel(OpId::kDivScalar, kCPU, scalar<DivOp>);
-  register_kernel(OpId::kRDivScalar, kCPU, scalar<DivOp, true>);
-  register_kernel(OpId::kPowerScalar, kCPU, scalar<PowerOp>);
-  register_kernel(OpId::kRPowerScalar, kCPU, scalar<PowerOp, true>);
-  register_kernel(OpId::kMaximumScalar, kCPU, scalar<MaximumOp>);
-  register_kernel(OpId::kMinimumScalar, kCPU, scalar<MinimumOp>);
-  register_kernel(OpId::kEqualScalar, kCPU, scalar<EqualOp>);
-  register_kernel(OpId::kNotEqualScalar, kCPU, scalar<NotEqualOp>);
-  register_kernel(OpId::kGreaterScalar, kCPU, scalar<GreaterOp>);
-  register_kernel(OpId::kGreaterEqualScalar, kCPU, scalar<GreaterEqualOp>);
-  register_kernel(OpId::kLesserScalar, kCPU, scalar<LesserOp>);
-  register_kernel(OpId::kLesserEqualScalar, kCPU, scalar<LesserEqualOp>);
+  register_kernel(OpId::kPlusScalar, kCPU, scalar<AddOp>, HalfSupport::kAny);
+  register_kernel(OpId::kMinusScalar, kCPU, scalar<SubOp>, HalfSupport::kAny);
+  register_kernel(OpId::kRMinusScalar, kCPU, scalar<SubOp, true>, HalfSupport::kAny);
+  register_kernel(OpId::kMulScalar, kCPU, scalar<MulOp>, HalfSupport::kAny);
+  register_kernel(OpId::kDivScalar, kCPU, scalar<DivOp>, HalfSupport::kAny);
+  register_kernel(OpId::kRDivScalar, kCPU, scalar<DivOp, true>, HalfSupport::kAny);
+  register_kernel(OpId::kPowerScalar, kCPU, scalar<PowerOp>, HalfSupport::kAny);
+  register_kernel(OpId::kRPowerScalar, kCPU, scalar<PowerOp, true>, HalfSupport::kAny);
+  register_kernel(OpId::kMaximumScalar, kCPU, scalar<MaximumOp>, HalfSupport::kAny);
+  register_kernel(OpId::kMinimumScalar, kCPU, scalar<MinimumOp>, HalfSupport::kAny);
+  register_kernel(OpId::kEqualScalar, kCPU, scalar<EqualOp>, HalfSupport::kAny);
+  register_kernel(OpId::kNotEqualScalar, kCPU, scalar<NotEqualOp>, HalfSupport::kAny);
+  register_kernel(OpId::kGreaterScalar, kCPU, scalar<GreaterOp>, HalfSupport::kAny);
+  register_kernel(OpId::kGreaterEqualScalar, kCPU, scalar<GreaterEqualOp>, HalfSupport::kAny);
+  register_kernel(OpId::kLesserScalar, kCPU, scalar<LesserOp>, HalfSupport::kAny);
+  register_kernel(OpId::kLesserEqualScalar, kCPU, scalar<LesserEqualOp>, HalfSupport::kAny);
 
-  register_kernel(OpId::kWhere, kCPU, where);
+  register_kernel(OpId::kWhere, kCPU, where, HalfSupport::kAny);
 }
 
 }  // namespace kiln

@@ -192,19 +192,19 @@ void cast(const KernelContext& ctx, std::span<const TensorView> in, std::span<co
 
 void register_cpu_elemwise_unary_kernels() {
   constexpr DeviceKind kCPU = DeviceKind::kCPU;
-  register_kernel(OpId::kExp, kCPU, floating_unary<ExpOp>);
-  register_kernel(OpId::kLog, kCPU, floating_unary<LogOp>);
-  register_kernel(OpId::kSqrt, kCPU, floating_unary<SqrtOp>);
-  register_kernel(OpId::kTanh, kCPU, floating_unary<TanhOp>);
-  register_kernel(OpId::kSigmoid, kCPU, floating_unary<SigmoidOp>);
-  register_kernel(OpId::kSquare, kCPU, numeric_unary<SquareOp>);
-  register_kernel(OpId::kRelu, kCPU, numeric_unary<ReluOp>);
-  register_kernel(OpId::kAbs, kCPU, numeric_unary<AbsOp>);
-  register_kernel(OpId::kNegative, kCPU, numeric_unary<NegativeOp>);
-  register_kernel(OpId::kClip, kCPU, clip);
-  register_kernel(OpId::kCopy, kCPU, copy);
-  register_kernel(OpId::kBlockGrad, kCPU, copy);
-  register_kernel(OpId::kCast, kCPU, cast);
+  register_kernel(OpId::kExp, kCPU, floating_unary<ExpOp>, HalfSupport::kAny);
+  register_kernel(OpId::kLog, kCPU, floating_unary<LogOp>, HalfSupport::kAny);
+  register_kernel(OpId::kSqrt, kCPU, floating_unary<SqrtOp>, HalfSupport::kAny);
+  register_kernel(OpId::kTanh, kCPU, floating_unary<TanhOp>, HalfSupport::kAny);
+  register_kernel(OpId::kSigmoid, kCPU, floating_unary<SigmoidOp>, HalfSupport::kAny);
+  register_kernel(OpId::kSquare, kCPU, numeric_unary<SquareOp>, HalfSupport::kAny);
+  register_kernel(OpId::kRelu, kCPU, numeric_unary<ReluOp>, HalfSupport::kAny);
+  register_kernel(OpId::kAbs, kCPU, numeric_unary<AbsOp>, HalfSupport::kAny);
+  register_kernel(OpId::kNegative, kCPU, numeric_unary<NegativeOp>, HalfSupport::kAny);
+  register_kernel(OpId::kClip, kCPU, clip, HalfSupport::kAny);
+  register_kernel(OpId::kCopy, kCPU, copy, HalfSupport::kAny);
+  register_kernel(OpId::kBlockGrad, kCPU, copy, HalfSupport::kAny);
+  register_kernel(OpId::kCast, kCPU, cast, HalfSupport::kAny);
 }
 
 }  // namespace kiln

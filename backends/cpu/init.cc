@@ -150,12 +150,12 @@ void normal_kernel(const KernelContext& ctx, std::span<const TensorView>, std::s
 }  // namespace
 
 void register_cpu_init_kernels() {
-  register_kernel(OpId::kZeros, DeviceKind::kCPU, zeros_kernel);
-  register_kernel(OpId::kOnes, DeviceKind::kCPU, ones_kernel);
-  register_kernel(OpId::kFull, DeviceKind::kCPU, full_kernel);
-  register_kernel(OpId::kArange, DeviceKind::kCPU, arange_kernel);
-  register_kernel(OpId::kRandomUniform, DeviceKind::kCPU, uniform_kernel);
-  register_kernel(OpId::kRandomNormal, DeviceKind::kCPU, normal_kernel);
+  register_kernel(OpId::kZeros, DeviceKind::kCPU, zeros_kernel, HalfSupport::kAny);
+  register_kernel(OpId::kOnes, DeviceKind::kCPU, ones_kernel, HalfSupport::kAny);
+  register_kernel(OpId::kFull, DeviceKind::kCPU, full_kernel, HalfSupport::kAny);
+  register_kernel(OpId::kArange, DeviceKind::kCPU, arange_kernel, HalfSupport::kAny);
+  register_kernel(OpId::kRandomUniform, DeviceKind::kCPU, uniform_kernel, HalfSupport::kAny);
+  register_kernel(OpId::kRandomNormal, DeviceKind::kCPU, normal_kernel, HalfSupport::kAny);
 }
 
 }  // namespace kiln

@@ -12,6 +12,8 @@
 // for the device (RunContext::num_threads) first. The thread count is part of
 // the cache key because oneDNN fixes its work split when creating a primitive.
 //
+// bfloat16 and float16 products run the same primitive in that type (float32
+// accumulation), or widen to float32 where oneDNN has no kernel for the type.
 // float64 and integer products, vector . vector, and tiny float32 products
 // (where a oneDNN call costs more than the arithmetic) use the loops below.
 // Integer products wrap (computed in the unsigned type of the same width).
@@ -33,6 +35,7 @@
 #include "backends/cpu/onednn_util.h"
 #include "backends/cpu/parallel_claim.h"
 #include "backends/cpu/parallel.h"
+#include "backends/cpu/widen.h"
 #include "ir/ops/linalg.h"
 #include "runtime/kernel.h"
 
@@ -83,7 +86,7 @@ dnnl::memory::desc matrix_desc(const MatmulKey& key, int64_t rows, int64_t cols,
     shape.insert(shape.begin(), key.batch);
     strides.insert(strides.begin(), rows * cols);
   }
-  return dnnl::memory::desc(shape, dnnl::memory::data_type::f32, strides);
+  return dnnl::memory::desc(shape, cpu::onednn::data_type(key.dtype), strides);
 }
 
 std::shared_ptr<const MatmulPlan> create_plan(const MatmulKey& key) {
@@ -97,7 +100,7 @@ std::shared_ptr<const MatmulPlan> create_plan(const MatmulKey& key) {
   std::optional<dnnl::matmul::desc> desc;
   if (key.bias) {
     KILN_ASSERT(key.batch == 1);
-    plan->bias = dnnl::memory::desc({1, key.n}, dnnl::memory::data_type::f32, dnnl::memory::dims{key.n, 1});
+    plan->bias = dnnl::memory::desc({1, key.n}, cpu::onednn::data_type(key.dtype), dnnl::memory::dims{key.n, 1});
     desc.emplace(plan->src, plan->weights, plan->bias, plan->dst);
   } else {
     desc.emplace(plan->src, plan->weights, plan->dst);
@@ -260,10 +263,24 @@ void matmul(const KernelContext& ctx, const MatmulDims& d, const TensorView& a, 
   gemm_loops<T>(threads, d, a.ptr<T>(), b.ptr<T>(), out);
 }
 
+// bfloat16 and float16 products: oneDNN's matmul in that type where it has
+// kernels, else the float32 kernel on widened copies.
+void matmul_16bit(const KernelContext& ctx, const MatmulDims& d, std::span<const TensorView> in,
+                  std::span<const TensorView> out) {
+  const TensorView& c = out[0];
+  if (c.size() == 0) return;
+  if (d.k == 0 || !cpu::onednn::computes_in(c.dtype)) return cpu::widen(ctx, in, out);
+  const int threads = std::max(1, ctx.run.num_threads);
+  onednn_matmul({c.dtype, d.batch, d.m, d.k, d.n, d.ta, d.tb, threads}, in[0].data, in[1].data, c.data);
+}
+
 template <MatmulDims (*kDims)(const Shape&, const Shape&, const DotAttrs&)>
 void product_kernel(const KernelContext& ctx, std::span<const TensorView> in, std::span<const TensorView> out) {
   MatmulDims d = kDims(in[0].shape, in[1].shape, ctx.attrs.as<DotAttrs>());
   switch (in[0].dtype) {
+    case DType::kBfloat16:
+    case DType::kFloat16:
+      return matmul_16bit(ctx, d, in, out);
     case DType::kFloat32:
       return matmul<float>(ctx, d, in[0], in[1], out[0]);
     case DType::kFloat64:
@@ -309,9 +326,17 @@ void cpu::dense_f32(const engine::RunContext& run, DenseDims d, const float* x, 
   for (int64_t i = 0; i < d.m; ++i) cpu::bias_act(y + i * d.n, bias, d.n, act);
 }
 
+void cpu::dense_onednn(const engine::RunContext& run, DenseDims d, DType dtype, const void* x, const void* w,
+                       const void* bias, std::optional<ActType> act, void* y) {
+  KILN_ASSERT(d.k > 0);
+  if (d.m == 0 || d.n == 0) return;
+  const int threads = std::max(1, run.num_threads);
+  onednn_matmul({dtype, 1, d.m, d.k, d.n, false, true, threads, bias != nullptr, act ? int(*act) : -1}, x, w, y, bias);
+}
+
 void register_cpu_linalg_kernels() {
-  register_kernel(OpId::kDot, DeviceKind::kCPU, product_kernel<dot_dims>);
-  register_kernel(OpId::kBatchDot, DeviceKind::kCPU, product_kernel<batch_dot_dims>);
+  register_kernel(OpId::kDot, DeviceKind::kCPU, product_kernel<dot_dims>, HalfSupport::kAny);
+  register_kernel(OpId::kBatchDot, DeviceKind::kCPU, product_kernel<batch_dot_dims>, HalfSupport::kAny);
 }
 
 }  // namespace kiln

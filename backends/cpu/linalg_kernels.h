@@ -29,4 +29,10 @@ struct DenseDims {
 void dense_f32(const engine::RunContext& run, DenseDims d, const float* x, const float* w, const float* bias,
                std::optional<ActType> act, float* y);
 
+// The same product with every operand (and the bias) in `dtype`, bfloat16 or
+// float16, on oneDNN's matmul (float32 accumulation, one rounding of the
+// result). Only where cpu::onednn::computes_in(dtype); d.k > 0.
+void dense_onednn(const engine::RunContext& run, DenseDims d, DType dtype, const void* x, const void* w,
+                  const void* bias, std::optional<ActType> act, void* y);
+
 }  // namespace kiln::cpu

@@ -385,19 +385,19 @@ void one_hot_kernel(const KernelContext& ctx, std::span<const TensorView> in, st
 }  // namespace
 
 void register_cpu_matrix_kernels() {
-  register_kernel(OpId::kReshape, DeviceKind::kCPU, copy_kernel);
-  register_kernel(OpId::kExpandDims, DeviceKind::kCPU, copy_kernel);
-  register_kernel(OpId::kTranspose, DeviceKind::kCPU, transpose_kernel);
-  register_kernel(OpId::kSlice, DeviceKind::kCPU, slice_kernel);
-  register_kernel(OpId::kSliceAxis, DeviceKind::kCPU, slice_axis_kernel);
-  register_kernel(OpId::kConcat, DeviceKind::kCPU, concat_kernel);
-  register_kernel(OpId::kStack, DeviceKind::kCPU, stack_kernel);
-  register_kernel(OpId::kSplit, DeviceKind::kCPU, split_kernel);
-  register_kernel(OpId::kBroadcastTo, DeviceKind::kCPU, broadcast_to_kernel);
-  register_kernel(OpId::kTake, DeviceKind::kCPU, take_kernel);
-  register_kernel(OpId::kOneHot, DeviceKind::kCPU, one_hot_kernel);
-  register_kernel(OpId::kSliceBackward, DeviceKind::kCPU, slice_backward_kernel);
-  register_kernel(OpId::kSliceAxisBackward, DeviceKind::kCPU, slice_axis_backward_kernel);
+  register_kernel(OpId::kReshape, DeviceKind::kCPU, copy_kernel, HalfSupport::kAny);
+  register_kernel(OpId::kExpandDims, DeviceKind::kCPU, copy_kernel, HalfSupport::kAny);
+  register_kernel(OpId::kTranspose, DeviceKind::kCPU, transpose_kernel, HalfSupport::kAny);
+  register_kernel(OpId::kSlice, DeviceKind::kCPU, slice_kernel, HalfSupport::kAny);
+  register_kernel(OpId::kSliceAxis, DeviceKind::kCPU, slice_axis_kernel, HalfSupport::kAny);
+  register_kernel(OpId::kConcat, DeviceKind::kCPU, concat_kernel, HalfSupport::kAny);
+  register_kernel(OpId::kStack, DeviceKind::kCPU, stack_kernel, HalfSupport::kAny);
+  register_kernel(OpId::kSplit, DeviceKind::kCPU, split_kernel, HalfSupport::kAny);
+  register_kernel(OpId::kBroadcastTo, DeviceKind::kCPU, broadcast_to_kernel, HalfSupport::kAny);
+  register_kernel(OpId::kTake, DeviceKind::kCPU, take_kernel, HalfSupport::kAny);
+  register_kernel(OpId::kOneHot, DeviceKind::kCPU, one_hot_kernel, HalfSupport::kAny);
+  register_kernel(OpId::kSliceBackward, DeviceKind::kCPU, slice_backward_kernel, HalfSupport::kAny);
+  register_kernel(OpId::kSliceAxisBackward, DeviceKind::kCPU, slice_axis_backward_kernel, HalfSupport::kAny);
   register_kernel(OpId::kTakeBackward, DeviceKind::kCPU, take_backward_kernel);
   register_kernel(OpId::kEmbedding, DeviceKind::kCPU, embedding_kernel);
 }

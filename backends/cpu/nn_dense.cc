@@ -1,6 +1,7 @@
 // CPU kernels: FullyConnected, _kiln_fc_act, Flatten, add_n.
 //
-// float32 FullyConnected and _kiln_fc_act run cpu::dense_f32
+// bfloat16 and float16 run cpu::dense_onednn (or widen to float32 where
+// oneDNN has no kernel for the type). float32 FullyConnected and _kiln_fc_act run cpu::dense_f32
 // (backends/cpu/linalg_kernels.h: the GEMV loops for one sample, oneDNN
 // matmul with bias and eltwise post-ops otherwise) on the operands seen as
 // data [m, k] and weight [n, k] transposed. float64 runs the dot kernel, then
@@ -10,6 +11,8 @@
 
 #include "backends/cpu/linalg_kernels.h"
 #include "backends/cpu/nn_kernels.h"
+#include "backends/cpu/onednn_util.h"
+#include "backends/cpu/widen.h"
 #include "backends/cpu/parallel.h"
 #include "ir/ops/fused_layers.h"
 #include "ir/ops/linalg.h"
@@ -41,6 +44,11 @@ void dense(const KernelContext& ctx, const FullyConnectedAttrs& a, std::optional
            std::span<const TensorView> in, const TensorView& out) {
   cpu::DenseDims d{.m = 0, .k = in[1].shape[1], .n = in[1].shape[0]};
   if (d.n > 0) d.m = out.size() / d.n;
+  if (out.dtype == DType::kBfloat16 || out.dtype == DType::kFloat16) {
+    if (d.k == 0 || !onednn::computes_in(out.dtype)) return widen(ctx, in, std::span<const TensorView>(&out, 1));
+    return dense_onednn(ctx.run, d, out.dtype, in[0].data, in[1].data, a.no_bias ? nullptr : in[2].data, act,
+                        out.data);
+  }
   if (out.dtype == DType::kFloat32) {
     return dense_f32(ctx.run, {d.m, d.k, d.n}, in[0].ptr<float>(), in[1].ptr<float>(),
                      a.no_bias ? nullptr : in[2].ptr<float>(), act, out.ptr<float>());
@@ -125,9 +133,9 @@ void add_n_kernel(const KernelContext& ctx, std::span<const TensorView> in, std:
 }  // namespace
 
 void register_nn_dense_kernels() {
-  register_kernel(OpId::kFullyConnected, DeviceKind::kCPU, fully_connected_kernel);
-  register_kernel(OpId::kFcAct, DeviceKind::kCPU, fc_act_kernel);
-  register_kernel(OpId::kFlatten, DeviceKind::kCPU, flatten_kernel);
+  register_kernel(OpId::kFullyConnected, DeviceKind::kCPU, fully_connected_kernel, HalfSupport::kAny);
+  register_kernel(OpId::kFcAct, DeviceKind::kCPU, fc_act_kernel, HalfSupport::kAny);
+  register_kernel(OpId::kFlatten, DeviceKind::kCPU, flatten_kernel, HalfSupport::kAny);
   register_kernel(OpId::kAddN, DeviceKind::kCPU, add_n_kernel);
 }
 

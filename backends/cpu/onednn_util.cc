@@ -32,12 +32,53 @@ memory::dims row_major_strides(const memory::dims& dims) {
 
 }  // namespace
 
-memory::desc plain_desc(const memory::dims& dims) {
-  return memory::desc(dims, memory::data_type::f32, row_major_strides(dims));
+memory::desc plain_desc(const memory::dims& dims, memory::data_type dt) {
+  return memory::desc(dims, dt, row_major_strides(dims));
 }
 
-memory::desc any_desc(const memory::dims& dims) {
-  return memory::desc(dims, memory::data_type::f32, memory::format_tag::any);
+memory::desc any_desc(const memory::dims& dims, memory::data_type dt) {
+  return memory::desc(dims, dt, memory::format_tag::any);
+}
+
+memory::data_type data_type(DType t) {
+  switch (t) {
+    case DType::kFloat32:
+      return memory::data_type::f32;
+    case DType::kBfloat16:
+      return memory::data_type::bf16;
+    case DType::kFloat16:
+      return memory::data_type::f16;
+    default:
+      throw InternalError(fmt::format("internal error: no oneDNN data type for {}", t));
+  }
+}
+
+bool computes_in(DType t) {
+  if (t == DType::kFloat32) return true;
+  if (t != DType::kBfloat16 && t != DType::kFloat16) return false;
+  // Probed once per dtype: a small matrix product and a small convolution
+  // are created (not run); oneDNN refuses them where it has no kernel.
+  static const auto probe = [](memory::data_type dt) {
+    try {
+      dnnl::matmul::desc mm(memory::desc({4, 16}, dt, memory::format_tag::ab),
+                            memory::desc({16, 16}, dt, memory::format_tag::ab),
+                            memory::desc({4, 16}, dt, memory::format_tag::ab));
+      dnnl::matmul::primitive_desc mm_pd(mm, engine());
+      const memory::dims strides{1, 1}, pad{0, 0};
+      dnnl::convolution_forward::desc conv(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
+                                           memory::desc({2, 16, 5, 5}, dt, memory::format_tag::any),
+                                           memory::desc({16, 16, 3, 3}, dt, memory::format_tag::any),
+                                           memory::desc({2, 16, 3, 3}, dt, memory::format_tag::any), strides, pad,
+                                           pad);
+      dnnl::convolution_forward::primitive_desc conv_pd(conv, engine());
+      return true;
+    } catch (const dnnl::error&) {
+      return false;
+    }
+  };
+  static const bool bf16 = probe(memory::data_type::bf16);
+  static const bool f16 = probe(memory::data_type::f16);
+  return t == DType::kBfloat16 ? bf16 : f16;
 }
 
 memory::dims to_dims(const Shape& s) { return memory::dims(s.begin(), s.end()); }

@@ -16,7 +16,7 @@
 // a user scratchpad kept per thread, so engine workers of different devices
 // may execute one cached primitive at once.
 //
-// User arrays are dense, row-major float32 ("plain" layouts). A Conversion
+// User arrays are dense and row-major ("plain" layouts), float32 or 16-bit. A Conversion
 // describes how a user array maps to a layout a primitive picked (blocked
 // formats, format_tag::any); `Call` reorders through temporaries from the
 // device's storage pool, freed when the Call ends.
@@ -42,9 +42,16 @@ using dnnl::memory;
 
 const dnnl::engine& engine();
 
-// f32 descriptors: row-major `dims`, or format_tag::any (the primitive chooses).
-memory::desc plain_desc(const memory::dims& dims);
-memory::desc any_desc(const memory::dims& dims);
+// Descriptors (f32 unless `dt` says otherwise): row-major `dims`, or
+// format_tag::any (the primitive chooses).
+memory::desc plain_desc(const memory::dims& dims, memory::data_type dt = memory::data_type::f32);
+memory::desc any_desc(const memory::dims& dims, memory::data_type dt = memory::data_type::f32);
+memory::data_type data_type(DType t);  // float32, bfloat16 or float16
+// Whether oneDNN computes convolutions and matrix products with `t` data on
+// this CPU (float32 always; bfloat16 on AVX-512 machines, natively where the
+// CPU has AVX512-BF16 or AMX; float16 where this oneDNN has kernels for it).
+// Kernels widen to float32 otherwise (runtime/kernel_widen.h).
+bool computes_in(DType t);
 memory::dims to_dims(const Shape& s);
 
 // Appends "d0x d1x ..|" to a key.

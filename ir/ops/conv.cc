@@ -150,9 +150,21 @@ namespace {
 
 // ---- inference
 
-void check_float32(std::span<const TensorType> in) {
-  for (size_t i = 0; i < in.size(); ++i)
-    KILN_CHECK(in[i].dtype == DType::kFloat32, TypeError, "input {} is {}; only float32 is supported", i,
+// The first `count` inputs carry data: one dtype, float32, float16 or
+// bfloat16 (16-bit floats compute in float32: runtime/kernel.h).
+DType check_data_dtypes(std::span<const TensorType> in, size_t count) {
+  const DType t = in[0].dtype;
+  KILN_CHECK(t == DType::kFloat32 || t == DType::kFloat16 || t == DType::kBfloat16, TypeError,
+             "input 0 is {}; expected float32, float16 or bfloat16", t);
+  for (size_t i = 1; i < count && i < in.size(); ++i)
+    KILN_CHECK(in[i].dtype == t, TypeError, "input {} is {} but input 0 is {}; cast one of them", i, in[i].dtype, t);
+  return t;
+}
+
+// Scale, shift and statistics stay float32 whatever the data's dtype.
+void check_float32_from(std::span<const TensorType> in, size_t first) {
+  for (size_t i = first; i < in.size(); ++i)
+    KILN_CHECK(in[i].dtype == DType::kFloat32, TypeError, "input {} is {}; channel vectors are float32", i,
                in[i].dtype);
 }
 
@@ -174,13 +186,13 @@ void infer_convolution(const OpAttrs& attrs, std::span<const TensorType> in, std
   const size_t arity = a.no_bias ? 2 : 3;
   KILN_CHECK(in.size() == arity, ValueError, "expected {} inputs ({}) with no_bias={}, got {}", arity,
              a.no_bias ? "data, weight" : "data, weight, bias", print_attr(a.no_bias), in.size());
-  check_float32(in);
+  const DType t = check_data_dtypes(in, in.size());
   WindowGeometry g = convolution_geometry(a, in[0].shape);
   check_weight(a, g, in[0].shape, in[1].shape);
   if (!a.no_bias)
     KILN_CHECK(in[2].shape == Shape{a.num_filter}, ShapeError, "bias has shape {} but num_filter={} needs [{}]",
                in[2].shape, a.num_filter, a.num_filter);
-  out.push_back({g.out_shape(in[0].shape[0], a.num_filter), DType::kFloat32});
+  out.push_back({g.out_shape(in[0].shape[0], a.num_filter), t});
 }
 
 void check_out_grad(const Shape& out_grad, const Shape& want) {
@@ -191,37 +203,37 @@ void check_out_grad(const Shape& out_grad, const Shape& want) {
 void infer_convolution_backward_data(const OpAttrs& attrs, std::span<const TensorType> in,
                                      std::vector<TensorType>& out) {
   const auto& a = attrs.as<ConvolutionBackwardDataAttrs>();
-  check_float32(in);
+  const DType t = check_data_dtypes(in, in.size());
   WindowGeometry g = convolution_geometry(a, a.data_shape);
   check_weight(a, g, a.data_shape, in[1].shape);
   check_out_grad(in[0].shape, g.out_shape(a.data_shape[0], a.num_filter));
-  out.push_back({a.data_shape, DType::kFloat32});
+  out.push_back({a.data_shape, t});
 }
 
 // (out_grad, data) -> d_weight
 void infer_convolution_backward_weight(const OpAttrs& attrs, std::span<const TensorType> in,
                                        std::vector<TensorType>& out) {
   const auto& a = attrs.as<ConvolutionAttrs>();
-  check_float32(in);
+  const DType t = check_data_dtypes(in, in.size());
   WindowGeometry g = convolution_geometry(a, in[1].shape);
   check_out_grad(in[0].shape, g.out_shape(in[1].shape[0], a.num_filter));
-  out.push_back({weight_shape(a, g, in[1].shape[1]), DType::kFloat32});
+  out.push_back({weight_shape(a, g, in[1].shape[1]), t});
 }
 
 void infer_pooling(const OpAttrs& attrs, std::span<const TensorType> in, std::vector<TensorType>& out) {
-  check_float32(in);
+  const DType t = check_data_dtypes(in, in.size());
   WindowGeometry g = pooling_geometry(attrs.as<PoolingAttrs>(), in[0].shape);
-  out.push_back({g.out_shape(in[0].shape[0], in[0].shape[1]), DType::kFloat32});
+  out.push_back({g.out_shape(in[0].shape[0], in[0].shape[1]), t});
 }
 
 // (out_grad, data, output) -> d_data
 void infer_pooling_backward(const OpAttrs& attrs, std::span<const TensorType> in, std::vector<TensorType>& out) {
-  check_float32(in);
+  const DType t = check_data_dtypes(in, in.size());
   WindowGeometry g = pooling_geometry(attrs.as<PoolingAttrs>(), in[1].shape);
   Shape y = g.out_shape(in[1].shape[0], in[1].shape[1]);
   check_out_grad(in[0].shape, y);
   KILN_CHECK(in[2].shape == y, ShapeError, "output has shape {} but the forward output is {}", in[2].shape, y);
-  out.push_back({in[1].shape, DType::kFloat32});
+  out.push_back({in[1].shape, t});
 }
 
 void check_channel_vectors(std::span<const TensorType> in, size_t first, const BatchNormDims& d,
@@ -236,10 +248,11 @@ void check_channel_vectors(std::span<const TensorType> in, size_t first, const B
 }
 
 void infer_batch_norm(const OpAttrs& attrs, std::span<const TensorType> in, std::vector<TensorType>& out) {
-  check_float32(in);
+  const DType t = check_data_dtypes(in, 1);
+  check_float32_from(in, 1);
   BatchNormDims d = batch_norm_dims(attrs.as<BatchNormAttrs>(), in[0].shape);
   check_channel_vectors(in, 1, d, {"gamma", "beta", "moving_mean", "moving_var"});
-  out.push_back({in[0].shape, DType::kFloat32});
+  out.push_back({in[0].shape, t});
   out.push_back({Shape{d.channels}, DType::kFloat32});
   out.push_back({Shape{d.channels}, DType::kFloat32});
 }
@@ -247,11 +260,12 @@ void infer_batch_norm(const OpAttrs& attrs, std::span<const TensorType> in, std:
 // (out_grad, data, gamma, mean, var) -> (d_data, d_gamma, d_beta)
 void infer_batch_norm_backward(const OpAttrs& attrs, std::span<const TensorType> in,
                                std::vector<TensorType>& out) {
-  check_float32(in);
+  const DType t = check_data_dtypes(in, 2);
+  check_float32_from(in, 2);
   BatchNormDims d = batch_norm_dims(attrs.as<BatchNormAttrs>(), in[1].shape);
   check_out_grad(in[0].shape, in[1].shape);
   check_channel_vectors(in, 2, d, {"gamma", "mean", "var"});
-  out.push_back({in[1].shape, DType::kFloat32});
+  out.push_back({in[1].shape, t});
   out.push_back({Shape{d.channels}, DType::kFloat32});
   out.push_back({Shape{d.channels}, DType::kFloat32});
 }

@@ -22,8 +22,6 @@ template <typename LayerAttrs>
 void infer_layer(OpId layer, const LayerAttrs& a, std::span<const TensorType> in, size_t n,
                  std::vector<TensorType>& out) {
   infer_types(op_def(layer), OpAttrs::make(a), in.first(n), out);
-  KILN_CHECK(out[0].dtype == DType::kFloat32 || layer == OpId::kFullyConnected, TypeError,
-             "output is {}; only float32 is supported", out[0].dtype);
 }
 
 void infer_conv_act(const OpAttrs& attrs, std::span<const TensorType> in, std::vector<TensorType>& out) {

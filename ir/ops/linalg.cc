@@ -92,8 +92,8 @@ namespace {
 void check_operands(std::span<const TensorType> in, const DotAttrs& attrs) {
   DType t = in[0].dtype;
   KILN_CHECK(in[1].dtype == t, TypeError, "lhs is {} but rhs is {}; cast one of them", t, in[1].dtype);
-  KILN_CHECK(t == DType::kFloat32 || t == DType::kFloat64 || t == DType::kInt32 || t == DType::kInt64, TypeError,
-             "expected float32, float64, int32 or int64 operands, got {}", t);
+  KILN_CHECK(is_floating(t) || t == DType::kInt32 || t == DType::kInt64, TypeError,
+             "expected float32, float64, float16, bfloat16, int32 or int64 operands, got {}", t);
   KILN_CHECK(!attrs.forward_stype || *attrs.forward_stype == "default", NotSupported,
              "forward_stype='{}': sparse storage is not supported", *attrs.forward_stype);
 }

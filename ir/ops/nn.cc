@@ -135,7 +135,7 @@ GradValue dot(GradBuilder& b, GradValue x, GradValue y, bool ta, bool tb) {
 }
 
 void check_float(DType t, const char* what) {
-  KILN_CHECK(t == DType::kFloat32 || t == DType::kFloat64, TypeError, "{} must be float32 or float64, got {}", what, t);
+  KILN_CHECK(is_floating(t), TypeError, "{} must be float32, float64, float16 or bfloat16, got {}", what, t);
 }
 
 void check_same(const TensorType& a, const TensorType& b, const char* what) {
@@ -147,6 +147,8 @@ bool is_index_dtype(DType t) {
   switch (t) {
     case DType::kFloat32:
     case DType::kFloat64:
+    case DType::kFloat16:
+    case DType::kBfloat16:
     case DType::kInt32:
     case DType::kInt64:
     case DType::kUint8:
@@ -158,7 +160,7 @@ bool is_index_dtype(DType t) {
 }
 
 void check_index_dtype(DType t, const char* what) {
-  KILN_CHECK(is_index_dtype(t), TypeError, "{} must be float32, float64, int32, int64, uint8 or int8, got {}", what, t);
+  KILN_CHECK(is_index_dtype(t), TypeError, "{} must be float32, float64, float16, bfloat16, int32, int64, uint8 or int8, got {}", what, t);
 }
 
 // ---- FullyConnected
@@ -432,9 +434,8 @@ void infer_add_n(const OpAttrs& attrs, std::span<const TensorType> in, std::vect
   const auto& a = attrs.as<AddNAttrs>();
   KILN_CHECK(a.num_args >= 1 && static_cast<size_t>(a.num_args) == in.size(), ValueError,
              "num_args={} but {} inputs were given", a.num_args, in.size());
-  KILN_CHECK(in[0].dtype == DType::kFloat32 || in[0].dtype == DType::kFloat64 || in[0].dtype == DType::kInt32 ||
-                 in[0].dtype == DType::kInt64,
-             TypeError, "expected float32, float64, int32 or int64 inputs, got {}", in[0].dtype);
+  KILN_CHECK(is_floating(in[0].dtype) || in[0].dtype == DType::kInt32 || in[0].dtype == DType::kInt64, TypeError,
+             "expected float32, float64, float16, bfloat16, int32 or int64 inputs, got {}", in[0].dtype);
   for (size_t i = 1; i < in.size(); ++i)
     KILN_CHECK(in[i] == in[0], ShapeError, "input {} is {}{} but input 0 is {}{}", i, dtype_short_name(in[i].dtype),
                in[i].shape, dtype_short_name(in[0].dtype), in[0].shape);

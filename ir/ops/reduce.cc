@@ -47,13 +47,13 @@ namespace {
 // Which dtypes each op accepts: floats everywhere; ints where the result is
 // exact or an index.
 bool accepts(OpId op, DType t) {
-  if (t == DType::kFloat32 || t == DType::kFloat64) return true;
+  if (is_floating(t)) return true;  // 16-bit floats accumulate in float32
   if (t != DType::kInt32 && t != DType::kInt64) return false;
   return op != OpId::kMean && op != OpId::kNorm;
 }
 
 void check_dtype(OpId op, DType t) {
-  KILN_CHECK(accepts(op, t), TypeError, "expected float32 or float64{}, got {}",
+  KILN_CHECK(accepts(op, t), TypeError, "expected float32, float64, float16, bfloat16{}, got {}",
              (op == OpId::kMean || op == OpId::kNorm) ? "" : ", int32 or int64", t);
 }
 
