@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "frontend/amp.h"
 #include "frontend/autograd.h"
 #include "frontend/graph_eval.h"
 #include "frontend/nn/block.h"
@@ -60,15 +61,17 @@ std::string dump_subdir(const std::string& dir, const std::string& what, bool tr
 // The optimization pipeline every traced graph goes through before it runs.
 // KILN_DUMP_GRAPHS=dir writes the graph after each pass; KILN_PIPELINE=passes
 // replaces the pipeline (to measure what a pass buys; "" runs none).
+// Under mixed precision, amp-cast runs after the folds and fusions.
 constexpr std::string_view kPipeline =
     "eliminate-common-expr,fold-constants,simplify-algebra,fold-batch-norm,fuse-conv-activation,eliminate-dead-code";
+constexpr std::string_view kAmpPipeline =
+    "eliminate-common-expr,fold-constants,simplify-algebra,fold-batch-norm,fuse-conv-activation,amp-cast,"
+    "eliminate-dead-code";
 
-std::string_view pipeline() {
-  static const std::string p = [] {
-    const char* env = std::getenv("KILN_PIPELINE");
-    return env == nullptr ? std::string(kPipeline) : std::string(env);
-  }();
-  return p;
+std::string_view pipeline(bool amp) {
+  static const char* env = std::getenv("KILN_PIPELINE");
+  if (env != nullptr) return env;
+  return amp ? kAmpPipeline : kPipeline;
 }
 
 // Then, for the graph the inference executor runs only: fusions, whose nodes
@@ -81,10 +84,11 @@ std::string_view executor_pipeline(Device device) {
   return passes::fuse_elementwise_on(device) ? "fuse-elementwise,eliminate-dead-code" : "";
 }
 
-std::string CachedOp::optimize(trace::TracedGraph& traced, bool train_mode, const std::string& what,
-                               std::string_view pipeline_text) {
+std::string CachedOp::optimize(trace::TracedGraph& traced, bool train_mode, std::optional<DType> amp,
+                               const std::string& what, std::string_view pipeline_text) {
   passes::PassContext ctx;
   ctx.options.train_mode = train_mode;
+  ctx.options.amp = amp;
   if (!ctx.options.dump_dir.empty()) ctx.options.dump_dir = dump_subdir(ctx.options.dump_dir, what, train_mode);
   ir::Graph before = traced.graph;
   try {
@@ -108,7 +112,7 @@ std::string CachedOp::pass_report() const {
   return pass_report_;
 }
 
-CachedOp::CachedOp(int max_entries) : max_entries_(std::max(1, max_entries)) {}
+CachedOp::CachedOp(int max_entries, std::optional<DType> amp) : max_entries_(std::max(1, max_entries)), amp_(amp) {}
 
 int64_t CachedOp::num_traces() const {
   std::lock_guard lock(mutex_);
@@ -145,11 +149,14 @@ std::string CachedOp::explain(const Key& before, const Key& after) {
   if (before.device != after.device) changes.push_back(fmt::format("device {} -> {}", before.device, after.device));
   if (before.train != after.train)
     changes.push_back(fmt::format("mode {} -> {}", before.train ? "train" : "predict", after.train ? "train" : "predict"));
+  if (before.amp != after.amp)
+    changes.push_back(fmt::format("mixed precision {} -> {}", before.amp ? dtype_name(*before.amp) : "off",
+                                  after.amp ? dtype_name(*after.amp) : "off"));
   return fmt::format("{}", fmt::join(changes, ", "));
 }
 
-bool CachedOp::Key::matches(std::span<const NDArray> in, bool is_train) const {
-  if (is_train != train || in.size() != inputs.size()) return false;
+bool CachedOp::Key::matches(std::span<const NDArray> in, bool is_train, std::optional<DType> with_amp) const {
+  if (is_train != train || with_amp != amp || in.size() != inputs.size()) return false;
   for (size_t i = 0; i < in.size(); ++i) {
     if (in[i].is_none() || in[i].device() != device || in[i].shape() != inputs[i].shape ||
         in[i].dtype() != inputs[i].dtype)
@@ -160,17 +167,19 @@ bool CachedOp::Key::matches(std::span<const NDArray> in, bool is_train) const {
 
 std::shared_ptr<const CachedOp::Entry> CachedOp::lookup(nn::Block& block, std::span<const NDArray> inputs) {
   const bool train = autograd::is_training();
+  const std::optional<DType> amp = amp_ ? amp_ : amp::active();
   {
     // The common case: the same signature as the last call, found without
     // building a Key or the block's name (no allocation).
     std::lock_guard lock(mutex_);
-    if (!entries_.empty() && entries_.front()->key.matches(inputs, train)) return entries_.front();
+    if (!entries_.empty() && entries_.front()->key.matches(inputs, train, amp)) return entries_.front();
   }
   const std::string what = block.display_name();
   KILN_CHECK(!inputs.empty(), ValueError, "{}: a hybridized block needs at least one input", what);
   Key key;
   key.device = inputs[0].device();
   key.train = train;
+  key.amp = amp;
   for (size_t i = 0; i < inputs.size(); ++i) {
     const NDArray& x = inputs[i];
     KILN_CHECK(!x.is_none(), ValueError, "{}: input {} is an empty (none) NDArray", what, i);
@@ -190,7 +199,7 @@ std::shared_ptr<const CachedOp::Entry> CachedOp::lookup(nn::Block& block, std::s
   // Miss: trace forward on symbolic inputs.
   auto traced = std::make_shared<trace::TracedGraph>(trace_block(block, key.inputs, key.device, what));
   auto raw = std::make_shared<const trace::TracedGraph>(*traced);
-  pass_report_ = optimize(*traced, key.train, what, pipeline());
+  pass_report_ = optimize(*traced, key.train, key.amp, what, pipeline(key.amp.has_value()));
   if (num_traces_ > 0 && !entries_.empty()) {
     std::string line = fmt::format("re-traced {}: {}", what, explain(entries_.front()->key, key));
     if (log_retraces()) std::fprintf(stderr, "kiln: %s\n", line.c_str());
@@ -213,7 +222,8 @@ std::vector<NDArray> CachedOp::call(nn::Block& block, std::span<const NDArray> i
   if (!autograd::is_recording() && entry->compilable) {
     std::call_once(entry->compile_once, [&] {
       auto graph = std::make_shared<trace::TracedGraph>(t);
-      std::string report = optimize(*graph, entry->key.train, block.display_name(), executor_pipeline(t.device));
+      std::string report =
+          optimize(*graph, entry->key.train, entry->key.amp, block.display_name(), executor_pipeline(t.device));
       entry->executor = std::make_unique<GraphExecutor>(std::move(graph));
       std::lock_guard lock(mutex_);
       pass_report_ += report;

@@ -4,7 +4,11 @@
 //   std::vector<NDArray> y = op.call(block, inputs);
 //
 // The key of an entry is (input shapes and dtypes, device, train/predict
-// mode). A miss traces the block's forward (frontend/trace.h) into a graph,
+// mode, mixed-precision dtype). Mixed precision comes from hybridize's
+// `amp` option, else from an amp::Autocast scope around the call
+// (frontend/amp.h); the amp-cast pass then applies its policy to the graph
+// after BatchNorm folding and layer fusion (so folded weights are computed in
+// float32 and cast once). A miss traces the block's forward (frontend/trace.h) into a graph,
 // runs the optimization pipeline on it (common subexpressions, algebraic
 // simplification, BatchNorm folding and Convolution/FullyConnected +
 // activation fusion in predict mode, dead code;
@@ -58,7 +62,9 @@ trace::TracedGraph trace_block(nn::Block& block, std::span<const TensorType> typ
 
 class CachedOp {
  public:
-  explicit CachedOp(int max_entries = 16);
+  // amp: the 16-bit dtype every call compiles for (hybridize's option);
+  // unset: the dtype of the amp::Autocast scope around each call, if any.
+  explicit CachedOp(int max_entries = 16, std::optional<DType> amp = std::nullopt);
 
   // Runs `block`'s forward for `inputs` from the entry of their signature,
   // tracing `block.forward` first on a miss. Errors name the block by its
@@ -89,10 +95,11 @@ class CachedOp {
     std::vector<TensorType> inputs;
     Device device;
     bool train = false;
+    std::optional<DType> amp;
     bool operator==(const Key&) const = default;
-    // The key of `inputs` in mode `train` would equal this one (inputs
-    // already checked: not none).
-    bool matches(std::span<const NDArray> inputs, bool train) const;
+    // The key of `inputs` in mode `train` under `amp` would equal this one
+    // (inputs already checked: not none).
+    bool matches(std::span<const NDArray> inputs, bool train, std::optional<DType> amp) const;
   };
   struct Entry {
     Key key;
@@ -112,10 +119,11 @@ class CachedOp {
   static std::string explain(const Key& before, const Key& after);
   // Runs `pipeline_text` (pass names, comma-separated) on traced.graph;
   // returns the pass report.
-  std::string optimize(trace::TracedGraph& traced, bool train_mode, const std::string& what,
-                       std::string_view pipeline_text);
+  std::string optimize(trace::TracedGraph& traced, bool train_mode, std::optional<DType> amp,
+                       const std::string& what, std::string_view pipeline_text);
 
   int max_entries_;
+  std::optional<DType> amp_;
   mutable std::mutex mutex_;
   std::list<std::shared_ptr<const Entry>> entries_;  // most recently used first
   int64_t num_traces_ = 0;

@@ -73,6 +73,9 @@ struct PassOptions {
   InferShapeOptions infer_shape;
   // The mode the graph will run in (fold-batch-norm folds only in predict mode).
   bool train_mode = false;
+  // amp-cast (passes/amp_cast.h): the 16-bit dtype of the mixed-precision
+  // policy; unset: no mixed precision.
+  std::optional<DType> amp;
   bool verify = true;    // ir::verify after each pass that changed the graph
   std::string dump_dir;  // empty: no dumps
 };

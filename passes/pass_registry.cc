@@ -7,6 +7,7 @@
 
 #include <unistd.h>
 
+#include "passes/amp_cast.h"
 #include "passes/dot.h"
 #include "passes/eliminate_common_expr.h"
 #include "passes/eliminate_dead_code.h"

@@ -218,8 +218,8 @@ void Block::initialize(const init::Initializer& init, const std::vector<Device>&
 
 void Block::zero_grad() { collect_params().zero_grad(); }
 
-void Block::hybridize(bool active) {
-  for (auto& [_, c] : state_->children) c->hybridize(active);
+void Block::hybridize(const HybridizeOptions& options) {
+  for (auto& [_, c] : state_->children) c->hybridize(options);
 }
 
 void Block::apply(const std::function<void(Block&)>& fn) {
@@ -258,11 +258,13 @@ std::string Block::type_name() const {
   return cut == std::string::npos ? full : full.substr(cut + 2);
 }
 
-void HybridBlock::hybridize(bool active) {
-  state().hybridized = active;
+void HybridBlock::hybridize(const HybridizeOptions& options) {
+  KILN_CHECK(!options.amp || *options.amp == DType::kBfloat16 || *options.amp == DType::kFloat16, ValueError,
+             "{}: hybridize's amp must be float16 or bfloat16, got {}", display_name(), *options.amp);
+  state().hybridized = options.active;
   // As in Gluon, hybridize() starts a fresh cache.
-  state().cached_op = active ? std::make_shared<CachedOp>() : nullptr;
-  Block::hybridize(active);
+  state().cached_op = options.active ? std::make_shared<CachedOp>(16, options.amp) : nullptr;
+  Block::hybridize(options);
 }
 
 bool HybridBlock::is_hybridized() const { return state().hybridized; }

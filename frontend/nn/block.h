@@ -45,6 +45,7 @@
 #include <functional>
 #include <iosfwd>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -82,6 +83,14 @@ class HookHandle {
  private:
   std::weak_ptr<detail::BlockState> state_;
   int id_ = -1;
+};
+
+struct HybridizeOptions {
+  bool active = true;
+  // Mixed precision for every call: the 16-bit dtype (float16 or bfloat16)
+  // of the amp-cast policy (frontend/amp.h). Unset: each call follows the
+  // amp::Autocast scope around it, if any.
+  std::optional<DType> amp;
 };
 
 class Block {
@@ -142,7 +151,10 @@ class Block {
   void zero_grad();
 
   // Block: applies to the children. HybridBlock also sets its own flag.
-  virtual void hybridize(bool active = true);
+  //   net.hybridize();                              // compile
+  //   net.hybridize({.amp = DType::kBfloat16});     // compile with mixed precision (frontend/amp.h)
+  virtual void hybridize(const HybridizeOptions& options);
+  void hybridize(bool active = true) { hybridize(HybridizeOptions{.active = active}); }
 
   // Calls fn on every descendant and then on this block (children first).
   void apply(const std::function<void(Block&)>& fn);
@@ -199,7 +211,8 @@ class HybridBlock : public Block {
   // Sets the flag on this block and its descendants and drops compiled
   // graphs; the next call traces forward and later calls with the same
   // signature run the cached graph.
-  void hybridize(bool active = true) override;
+  using Block::hybridize;
+  void hybridize(const HybridizeOptions& options) override;
   bool is_hybridized() const;
   // The compiled forms (null unless hybridized; empty until the first call).
   const CachedOp* cached_op() const;
