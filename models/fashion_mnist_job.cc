@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "frontend/amp.h"
 #include "frontend/autograd.h"
 #include "frontend/data/dataloader.h"
 #include "frontend/data/fashion_mnist.h"
@@ -14,6 +15,7 @@
 #include "frontend/split.h"
 #include "frontend/train/checkpoint_dir.h"
 #include "frontend/train/loss.h"
+#include "frontend/train/loss_scaler.h"
 #include "frontend/train/train_state.h"
 #include "frontend/train/trainer.h"
 #include "models/zoo.h"
@@ -80,7 +82,9 @@ std::vector<EpochStats> train_fashion_mnist(const TrainConfig& cfg,
   net.initialize(make_initializer(cfg.init), cfg.devices);
   KILN_CHECK(cfg.export_prefix.empty() || cfg.hybridize, ValueError,
              "--export needs --hybridize (export writes the traced graph)");
-  if (cfg.hybridize) net.hybridize();
+  if (cfg.hybridize) net.hybridize({.amp = cfg.amp});
+  std::optional<amp::LossScaler> scaler;
+  if (cfg.amp == DType::kFloat16) scaler.emplace();
   Trainer trainer(net.collect_params(), optim::SGD({.lr = cfg.lr, .momentum = cfg.momentum, .wd = cfg.wd}));
   loss::SoftmaxCrossEntropy loss_fn;
 
@@ -196,14 +200,25 @@ std::vector<EpochStats> train_fashion_mnist(const TrainConfig& cfg,
       auto [xs, ys] = split_batch(X, y, cfg.devices);
       std::vector<NDArray> ls(xs.size()), logits(xs.size());
       {
+        // Imperative mixed precision: a scope around the forward (a
+        // hybridized net compiles with the option above instead).
+        std::optional<amp::Autocast> autocast;
+        if (cfg.amp) autocast.emplace(*cfg.amp);
         autograd::Record record;
         for (size_t i = 0; i < xs.size(); ++i) {
           logits[i] = net(xs[i]);
           ls[i] = loss_fn(logits[i], ys[i]);
         }
       }
-      autograd::backward(ls);
-      trainer.step(b.label.size());  // rescaled by the global batch size
+      if (scaler) {
+        std::vector<NDArray> scaled;
+        for (const NDArray& l : ls) scaled.push_back(scaler->scale_loss(l));
+        autograd::backward(scaled);
+        scaler->step(trainer, b.label.size());
+      } else {
+        autograd::backward(ls);
+        trainer.step(b.label.size());  // rescaled by the global batch size
+      }
       // Running sums stay on the devices; nothing here waits for the engine.
       for (size_t i = 0; i < xs.size(); ++i) {
         auto to_dev = [dev](const NDArray& x) { return x.device() == dev ? x : x.copy_to(dev); };
@@ -223,7 +238,11 @@ std::vector<EpochStats> train_fashion_mnist(const TrainConfig& cfg,
     s.train_acc = correct_sum.item<double>() / static_cast<double>(seen);
     s.seconds = std::chrono::duration<double>(Clock::now() - start).count();
     s.images_per_sec = static_cast<double>(seen) / s.seconds;
-    s.test_acc = evaluate(net, test_loader);
+    {
+      std::optional<amp::Autocast> autocast;
+      if (cfg.amp) autocast.emplace(*cfg.amp);
+      s.test_acc = evaluate(net, test_loader);
+    }
     history.push_back(s);
     if (log.is_open()) {
       log << nlohmann::json{{"epoch", s.epoch},         {"loss", s.loss},       {"train_acc", s.train_acc},

@@ -22,9 +22,11 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <optional>
 #include <vector>
 
 #include "ir/device.h"
+#include "ir/dtype.h"
 
 namespace kiln::models {
 
@@ -49,6 +51,9 @@ struct TrainConfig {
   int64_t checkpoint_every = 0;  // steps between checkpoints (0: at the end of each epoch only)
   int keep = 3;                  // checkpoints kept
   bool resume = false;           // continue from the newest usable checkpoint in checkpoint_dir
+  // Mixed precision (frontend/amp.h): float16 or bfloat16 compute, float32
+  // parameters; float16 adds dynamic loss scaling (frontend/train/loss_scaler.h).
+  std::optional<DType> amp;
 };
 
 struct EpochStats {

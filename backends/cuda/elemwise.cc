@@ -174,17 +174,17 @@ void register_cuda_elemwise_kernels() {
   register_kernel(OpId::kAbs, k, unary<UnaryOp::kAbs>);
   register_kernel(OpId::kNegative, k, unary<UnaryOp::kNegative>);
   register_kernel(OpId::kClip, k, clip);
-  register_kernel(OpId::kCopy, k, copy);
-  register_kernel(OpId::kBlockGrad, k, copy);
-  register_kernel(OpId::kCast, k, cast);
+  register_kernel(OpId::kCopy, k, copy, HalfSupport::kAny);
+  register_kernel(OpId::kBlockGrad, k, copy, HalfSupport::kAny);
+  register_kernel(OpId::kCast, k, cast, HalfSupport::kAny);
   register_kernel(OpId::kWhere, k, where);
 
-  register_kernel(OpId::kZeros, k, zeros);
-  register_kernel(OpId::kOnes, k, ones);
-  register_kernel(OpId::kFull, k, full);
-  register_kernel(OpId::kArange, k, arange);
-  register_kernel(OpId::kRandomUniform, k, random<0>);
-  register_kernel(OpId::kRandomNormal, k, random<1>);
+  register_kernel(OpId::kZeros, k, zeros, HalfSupport::kAny);
+  register_kernel(OpId::kOnes, k, ones, HalfSupport::kAny);
+  register_kernel(OpId::kFull, k, full, HalfSupport::kAny);
+  register_kernel(OpId::kArange, k, arange, HalfSupport::kAny);
+  register_kernel(OpId::kRandomUniform, k, random<0>, HalfSupport::kAny);
+  register_kernel(OpId::kRandomNormal, k, random<1>, HalfSupport::kAny);
 }
 
 }  // namespace kiln

@@ -202,10 +202,10 @@ void pick_backward(const KernelContext& ctx, std::span<const TensorView> in, std
 
 void register_cuda_index_kernels() {
   constexpr DeviceKind k = DeviceKind::kCUDA;
-  register_kernel(OpId::kTake, k, take);
+  register_kernel(OpId::kTake, k, take, HalfSupport::kAny);
   register_kernel(OpId::kTakeBackward, k, take_backward);
   register_kernel(OpId::kEmbedding, k, embedding);
-  register_kernel(OpId::kOneHot, k, one_hot);
+  register_kernel(OpId::kOneHot, k, one_hot, HalfSupport::kAny);
   register_kernel(OpId::kPick, k, pick);
   register_kernel(OpId::kPickBackward, k, pick_backward);
 }

@@ -1,6 +1,12 @@
-// dot, batch_dot and FullyConnected through cuBLAS (float32; TF32 tensor
-// cores when allowed, device_runtime.h). Row-major C = op(A) op(B) is
-// computed as column-major C^T = op(B)^T op(A)^T, so no data moves.
+// dot, batch_dot and FullyConnected through cuBLAS: float32 (TF32 tensor
+// cores when allowed, device_runtime.h), and bfloat16/float16 on tensor cores
+// with float32 accumulation (cublasGemmEx). Row-major C = op(A) op(B) is
+// computed as column-major C^T = op(B)^T op(A)^T, so no data moves. A 16-bit
+// FullyConnected multiplies into a float32 temporary, adds the bias and
+// applies the activation there, and rounds once into the output.
+#include <algorithm>
+#include <optional>
+
 #include "backends/cuda/device_runtime.h"
 #include "backends/cuda/kernel_util.h"
 #include "ir/ops/fused_layers.h"
@@ -42,36 +48,101 @@ void gemm(const KernelContext& ctx, const MatmulDims& d, const float* a, const f
   }
 }
 
+cudaDataType_t cuda_type(DType t) {
+  switch (t) {
+    case DType::kFloat16:
+      return CUDA_R_16F;
+    case DType::kBfloat16:
+      return CUDA_R_16BF;
+    default:
+      return CUDA_R_32F;
+  }
+}
+
+bool is_16bit(DType t) { return t == DType::kFloat16 || t == DType::kBfloat16; }
+
+// out[b] = op(A[b]) . op(B[b]) with A and B in `ab` (16-bit) and C in `c_type`
+// (the same, or float32), accumulating in float32 on tensor cores.
+void gemm_16bit(const KernelContext& ctx, const MatmulDims& d, DType ab, const void* a, const void* b, DType c_type,
+                void* c) {
+  if (d.m == 0 || d.n == 0 || d.batch == 0) return;
+  const Device device = ctx.run.device;
+  if (d.k == 0) {
+    KILN_CUDA_CHECK(cudaMemsetAsync(c, 0, static_cast<size_t>(d.batch * d.m * d.n) * dtype_size(c_type),
+                                    cuda::stream_of(ctx)),
+                    device);
+    return;
+  }
+  cublasHandle_t h = cuda::cublas_handle(device.id, cuda::stream_of(ctx));
+  const float one = 1.0f, zero = 0.0f;
+  const auto m = static_cast<int>(d.m), n = static_cast<int>(d.n), k = static_cast<int>(d.k);
+  KILN_CHECK(d.m < (1ll << 31) && d.n < (1ll << 31) && d.k < (1ll << 31), NotSupported,
+             "matrix product of {}x{}x{} is too large for one cuBLAS call", d.m, d.k, d.n);
+  cublasOperation_t op_b = d.tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+  cublasOperation_t op_a = d.ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+  int ldb = d.tb ? k : n;
+  int lda = d.ta ? m : k;
+  const cudaDataType_t t = cuda_type(ab), tc = cuda_type(c_type);
+  if (d.batch == 1) {
+    check_cublas(cublasGemmEx(h, op_b, op_a, n, m, k, &one, b, t, ldb, a, t, lda, &zero, c, tc, n,
+                              CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                 "cublasGemmEx", device);
+  } else {
+    check_cublas(cublasGemmStridedBatchedEx(h, op_b, op_a, n, m, k, &one, b, t, ldb, d.k * d.n, a, t, lda, d.m * d.k,
+                                            &zero, c, tc, n, d.m * d.n, static_cast<int>(d.batch),
+                                            CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                 "cublasGemmStridedBatchedEx", device);
+  }
+}
+
 template <MatmulDims (*kDims)(const Shape&, const Shape&, const DotAttrs&)>
 void product_kernel(const KernelContext& ctx, std::span<const TensorView> in, std::span<const TensorView> out) {
-  cuda::require_f32(in, out);
   MatmulDims d = kDims(in[0].shape, in[1].shape, ctx.attrs.as<DotAttrs>());
+  if (is_16bit(in[0].dtype)) return gemm_16bit(ctx, d, in[0].dtype, in[0].data, in[1].data, out[0].dtype, out[0].data);
+  cuda::require_f32(in, out);
   gemm(ctx, d, in[0].ptr<float>(), in[1].ptr<float>(), out[0].ptr<float>());
 }
 
 // out = data . weight^T (+ bias), then act when given.
 void dense(const KernelContext& ctx, const FullyConnectedAttrs& a, std::optional<ActType> act,
            std::span<const TensorView> in, const TensorView& out) {
-  cuda::require_f32(in, std::span<const TensorView>(&out, 1));
+  const bool half = is_16bit(out.dtype);
+  if (!half) cuda::require_f32(in, std::span<const TensorView>(&out, 1));
   FullyConnectedDims fc = fully_connected_dims(in[0].shape, in[1].shape, a);
   MatmulDims d;
   d.m = fc.m;
   d.k = fc.k;
   d.n = fc.n;
   d.tb = true;  // weight is [n, k]
-  gemm(ctx, d, in[0].ptr<float>(), in[1].ptr<float>(), out.ptr<float>());
-  if (fc.m == 0 || fc.n == 0) return;
   cudaStream_t s = cuda::stream_of(ctx);
+  // 16-bit: the product, bias and activation in a float32 temporary.
+  std::optional<cuda::Scratch> wide, wide_bias;
+  float* y = half ? nullptr : out.ptr<float>();
+  if (half) {
+    wide.emplace(ctx.run.device, static_cast<size_t>(std::max<int64_t>(1, fc.m * fc.n)) * sizeof(float));
+    y = static_cast<float*>(wide->get());
+    gemm_16bit(ctx, d, in[0].dtype, in[0].data, in[1].data, DType::kFloat32, y);
+  } else {
+    gemm(ctx, d, in[0].ptr<float>(), in[1].ptr<float>(), y);
+  }
+  if (fc.m == 0 || fc.n == 0) return;
   if (!a.no_bias) {
+    const float* bias = in[2].ptr<float>();
+    if (half) {
+      wide_bias.emplace(ctx.run.device, static_cast<size_t>(fc.n) * sizeof(float));
+      KILN_CUDA_LAUNCH(cuda::launch_cast(in[2].data, static_cast<int>(in[2].dtype), wide_bias->get(),
+                                         static_cast<int>(DType::kFloat32), fc.n, s),
+                       ctx);
+      bias = static_cast<const float*>(wide_bias->get());
+    }
     Shape mat{fc.m, fc.n};
     auto ix = cuda::make_broadcast_index(mat, Shape{fc.n}, mat);
-    KILN_CUDA_LAUNCH(cuda::launch_binary(cuda::BinaryOp::kAdd, out.ptr<float>(), in[2].ptr<float>(), out.ptr<float>(),
-                                         fc.m * fc.n, ix, 0, 0.0f, 0.0f, s),
-                     ctx);
+    KILN_CUDA_LAUNCH(cuda::launch_binary(cuda::BinaryOp::kAdd, y, bias, y, fc.m * fc.n, ix, 0, 0.0f, 0.0f, s), ctx);
   }
-  if (act) {
-    KILN_CUDA_LAUNCH(cuda::launch_unary(cuda::activation_op(*act), out.ptr<float>(), out.ptr<float>(), fc.m * fc.n,
-                                        0, 0, s),
+  if (act) KILN_CUDA_LAUNCH(cuda::launch_unary(cuda::activation_op(*act), y, y, fc.m * fc.n, 0, 0, s), ctx);
+  if (half) {
+    KILN_CUDA_LAUNCH(cuda::launch_cast(y, static_cast<int>(DType::kFloat32), out.data, static_cast<int>(out.dtype),
+                                       fc.m * fc.n, s),
                      ctx);
   }
 }
@@ -88,10 +159,11 @@ void fc_act_kernel(const KernelContext& ctx, std::span<const TensorView> in, std
 }  // namespace
 
 void register_cuda_linalg_kernels() {
-  register_kernel(OpId::kDot, DeviceKind::kCUDA, product_kernel<dot_dims>);
-  register_kernel(OpId::kBatchDot, DeviceKind::kCUDA, product_kernel<batch_dot_dims>);
-  register_kernel(OpId::kFullyConnected, DeviceKind::kCUDA, fully_connected_kernel);
-  register_kernel(OpId::kFcAct, DeviceKind::kCUDA, fc_act_kernel);
+  constexpr auto kAny = HalfSupport::kAny;
+  register_kernel(OpId::kDot, DeviceKind::kCUDA, product_kernel<dot_dims>, kAny);
+  register_kernel(OpId::kBatchDot, DeviceKind::kCUDA, product_kernel<batch_dot_dims>, kAny);
+  register_kernel(OpId::kFullyConnected, DeviceKind::kCUDA, fully_connected_kernel, kAny);
+  register_kernel(OpId::kFcAct, DeviceKind::kCUDA, fc_act_kernel, kAny);
 }
 
 }  // namespace kiln

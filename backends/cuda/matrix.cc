@@ -185,18 +185,18 @@ void broadcast_to_kernel(const KernelContext& ctx, std::span<const TensorView> i
 
 void register_cuda_matrix_kernels() {
   constexpr DeviceKind k = DeviceKind::kCUDA;
-  register_kernel(OpId::kReshape, k, copy_kernel);
-  register_kernel(OpId::kExpandDims, k, copy_kernel);
-  register_kernel(OpId::kFlatten, k, copy_kernel);
-  register_kernel(OpId::kTranspose, k, transpose_kernel);
-  register_kernel(OpId::kSlice, k, slice_kernel);
-  register_kernel(OpId::kSliceAxis, k, slice_axis_kernel);
-  register_kernel(OpId::kConcat, k, concat_kernel);
-  register_kernel(OpId::kStack, k, stack_kernel);
-  register_kernel(OpId::kSplit, k, split_kernel);
-  register_kernel(OpId::kBroadcastTo, k, broadcast_to_kernel);
-  register_kernel(OpId::kSliceBackward, k, slice_backward_kernel);
-  register_kernel(OpId::kSliceAxisBackward, k, slice_axis_backward_kernel);
+  register_kernel(OpId::kReshape, k, copy_kernel, HalfSupport::kAny);
+  register_kernel(OpId::kExpandDims, k, copy_kernel, HalfSupport::kAny);
+  register_kernel(OpId::kFlatten, k, copy_kernel, HalfSupport::kAny);
+  register_kernel(OpId::kTranspose, k, transpose_kernel, HalfSupport::kAny);
+  register_kernel(OpId::kSlice, k, slice_kernel, HalfSupport::kAny);
+  register_kernel(OpId::kSliceAxis, k, slice_axis_kernel, HalfSupport::kAny);
+  register_kernel(OpId::kConcat, k, concat_kernel, HalfSupport::kAny);
+  register_kernel(OpId::kStack, k, stack_kernel, HalfSupport::kAny);
+  register_kernel(OpId::kSplit, k, split_kernel, HalfSupport::kAny);
+  register_kernel(OpId::kBroadcastTo, k, broadcast_to_kernel, HalfSupport::kAny);
+  register_kernel(OpId::kSliceBackward, k, slice_backward_kernel, HalfSupport::kAny);
+  register_kernel(OpId::kSliceAxisBackward, k, slice_axis_backward_kernel, HalfSupport::kAny);
 }
 
 }  // namespace kiln

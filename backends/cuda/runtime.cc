@@ -39,6 +39,8 @@ void register_cuda_fused_kernels();     // fused.cc (an interpreter of fused pro
 
 // Registered whether or not a GPU is present: the table says what this build
 // can run; check_device refuses cuda(i) when there is no such GPU.
+void register_cuda_widening_kernel();  // backends/cuda/widen.cc
+
 void register_cuda_kernels() {
   register_cuda_elemwise_kernels();
   register_cuda_matrix_kernels();
@@ -49,6 +51,7 @@ void register_cuda_kernels() {
   register_cuda_conv_kernels();
   register_cuda_index_kernels();
   register_cuda_fused_kernels();
+  register_cuda_widening_kernel();
 }
 
 namespace storage {

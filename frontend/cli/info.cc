@@ -7,6 +7,7 @@
 #include <string>
 #include <thread>
 
+#include "backends/cpu/cpu_features.h"
 #include "ir/device.h"
 #include "runtime/engine.h"
 
@@ -77,6 +78,10 @@ void print_info() {
   line("llvm", or_no(KILN_LLVM_VERSION));
   line("mpi", or_no(KILN_MPI_VERSION));
   line("openmp", openmp_version());
+  line("cpu", cpu::features().model);
+  line("cpu 16-bit float flags", cpu::low_precision_flags());
+  line("bfloat16 compute", cpu::low_precision_support(DType::kBfloat16));
+  line("float16 compute", cpu::low_precision_support(DType::kFloat16));
   line("threads per device", std::to_string(eng.cpu_threads(Device::cpu(0))));
   line("devices", devices());
   line("engine", eng.kind() == engine::Kind::kNaive ? "naive" : "threaded");

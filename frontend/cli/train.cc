@@ -23,6 +23,7 @@
 #include <cstdio>
 #include <memory>
 
+#include "backends/cpu/cpu_features.h"
 #include "frontend/kvstore.h"
 #include "ir/device.h"
 #include "models/fashion_mnist_job.h"
@@ -72,9 +73,18 @@ void add_train_command(CLI::App& app) {
   cmd->add_flag("--resume", cfg->resume,
                 "Continue from the newest usable checkpoint in --checkpoint DIR; start fresh when there is none");
   cmd->add_flag("--hybridize", cfg->hybridize, "Train through the compiled path (hybridize)");
+  auto amp = std::make_shared<std::string>();
+  cmd->add_option("--amp", *amp,
+                  "Mixed precision: bf16 or fp16 compute with float32 parameters (fp16 adds loss scaling)")
+      ->check(CLI::IsMember({"bf16", "bfloat16", "fp16", "float16"}));
   cmd->add_option("--export", cfg->export_prefix,
                   "With --hybridize: write PREFIX-symbol.json and PREFIX-0000.params (MXNet's format) at the end");
-  cmd->callback([cfg, devices] {
+  cmd->callback([cfg, devices, amp] {
+    if (!amp->empty()) {
+      cfg->amp = (*amp == "bf16" || *amp == "bfloat16") ? DType::kBfloat16 : DType::kFloat16;
+      if (!cpu::native_low_precision(*cfg->amp))
+        std::fprintf(stderr, "kiln: --amp %s: %s\n", amp->c_str(), cpu::low_precision_support(*cfg->amp).c_str());
+    }
     cfg->devices.clear();
     std::string_view rest = *devices;
     while (!rest.empty()) {

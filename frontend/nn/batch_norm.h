@@ -35,6 +35,9 @@ class BatchNorm : public HybridBlock {
                      init::Initializer running_variance_initializer = init::One());
 
   NDArray forward(const NDArray& x) override;
+  // gamma, beta and the running statistics stay float32 (BatchNorm keeps
+  // them so for 16-bit data: ir/ops/amp_policy.cc).
+  void cast(DType) override {}
   std::string to_string() const override;
 
   Parameter gamma() const { return gamma_; }

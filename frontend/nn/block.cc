@@ -218,6 +218,11 @@ void Block::initialize(const init::Initializer& init, const std::vector<Device>&
 
 void Block::zero_grad() { collect_params().zero_grad(); }
 
+void Block::cast(DType dtype) {
+  for (auto& [_, p] : state_->params) p.cast(dtype);
+  for (auto& [_, c] : state_->children) c->cast(dtype);
+}
+
 void Block::hybridize(const HybridizeOptions& options) {
   for (auto& [_, c] : state_->children) c->hybridize(options);
 }

@@ -149,6 +149,12 @@ class Block {
     initialize(init, std::vector<Device>{device}, force_reinit);
   }
   void zero_grad();
+  // Casts every parameter to `dtype` (Parameter::cast), for pure
+  // low-precision inference (as Gluon's Block.cast). Parameters a layer's op
+  // keeps in float32 stay float32 (BatchNorm's gamma, beta and running
+  // statistics: OpDef::amp_float32_inputs), so a cast model still runs.
+  // Inputs must then be cast too (or run under amp::Autocast).
+  virtual void cast(DType dtype);
 
   // Block: applies to the children. HybridBlock also sets its own flag.
   //   net.hybridize();                              // compile

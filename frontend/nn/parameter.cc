@@ -95,6 +95,16 @@ void Parameter::set_grad_req(GradReq req) {
   }
 }
 
+void Parameter::cast(DType dtype) {
+  auto& s = state();
+  if (s.options.dtype == dtype) return;
+  s.options.dtype = dtype;
+  for (auto& [_, a] : s.data) {
+    a = a.astype(dtype).detach();
+    if (s.options.grad_req != GradReq::kNull) a.attach_grad(s.options.grad_req);
+  }
+}
+
 void Parameter::init_now(const NDArray& value, const std::vector<Device>& devices, bool value_is_fresh) {
   auto& s = state();
   KILN_ASSERT(value.shape() == s.shape);

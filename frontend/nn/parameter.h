@@ -112,6 +112,11 @@ class Parameter {
   void set_data(const NDArray& value, const std::vector<Device>& devices);
   // Zeroes every gradient buffer (queued).
   void zero_grad();
+  // Converts the values on every device to `dtype` (rounded to nearest even)
+  // and makes it the parameter's dtype; gradient buffers are re-attached in
+  // the new dtype. Handles to the old arrays keep the old values. Gluon's
+  // Parameter.cast; Block::cast calls it for pure low-precision inference.
+  void cast(DType dtype);
 
   // Same state (copies of one handle).
   bool operator==(const Parameter& o) const { return state_ == o.state_; }

@@ -112,7 +112,7 @@ void Trainer::update(int64_t batch_size, bool ignore_stale_grad) {
   have_fresh_ = false;
   primary_.resize(params_.size(), 0);
   optimizer_->begin_step();
-  double rescale = 1.0 / static_cast<double>(batch_size);
+  double rescale = 1.0 / (static_cast<double>(batch_size) * loss_scale_);
   int64_t index = 0;
   for (const auto& [name, p] : params_) {
     const std::vector<size_t>& fresh = fresh_[static_cast<size_t>(index)];

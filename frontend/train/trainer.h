@@ -55,6 +55,14 @@ class Trainer {
   void allreduce_grads(bool ignore_stale_grad = false);
   void update(int64_t batch_size, bool ignore_stale_grad = false);
 
+  // The factor the loss was multiplied by before backward (a LossScaler's):
+  // update divides the gradients by it as well as by the batch size. 1 by default.
+  void set_loss_scale(double scale) { loss_scale_ = scale; }
+  double loss_scale() const { return loss_scale_; }
+  // After allreduce_grads: drop the reduced gradients without updating (a
+  // skipped step: parameters and optimizer state stay as they are).
+  void discard_grads() { have_fresh_ = false; }
+
   // The store in use: null before the first step and for "none".
   kv::KVStore* kvstore() const { return kvstore_.get(); }
 
@@ -84,6 +92,7 @@ class Trainer {
   std::vector<std::vector<size_t>> fresh_;  // from allreduce_grads, for update
   bool have_fresh_ = false;
   std::vector<size_t> primary_;  // per parameter: the copy that holds the sum and is updated
+  double loss_scale_ = 1;
 };
 
 }  // namespace kiln

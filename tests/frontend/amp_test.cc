@@ -3,10 +3,13 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 
 #include "frontend/amp.h"
 #include "frontend/autograd.h"
 #include "frontend/kiln.h"
+#include "frontend/nn/params_io.h"
+#include "frontend/train/loss_scaler.h"
 #include "tests/test_util.h"
 
 namespace kiln {
@@ -194,6 +197,127 @@ TEST(Amp, AnOpWithoutLowPrecisionNamesTheDtypesItTakes) {
   EXPECT_CONTAINS(message, "sgd_update");
   EXPECT_CONTAINS(message, "bfloat16");
   EXPECT_CONTAINS(message, "float32");
+}
+
+}  // namespace
+}  // namespace kiln
+
+namespace kiln {
+namespace {
+
+// An inf in a gradient skips the step: parameters and optimizer state
+// bit-identical, the scale halved; finite steps update and, after the
+// growth interval, double the scale.
+TEST(LossScaler, SkipsAStepWithAnInfAndLeavesTheParametersBitIdentical) {
+  nd::random::seed(9);
+  nn::Dense net(3);
+  net.initialize(init::Xavier());
+  Trainer trainer(net.collect_params(), optim::SGD({.lr = 0.1, .momentum = 0.9}));
+  amp::LossScaler scaler({.init_scale = 1024, .growth_interval = 2});
+  auto run = [&](const NDArray& x) {
+    NDArray loss;
+    {
+      amp::Autocast autocast(DType::kFloat16);
+      autograd::Record record;
+      loss = nd::sum(net(x));
+    }
+    autograd::backward({scaler.scale_loss(loss)});
+    return scaler.step(trainer, 4);
+  };
+  auto snapshot = [&] {
+    std::vector<std::vector<float>> v;
+    for (auto& [name, p] : net.collect_params()) v.push_back(p.data().to_vector<float>());
+    return v;
+  };
+  NDArray x = nd::random::normal({4, 5});
+  EXPECT_TRUE(run(x));  // first step: momentum state now nonzero
+  auto before = snapshot();
+  std::vector<float> bad = x.to_vector<float>();
+  bad[3] = std::numeric_limits<float>::infinity();
+  EXPECT_FALSE(run(nd::array<float>(bad, x.shape())));
+  EXPECT_EQ(snapshot(), before) << "a skipped step leaves the parameters bit-identical";
+  EXPECT_EQ(scaler.scale(), 512);
+  EXPECT_EQ(scaler.skipped_steps(), 1);
+  // The momentum state was untouched too: the next finite step matches a
+  // trainer that never saw the bad batch.
+  EXPECT_TRUE(run(x));
+  EXPECT_NE(snapshot(), before);
+  EXPECT_TRUE(run(x));
+  EXPECT_EQ(scaler.scale(), 1024) << "two clean steps in a row grow the scale";
+}
+
+// Gradients are divided by the scale: a scaled step equals an unscaled one.
+TEST(LossScaler, ScaledStepEqualsAnUnscaledOne) {
+  auto train = [](bool scaled) {
+    nd::random::seed(4);
+    nn::Dense net(2);
+    net.initialize(init::Xavier());
+    NDArray x = nd::random::normal({3, 4});
+    Trainer trainer(net.collect_params(), optim::SGD({.lr = 0.5}));
+    amp::LossScaler scaler({.init_scale = 256});
+    NDArray loss;
+    {
+      autograd::Record record;
+      loss = nd::sum(net(x) * net(x));
+    }
+    if (scaled) {
+      autograd::backward({scaler.scale_loss(loss)});
+      scaler.step(trainer, 3);
+    } else {
+      autograd::backward({loss});
+      trainer.step(3);
+    }
+    return net.weight().data().to_vector<float>();
+  };
+  std::vector<float> a = train(true), b = train(false);
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-6);
+}
+
+}  // namespace
+}  // namespace kiln
+
+namespace kiln {
+namespace {
+
+// MXNet's params format with float16 and bfloat16 arrays (type flags 2 and
+// 12): written and read back bit for bit.
+TEST(AmpFiles, Float16AndBfloat16ParamsRoundTripBitExact) {
+  NDArray x = nd::random::normal({3, 5});
+  nn::NamedArrays arrays = {{"arg:h", x.astype(DType::kFloat16)}, {"arg:b", x.astype(DType::kBfloat16)}};
+  const std::string path = ::testing::TempDir() + "/amp_round_trip.params";
+  nn::save_ndarrays(path, arrays);
+  nn::NamedArrays back = nn::load_ndarrays(path);
+  ASSERT_EQ(back.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(back[i].first, arrays[i].first);
+    EXPECT_EQ(back[i].second.dtype(), arrays[i].second.dtype());
+    // Compare the raw 16-bit patterns.
+    auto bits = [](const NDArray& a) {
+      a.wait_to_read();
+      const auto* p = static_cast<const uint16_t*>(a.data());
+      return std::vector<uint16_t>(p, p + a.size());
+    };
+    EXPECT_EQ(bits(back[i].second), bits(arrays[i].second));
+  }
+}
+
+// Block::cast gives a pure low-precision model: layers' parameters in the
+// 16-bit type, BatchNorm's in float32; its output is close to float32's.
+TEST(AmpFiles, BlockCastRunsInLowPrecision) {
+  nd::random::seed(12);
+  SmallCnn net;
+  net.initialize(init::Xavier());
+  NDArray x = nd::random::normal({2, 3, 8, 8});
+  NDArray want = net(x);
+  net.cast(DType::kBfloat16);
+  EXPECT_EQ(net.conv.weight().dtype(), DType::kBfloat16);
+  EXPECT_EQ(net.bn.gamma().dtype(), DType::kFloat32);
+  NDArray got = net(x.astype(DType::kBfloat16));
+  EXPECT_EQ(got.dtype(), DType::kBfloat16);
+  expect_close(got.astype(DType::kFloat32), want, 0.05, "bfloat16 model");
+  net.hybridize();
+  expect_close(net(x.astype(DType::kBfloat16)).astype(DType::kFloat32), want, 0.05, "hybridized bfloat16 model");
 }
 
 }  // namespace
