@@ -214,6 +214,18 @@ if [[ "${KILN_GPU_CHECK_QUICK:-0}" != 1 ]]; then
     timed 240 "$bin/kiln" train --data "$data_dir" --model resnet18 --epochs "$resnet_epochs" \
       --batch-size 256 --lr 0.1 --devices cuda:0 --hybridize
     record "kiln train resnet18 cuda:0 --hybridize" $?
+    step "mixed precision on cuda:0 (--amp: bf16/fp16 compute, float32 parameters)"
+    for amp in bf16 fp16; do
+      timed 60 "$bin/kiln" train --data "$data_dir" --model lenet --epochs "$epochs" --batch-size 256 --lr 0.2 \
+        --devices cuda:0 --amp "$amp"
+      record "kiln train lenet cuda:0 --amp $amp" $?
+    done
+    timed 60 "$bin/kiln" train --data "$data_dir" --model lenet --epochs "$epochs" --batch-size 256 --lr 0.2 \
+      --devices cuda:0 --amp bf16 --hybridize
+    record "kiln train lenet cuda:0 --amp bf16 --hybridize" $?
+    timed 240 "$bin/kiln" train --data "$data_dir" --model resnet18 --epochs 1 --batch-size 256 --lr 0.1 \
+      --devices cuda:0 --amp bf16 --hybridize
+    record "kiln train resnet18 cuda:0 --amp bf16 --hybridize" $?
     step "data parallelism over cuda:0 and cpu:0 (the chapter's experiments, LeNet through the Trainer)"
     timed 90 "$bin/kiln" example --quick --devices cuda:0,cpu:0
     record "kiln example --devices cuda:0,cpu:0" $?

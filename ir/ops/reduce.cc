@@ -83,7 +83,9 @@ void infer_arg_reduce(const OpAttrs& attrs, std::span<const TensorType> in, std:
   uint32_t mask = reduce_axes_mask(in[0].shape, axis, false);
   Shape shape = reduced_shape(in[0].shape, mask, a.keepdims);
   check_not_empty(kOp, in[0].shape, mask, shape);
-  out.push_back({shape, in[0].dtype});
+  // 16-bit floats cannot hold every index (bfloat16 is exact to 256 only).
+  const bool half = in[0].dtype == DType::kFloat16 || in[0].dtype == DType::kBfloat16;
+  out.push_back({shape, half ? DType::kFloat32 : in[0].dtype});
 }
 
 void infer_norm(const OpAttrs& attrs, std::span<const TensorType> in, std::vector<TensorType>& out) {
@@ -187,9 +189,11 @@ void register_reduce_ops(OpRegistry& r) {
                 infer_reduce<OpId::kMin>, grad_reduce<OpId::kMin>, true);
   define_reduce(r, OpId::kProd, "Product of the elements over the given axes.", infer_reduce<OpId::kProd>,
                 grad_reduce<OpId::kProd>, true);
-  define_arg_reduce(r, OpId::kArgmax, "Index of the first maximum along an axis, in the input's dtype.",
+  define_arg_reduce(r, OpId::kArgmax,
+                    "Index of the first maximum along an axis, in the input's dtype (float32 for 16-bit floats).",
                     infer_arg_reduce<OpId::kArgmax>);
-  define_arg_reduce(r, OpId::kArgmin, "Index of the first minimum along an axis, in the input's dtype.",
+  define_arg_reduce(r, OpId::kArgmin,
+                    "Index of the first minimum along an axis, in the input's dtype (float32 for 16-bit floats).",
                     infer_arg_reduce<OpId::kArgmin>);
   OpDef& norm = define_unary(r, OpId::kNorm, "L1 or L2 norm of the elements over the given axes.");
   norm.infer = infer_norm;

@@ -6,6 +6,7 @@
 // message and fails on a GPU machine while the list is not empty.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <map>
@@ -102,6 +103,71 @@ TEST(OpParity, EveryOpMatchesTheCpu) {
   std::cout << "[ parity ] " << compared << " cases compared on " << gpu.to_string() << "\n";
   EXPECT_TRUE(no_kernel.empty()) << no_kernel.size() << " ops with a CPU kernel have no CUDA kernel: "
                                  << fmt::format("{}", fmt::join(no_kernel, ", "));
+}
+
+// Every case in bfloat16 and float16 on the GPU against the same on the CPU
+// (floating inputs rounded to the 16-bit type, except those the op keeps in
+// float32): tensor-core products, the widening adaptor and the kernels that
+// take 16-bit arrays. Tolerance: two roundings of the output, relative to
+// the element and the output's largest magnitude, plus the case's own.
+TEST(OpParity, EveryOpIn16BitFloatsMatchesTheCpu) {
+  KILN_REQUIRE_CUDA();
+  const Device gpu = Device::cuda(0);
+  for (DType low : {DType::kBfloat16, DType::kFloat16}) {
+    const double eps = low == DType::kBfloat16 ? 2.0 / 256 : 2.0 / 2048;
+    int compared = 0;
+    std::mt19937 rng(99);
+    for (const Case& c : cases()) {
+      const OpDef& def = *find_op(c.op);
+      std::vector<NDArray> inputs;
+      for (const InputSpec& s : c.inputs) inputs.push_back(make_input(s, rng));
+      if (!has_kernel(def.id, DeviceKind::kCUDA) || def.id == OpId::kFusedElemwise) continue;
+      bool any_float = false;
+      for (size_t i = 0; i < inputs.size(); ++i) {
+        if (!is_floating(inputs[i].dtype()) || def.keeps_float32(i)) continue;
+        inputs[i] = inputs[i].astype(low);
+        any_float = true;
+      }
+      if (!any_float) continue;
+      Case narrow = c;
+      if (def.id == OpId::kEmbedding) narrow.attrs["dtype"] = std::string(dtype_name(low));
+      std::vector<NDArray> want, got;
+      try {
+        want = run_case(narrow, inputs, Device::cpu(0));
+      } catch (const std::exception&) {
+        continue;  // not a 16-bit op on the CPU either (optimizer updates)
+      }
+      try {
+        got = run_case(narrow, inputs, gpu);
+        for (NDArray& g : got) g.wait_to_read();
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << describe(c) << " in " << dtype_name(low) << ": " << e.what();
+        continue;
+      }
+      ++compared;
+      ASSERT_EQ(want.size(), got.size()) << describe(c);
+      for (size_t k = 0; k < want.size(); ++k) {
+        EXPECT_EQ(want[k].dtype(), got[k].dtype()) << describe(c) << " output " << k;
+        std::vector<double> w = want[k].to_vector<double>(), g = got[k].to_vector<double>();
+        if (w.size() != g.size()) continue;
+        double scale = 0;
+        for (double v : w)
+          if (std::isfinite(v)) scale = std::max(scale, std::abs(v));
+        int reported = 0;
+        for (size_t i = 0; i < w.size() && reported < 3; ++i) {
+          if (std::isnan(w[i]) && std::isnan(g[i])) continue;
+          const double tol = c.atol + c.rtol * std::abs(w[i]) + eps * (std::abs(w[i]) + scale);
+          if (!(std::abs(w[i] - g[i]) <= tol)) {
+            ADD_FAILURE() << describe(c) << " in " << dtype_name(low) << " output " << k << " element " << i
+                          << ": cpu " << w[i] << ", cuda " << g[i] << " (tolerance " << tol << ")";
+            ++reported;
+          }
+        }
+      }
+    }
+    std::cout << "[ parity ] " << compared << " " << dtype_name(low) << " cases compared on " << gpu.to_string()
+              << "\n";
+  }
 }
 
 }  // namespace
