@@ -156,25 +156,51 @@ def synthetic_batch():
     return x, y
 
 
-def train_seconds(net, opt, x, y, steps):
+def autocast(bf16):
+    """torch.autocast('cpu', dtype=torch.bfloat16) when bf16, else nothing."""
+    import contextlib
+    return torch.autocast("cpu", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
+
+
+def train_seconds(net, opt, x, y, steps, bf16=False):
     loss_fn = torch.nn.CrossEntropyLoss()
     with torch.enable_grad():
         t0 = time.perf_counter()
         for _ in range(steps):
             opt.zero_grad(set_to_none=True)
-            loss_fn(net(x), y).backward()
+            with autocast(bf16):
+                loss = loss_fn(net(x), y)
+            loss.backward()
             opt.step()
         return time.perf_counter() - t0
 
 
-def bench_train(make, warmup, steps):
+def bench_train(make, warmup, steps, bf16=False):
     torch.manual_seed(0)
     net = make().train()
     opt = torch.optim.SGD(net.parameters(), lr=0.05)
     x, y = synthetic_batch()
-    train_seconds(net, opt, x, y, warmup)
-    best = min(train_seconds(net, opt, x, y, steps) for _ in range(3))
+    train_seconds(net, opt, x, y, warmup, bf16)
+    best = min(train_seconds(net, opt, x, y, steps, bf16) for _ in range(3))
     return steps * BATCH / best, net, x
+
+
+def bench_matmul_bf16(n):
+    # bf16 n x n @ n x n (float32 accumulation inside oneDNN/MKL).
+    a = torch.randn(n, n).to(torch.bfloat16)
+    b = torch.randn(n, n).to(torch.bfloat16)
+    t = min(timed(lambda: torch.mm(a, b), warmup=2, reps=5))
+    return 2 * n ** 3 / t / 1e9
+
+
+def bench_infer_resnet18_bf16():
+    torch.manual_seed(0)
+    net, x = resnet18().eval(), synthetic_batch()[0]
+
+    def run():
+        with torch.no_grad(), autocast(True):
+            net(x)
+    return BATCH / min(timed(run, warmup=1, reps=3))
 
 
 _resnet18_cache = {}
@@ -263,6 +289,11 @@ BENCHES = {
     "train_resnet18_ips": ("img/s", bench_train_resnet18),
     "train_resnet18_peak_mb": ("MiB", bench_train_resnet18_peak_mb),
     "infer_resnet18_ips": ("img/s", bench_infer_resnet18),
+    # Mixed precision: torch.autocast('cpu', dtype=torch.bfloat16), eager.
+    "matmul_2048_bf16_gflops": ("GFLOP/s", lambda: bench_matmul_bf16(2048)),
+    "train_lenet_bf16_ips": ("img/s", lambda: bench_train(lenet, warmup=3, steps=10, bf16=True)[0]),
+    "train_resnet18_bf16_ips": ("img/s", lambda: bench_train(resnet18, warmup=1, steps=1, bf16=True)[0]),
+    "infer_resnet18_bf16_ips": ("img/s", bench_infer_resnet18_bf16),
 }
 
 

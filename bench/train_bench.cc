@@ -10,9 +10,11 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <optional>
 #include <string>
 
 #include "bench/bench.h"
+#include "frontend/amp.h"
 #include "frontend/autograd.h"
 #include "frontend/cached_op.h"
 #include "frontend/nd.h"
@@ -49,10 +51,16 @@ struct Job {
   Synthetic batch = synthetic_batch();
   loss::SoftmaxCrossEntropy loss_fn;
 
-  explicit Job(const std::string& model, bool hybridize = false)
-      : net(init_net(model)), trainer(net.collect_params(), optim::SGD({.lr = 0.05})) {
-    net.hybridize(hybridize);
+  // amp: mixed precision (frontend/amp.h): the hybridize option, and an
+  // autocast scope around each imperative forward.
+  std::optional<DType> amp;
+
+  explicit Job(const std::string& model, bool hybridize = false, std::optional<DType> amp_dtype = std::nullopt)
+      : net(init_net(model)), trainer(net.collect_params(), optim::SGD({.lr = 0.05})), amp(amp_dtype) {
+    if (hybridize) net.hybridize({.amp = amp});
   }
+
+
 
   static nn::HybridSequential init_net(const std::string& model) {
     nd::random::seed(0);
@@ -68,6 +76,8 @@ struct Job {
     for (int i = 0; i < steps; ++i) {
       NDArray l;
       {
+        std::optional<amp::Autocast> scope;
+        if (amp) scope.emplace(*amp);
         autograd::Record record;
         l = loss_fn(net(batch.data), batch.label);
       }
@@ -80,6 +90,8 @@ struct Job {
 
   double infer_seconds(int steps) {
     autograd::PredictMode predict;
+    std::optional<amp::Autocast> scope;
+    if (amp) scope.emplace(*amp);
     engine::wait_all();
     auto start = Clock::now();
     for (int i = 0; i < steps; ++i) net(batch.data).wait_to_read();
@@ -207,9 +219,55 @@ std::vector<Figure> bench_infer_resnet18_hybridized(const Options& options) {
           {"infer_resnet18_hybridized_speedup", infer[0] / infer[1], "x"}};
 }
 
+// Mixed precision (bfloat16 compute, float32 parameters), d2l's ResNet-18
+// and LeNet as above: training imperative under autocast (PyTorch's
+// autocast is eager too), inference hybridized with the amp option, and a
+// 2048^3 product of bfloat16 matrices (float32 accumulation).
+std::vector<Figure> bench_amp(const Options& options) {
+  constexpr int64_t n = 2048;
+  NDArray a = nd::random::normal({n, n}).astype(DType::kBfloat16);
+  NDArray b = nd::random::normal({n, n}).astype(DType::kBfloat16);
+  nd::dot(a, b).wait_to_read();
+  double mm = best_of(options.repeat, [&] {
+    engine::wait_all();
+    auto start = Clock::now();
+    nd::dot(a, b).wait_to_read();
+    return seconds_since(start);
+  });
+  a = b = NDArray();
+  double lenet;
+  {
+    Job job("lenet", false, DType::kBfloat16);
+    job.train_seconds(3);
+    lenet = best_of(options.repeat, [&] { return job.train_seconds(10) / 10; });
+  }
+  reset_peak_rss();
+  double train, peak, infer;
+  {
+    Job job("resnet18", false, DType::kBfloat16);
+    job.train_seconds(1);
+    train = best_of(options.repeat, [&] { return job.train_seconds(1); });
+    peak = peak_rss_mib();
+  }
+  {
+    Job job("resnet18", true, DType::kBfloat16);
+    job.infer_seconds(1);
+    infer = best_of(options.repeat, [&] { return job.infer_seconds(1); });
+  }
+  return {{"matmul_2048_bf16_gflops", 2.0 * n * n * n / mm * 1e-9, "GFLOP/s"},
+          {"train_lenet_bf16_ips", kBatch / lenet, "img/s"},
+          {"train_resnet18_bf16_ips", kBatch / train, "img/s"},
+          {"train_resnet18_bf16_peak_mb", peak, "MiB"},
+          {"infer_resnet18_bf16_ips", kBatch / infer, "img/s"}};
+}
+
 }  // namespace
 
 void register_train_benchmarks() {
+  add({"amp",
+       {"matmul_2048_bf16_gflops", "train_lenet_bf16_ips", "train_resnet18_bf16_ips", "train_resnet18_bf16_peak_mb",
+        "infer_resnet18_bf16_ips"},
+       &bench_amp});
   add({"train_lenet_hybridized", {"train_lenet_hybridized_ips"}, &bench_train_lenet_hybridized});
   add({"resnet18_hybridized",
        {"train_resnet18_hybridized_ips", "train_resnet18_hybridized_speedup", "train_resnet18_pool_peak_mb",

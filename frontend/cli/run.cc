@@ -9,6 +9,13 @@
 // first values. Writing is all or nothing: either one --output per output,
 // in order, or --output-prefix P, which writes P_0.npy, P_1.npy, ...; any
 // other count of --output files is an error (no output is silently dropped).
+//
+//   kiln run model-symbol.json model-0000.params --input data=x.npy --dtype bf16
+//
+// --dtype bf16|fp16 runs the float32 model in mixed precision (the amp-cast
+// policy of frontend/amp.h: convolutions and dense layers in the 16-bit type,
+// parameters float32); bfloat16 outputs are written as float32 .npy files
+// (NumPy has no bfloat16).
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -26,6 +33,7 @@ struct RunOptions {
   std::vector<std::string> inputs;  // NAME=FILE
   std::vector<std::string> outputs;
   std::string output_prefix;
+  std::string dtype = "float32";  // float32, bf16 or fp16
 };
 
 // The file for each output: ValueError unless the options name every one.
@@ -55,6 +63,8 @@ void run_model(const RunOptions& opt) {
   }
   KILN_CHECK(!names.empty(), ValueError, "kiln run: give at least one --input NAME=FILE.npy");
   auto net = nn::SymbolBlock::imports(opt.symbol_file, names, opt.params_file);
+  if (opt.dtype != "float32")
+    net.hybridize({.amp = opt.dtype == "bf16" || opt.dtype == "bfloat16" ? DType::kBfloat16 : DType::kFloat16});
   std::vector<NDArray> outs = net(std::span<const NDArray>(values));
   std::vector<std::string> files = output_files(opt, outs.size());
   for (size_t i = 0; i < outs.size(); ++i) {
@@ -64,7 +74,7 @@ void run_model(const RunOptions& opt) {
     std::printf("output %zu: %s%s [%s%s]\n", i, std::string(dtype_short_name(outs[i].dtype())).c_str(),
                 outs[i].shape().to_string().c_str(), head.c_str(), v.size() > 6 ? " ..." : "");
     if (i < files.size()) {
-      npy::save(files[i], outs[i]);
+      npy::save(files[i], outs[i].dtype() == DType::kBfloat16 ? outs[i].astype(DType::kFloat32) : outs[i]);
       std::printf("wrote %s\n", files[i].c_str());
     }
   }
@@ -80,6 +90,9 @@ void add_run_command(CLI::App& app) {
   cmd->add_option("--input", opt->inputs, "NAME=FILE.npy, once per input")->required();
   cmd->add_option("--output", opt->outputs, "Write output k to the k-th FILE.npy (once per output)");
   cmd->add_option("--output-prefix", opt->output_prefix, "Write output k to PREFIX_k.npy");
+  cmd->add_option("--dtype", opt->dtype, "Compute dtype: float32, or bf16/fp16 mixed precision (float32 parameters)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"float32", "bf16", "bfloat16", "fp16", "float16"}));
   cmd->callback([opt] { run_model(*opt); });
 }
 

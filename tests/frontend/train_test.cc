@@ -133,5 +133,24 @@ TEST(MainJob, LeNetOnAFashionMnistSliceBeatsChance) {
   EXPECT_GT(history[1].test_acc, 0.5);  // chance is 0.1
 }
 
+// The same slice under mixed precision (--amp): bfloat16 imperative and
+// hybridized (the two agree step for step), float16 with loss scaling.
+TEST(MainJob, LeNetTrainsUnderMixedPrecision) {
+  if (!std::filesystem::exists(data::FashionMNIST::default_dir() + "/train-images-idx3-ubyte.gz"))
+    GTEST_SKIP() << "Fashion-MNIST is not installed (Debian package dataset-fashion-mnist)";
+  std::vector<double> losses;
+  for (auto [amp, hybridize] : {std::pair{DType::kBfloat16, false}, std::pair{DType::kBfloat16, true},
+                                std::pair{DType::kFloat16, false}}) {
+    models::TrainConfig cfg{.model = "lenet", .epochs = 2, .batch_size = 64, .lr = 0.1, .momentum = 0.9, .seed = 1,
+                            .train_limit = 2000, .test_limit = 1000, .hybridize = hybridize, .amp = amp};
+    auto history = models::train_fashion_mnist(cfg);
+    ASSERT_EQ(history.size(), 2u);
+    EXPECT_LT(history[1].loss, history[0].loss) << dtype_name(amp);
+    EXPECT_GT(history[1].test_acc, 0.5) << dtype_name(amp);
+    losses.push_back(history[1].loss);
+  }
+  EXPECT_NEAR(losses[1], losses[0], 1e-3 * losses[0]) << "bfloat16 hybridized against imperative";
+}
+
 }  // namespace
 }  // namespace kiln
