@@ -1,12 +1,14 @@
 // Convolution (forward, backward data, backward weight) and Pooling (forward,
 // backward) through cuDNN's legacy API, BatchNorm through Kiln's own kernels
-// (batch_norm.cu), and the fused _kiln_conv_act. float32, channel-first,
-// 1 to 3 spatial axes (1-D runs as 2-D with a unit axis).
+// (batch_norm.cu), and the fused _kiln_conv_act. float32 (convolutions also
+// bfloat16/float16, on tensor cores), channel-first, 1 to 3 spatial axes (1-D
+// runs as 2-D with a unit axis).
 //
 // Algorithms: cuDNN's heuristic (the *_v7 queries) picks, once per shape and
 // per TF32 setting; the choice and its workspace size are cached in a map
 // keyed by the descriptors' numbers. The workspace comes from the device's
 // caching allocator and is released after the op's stream is synchronized.
+#include <algorithm>
 #include <map>
 #include <mutex>
 
@@ -32,13 +34,19 @@ void check_cudnn(cudnnStatus_t st, const char* call, Device device) {
 
 // ---- descriptors (RAII)
 
+cudnnDataType_t cudnn_type(DType t) {
+  return t == DType::kBfloat16 ? CUDNN_DATA_BFLOAT16 : t == DType::kFloat16 ? CUDNN_DATA_HALF : CUDNN_DATA_FLOAT;
+}
+
+bool is_16bit(DType t) { return t == DType::kBfloat16 || t == DType::kFloat16; }
+
 struct TensorDesc {
   cudnnTensorDescriptor_t d = nullptr;
-  TensorDesc(const std::vector<int>& dims, Device device) {
+  TensorDesc(const std::vector<int>& dims, Device device, DType dtype = DType::kFloat32) {
     KILN_CUDNN_CHECK(cudnnCreateTensorDescriptor(&d), device);
     std::vector<int> strides(dims.size(), 1);
     for (int i = static_cast<int>(dims.size()) - 2; i >= 0; --i) strides[i] = strides[i + 1] * dims[i + 1];
-    KILN_CUDNN_CHECK(cudnnSetTensorNdDescriptor(d, CUDNN_DATA_FLOAT, static_cast<int>(dims.size()), dims.data(),
+    KILN_CUDNN_CHECK(cudnnSetTensorNdDescriptor(d, cudnn_type(dtype), static_cast<int>(dims.size()), dims.data(),
                                                 strides.data()),
                      device);
   }
@@ -49,9 +57,9 @@ struct TensorDesc {
 
 struct FilterDesc {
   cudnnFilterDescriptor_t d = nullptr;
-  FilterDesc(const std::vector<int>& dims, Device device) {
+  FilterDesc(const std::vector<int>& dims, Device device, DType dtype) {
     KILN_CUDNN_CHECK(cudnnCreateFilterDescriptor(&d), device);
-    KILN_CUDNN_CHECK(cudnnSetFilterNdDescriptor(d, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, static_cast<int>(dims.size()),
+    KILN_CUDNN_CHECK(cudnnSetFilterNdDescriptor(d, cudnn_type(dtype), CUDNN_TENSOR_NCHW, static_cast<int>(dims.size()),
                                                 dims.data()),
                      device);
   }
@@ -98,7 +106,8 @@ Window window_of(const WindowGeometry& g) {
 
 struct ConvDesc {
   cudnnConvolutionDescriptor_t d = nullptr;
-  ConvDesc(const Window& w, int groups, Device device) {
+  // 16-bit data: float32 accumulation on tensor cores.
+  ConvDesc(const Window& w, int groups, Device device, DType dtype) {
     KILN_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&d), device);
     KILN_CUDNN_CHECK(cudnnSetConvolutionNdDescriptor(d, static_cast<int>(w.kernel.size()), w.pad.data(),
                                                      w.stride.data(), w.dilate.data(), CUDNN_CROSS_CORRELATION,
@@ -106,28 +115,32 @@ struct ConvDesc {
                      device);
     KILN_CUDNN_CHECK(cudnnSetConvolutionGroupCount(d, groups), device);
     // FMA math forbids TF32; the default allows it (KILN_CUDA_TF32=0 forbids).
-    KILN_CUDNN_CHECK(cudnnSetConvolutionMathType(d, cuda::tf32_allowed() ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH), device);
+    cudnnMathType_t math = cuda::tf32_allowed() ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
+    if (is_16bit(dtype)) math = CUDNN_TENSOR_OP_MATH;
+    KILN_CUDNN_CHECK(cudnnSetConvolutionMathType(d, math), device);
   }
   ~ConvDesc() { cudnnDestroyConvolutionDescriptor(d); }
   ConvDesc(const ConvDesc&) = delete;
   ConvDesc& operator=(const ConvDesc&) = delete;
 };
 
-// One convolution call's descriptors, from the forward's data/weight/output shapes.
+// One convolution call's descriptors (bfloat16/float16 data: float32
+// accumulation on tensor cores), from the forward's data/weight/output shapes.
 struct ConvSetup {
   Device device;
   TensorDesc x, y;
   FilterDesc w;
   ConvDesc conv;
   std::string key;  // the algorithm cache's key (without the direction)
-  ConvSetup(const ConvolutionAttrs& a, const Shape& data, const Shape& weight, const Shape& out, Device dev)
+  ConvSetup(const ConvolutionAttrs& a, const Shape& data, const Shape& weight, const Shape& out, Device dev,
+            DType dtype)
       : device(dev),
-        x(dims_of(data), dev),
-        y(dims_of(out), dev),
-        w(dims_of(weight), dev),
-        conv(window_of(convolution_geometry(a, data)), a.num_group, dev) {
-    key = fmt::format("{}|{}|{}|{}|{}|{}|{}|{}|{}", dev, data, weight, out, a.stride, a.dilate, a.pad, a.num_group,
-                      cuda::tf32_allowed());
+        x(dims_of(data), dev, dtype),
+        y(dims_of(out), dev, dtype),
+        w(dims_of(weight), dev, dtype),
+        conv(window_of(convolution_geometry(a, data)), a.num_group, dev, dtype) {
+    key = fmt::format("{}|{}|{}|{}|{}|{}|{}|{}|{}|{}", dev, dtype_short_name(dtype), data, weight, out, a.stride,
+                      a.dilate, a.pad, a.num_group, cuda::tf32_allowed());
   }
 };
 
@@ -171,7 +184,7 @@ void convolution_forward_into(const KernelContext& ctx, const ConvolutionAttrs& 
                               const TensorView& weight, const TensorView& out) {
   const Device dev = ctx.run.device;
   cudnnHandle_t h = cuda::cudnn_handle(dev.id, cuda::stream_of(ctx));
-  ConvSetup s(a, data.shape, weight.shape, out.shape, dev);
+  ConvSetup s(a, data.shape, weight.shape, out.shape, dev, data.dtype);
   AlgoChoice c = cached_algo("fwd|" + s.key, [&] {
     cudnnConvolutionFwdAlgoPerf_t perf[kMaxAlgos];
     int n = 0;
@@ -188,6 +201,14 @@ void convolution_forward_into(const KernelContext& ctx, const ConvolutionAttrs& 
 
 // out[n, c, ...] += bias[c]
 void add_channel_bias(const KernelContext& ctx, const TensorView& out, const TensorView& bias) {
+  if (is_16bit(out.dtype)) {
+    const int64_t inner = out.size() / std::max<int64_t>(1, out.shape[0] * bias.size());
+    KILN_CUDA_LAUNCH(cuda::launch_add_channel_bias(out.data, static_cast<int>(out.dtype), bias.data,
+                                                   static_cast<int>(bias.dtype), out.size(), bias.size(), inner,
+                                                   cuda::stream_of(ctx)),
+                     ctx);
+    return;
+  }
   std::vector<int64_t> dims(static_cast<size_t>(out.shape.ndim() - 1), 1);
   dims[0] = bias.size();
   auto ix = cuda::make_broadcast_index(out.shape, Shape(dims), out.shape);
@@ -196,8 +217,8 @@ void add_channel_bias(const KernelContext& ctx, const TensorView& out, const Ten
                    ctx);
 }
 
-void convolution(const KernelContext& ctx, std::span<const TensorView> in, std::span<const TensorView> out) {
-  cuda::require_f32(in, out);
+void convolution_native(const KernelContext& ctx, std::span<const TensorView> in, std::span<const TensorView> out) {
+  if (!is_16bit(in[0].dtype)) cuda::require_f32(in, out);
   const auto& a = ctx.attrs.as<ConvolutionAttrs>();
   if (out[0].size() == 0) return;
   convolution_forward_into(ctx, a, in[0], in[1], out[0]);
@@ -224,9 +245,9 @@ void conv_act(const KernelContext& ctx, std::span<const TensorView> in, std::spa
 }
 
 // (out_grad, weight) -> d_data
-void convolution_backward_data(const KernelContext& ctx, std::span<const TensorView> in,
+void convolution_backward_data_native(const KernelContext& ctx, std::span<const TensorView> in,
                                std::span<const TensorView> out) {
-  cuda::require_f32(in, out);
+  if (!is_16bit(in[0].dtype)) cuda::require_f32(in, out);
   const auto& a = ctx.attrs.as<ConvolutionBackwardDataAttrs>();
   const Device dev = ctx.run.device;
   if (out[0].size() == 0) return;
@@ -235,7 +256,7 @@ void convolution_backward_data(const KernelContext& ctx, std::span<const TensorV
     return;
   }
   cudnnHandle_t h = cuda::cudnn_handle(dev.id, cuda::stream_of(ctx));
-  ConvSetup s(a, out[0].shape, in[1].shape, in[0].shape, dev);
+  ConvSetup s(a, out[0].shape, in[1].shape, in[0].shape, dev, in[0].dtype);
   AlgoChoice c = cached_algo("bwd_data|" + s.key, [&] {
     cudnnConvolutionBwdDataAlgoPerf_t perf[kMaxAlgos];
     int n = 0;
@@ -252,9 +273,9 @@ void convolution_backward_data(const KernelContext& ctx, std::span<const TensorV
 }
 
 // (out_grad, data) -> d_weight
-void convolution_backward_weight(const KernelContext& ctx, std::span<const TensorView> in,
+void convolution_backward_weight_native(const KernelContext& ctx, std::span<const TensorView> in,
                                  std::span<const TensorView> out) {
-  cuda::require_f32(in, out);
+  if (!is_16bit(in[0].dtype)) cuda::require_f32(in, out);
   const auto& a = ctx.attrs.as<ConvolutionAttrs>();
   const Device dev = ctx.run.device;
   if (out[0].size() == 0) return;
@@ -263,7 +284,7 @@ void convolution_backward_weight(const KernelContext& ctx, std::span<const Tenso
     return;
   }
   cudnnHandle_t h = cuda::cudnn_handle(dev.id, cuda::stream_of(ctx));
-  ConvSetup s(a, in[1].shape, out[0].shape, in[0].shape, dev);
+  ConvSetup s(a, in[1].shape, out[0].shape, in[0].shape, dev, in[0].dtype);
   AlgoChoice c = cached_algo("bwd_filter|" + s.key, [&] {
     cudnnConvolutionBwdFilterAlgoPerf_t perf[kMaxAlgos];
     int n = 0;
@@ -277,6 +298,18 @@ void convolution_backward_weight(const KernelContext& ctx, std::span<const Tenso
                                                   static_cast<cudnnConvolutionBwdFilterAlgo_t>(c.algo), ws.get(),
                                                   c.workspace, &zero, s.w.d, out[0].data),
                    dev);
+}
+
+// 16-bit calls cuDNN cannot run (no algorithm for the type on this GPU)
+// run on float32 copies instead.
+template <void (*kNative)(const KernelContext&, std::span<const TensorView>, std::span<const TensorView>)>
+void or_widened(const KernelContext& ctx, std::span<const TensorView> in, std::span<const TensorView> out) {
+  if (!is_16bit(in[0].dtype)) return kNative(ctx, in, out);
+  try {
+    kNative(ctx, in, out);
+  } catch (const Error&) {
+    cuda::widen(ctx, in, out);
+  }
 }
 
 // ---- Pooling
@@ -383,10 +416,11 @@ void batch_norm_backward(const KernelContext& ctx, std::span<const TensorView> i
 void register_cuda_conv_kernels() {
   constexpr DeviceKind k = DeviceKind::kCUDA;
 #if defined(KILN_HAVE_CUDNN)
-  register_kernel(OpId::kConvolution, k, convolution);
+  register_kernel(OpId::kConvolution, k, or_widened<convolution_native>, HalfSupport::kAny);
   register_kernel(OpId::kConvAct, k, conv_act);
-  register_kernel(OpId::kConvolutionBackwardData, k, convolution_backward_data);
-  register_kernel(OpId::kConvolutionBackwardWeight, k, convolution_backward_weight);
+  register_kernel(OpId::kConvolutionBackwardData, k, or_widened<convolution_backward_data_native>, HalfSupport::kAny);
+  register_kernel(OpId::kConvolutionBackwardWeight, k, or_widened<convolution_backward_weight_native>,
+                  HalfSupport::kAny);
   register_kernel(OpId::kPooling, k, pooling);
   register_kernel(OpId::kPoolingBackward, k, pooling_backward);
 #endif

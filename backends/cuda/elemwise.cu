@@ -159,6 +159,15 @@ __global__ void cast_kernel(const void* x, int din, void* y, int dout, int64_t n
   }
 }
 
+__global__ void channel_bias_kernel(void* y, int dy, const void* bias, int db, int64_t n, int64_t channels,
+                                    int64_t inner) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const float b = static_cast<float>(load_as_double(bias, db, (i / inner) % channels));
+    store_double(y, dy, i, static_cast<float>(load_as_double(y, dy, i)) + b);
+  }
+}
+
 template <typename T>
 __global__ void strided_copy_kernel(const T* x, T* y, StridedIndex ix, int64_t n) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
@@ -241,6 +250,13 @@ cudaError_t launch_add_n(const float* const* inputs, int count, float* y, int64_
 cudaError_t launch_cast(const void* x, int dtype_in, void* y, int dtype_out, int64_t n, cudaStream_t s) {
   if (n == 0) return cudaSuccess;
   cast_kernel<<<blocks_for(n), kThreads, 0, s>>>(x, dtype_in, y, dtype_out, n);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_add_channel_bias(void* y, int dtype_y, const void* bias, int dtype_bias, int64_t n,
+                                    int64_t channels, int64_t inner, cudaStream_t s) {
+  if (n == 0) return cudaSuccess;
+  channel_bias_kernel<<<blocks_for(n), kThreads, 0, s>>>(y, dtype_y, bias, dtype_bias, n, channels, inner);
   return cudaGetLastError();
 }
 

@@ -21,6 +21,11 @@ inline cudaStream_t stream_of(const KernelContext& ctx) { return static_cast<cud
 // kernels handle; the engine prefixes the op's name and device).
 void require_f32(std::span<const TensorView> in, std::span<const TensorView> out);
 
+// The widening adaptor (runtime/kernel_widen.h) for a kernel that takes
+// 16-bit floats but has no faster way for this call: ctx.op's kernel on
+// float32 copies (backends/cuda/widen.cc).
+void widen(const KernelContext& ctx, std::span<const TensorView> in, std::span<const TensorView> out);
+
 // in[i]'s strides broadcast against `out` (right-aligned, 0 on length-1 axes).
 std::array<int64_t, kMaxDims> broadcast_strides(const Shape& in, const Shape& out);
 // ndim 0 when both are dense at out's shape.

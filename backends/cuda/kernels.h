@@ -64,6 +64,10 @@ cudaError_t launch_add_n(const float* const* inputs, int count, float* y, int64_
 // ---- any dtype (elemwise.cu): f32, f64, f16, bf16, u8, i8, i32, i64
 // Element conversion x (dtype_in) -> y (dtype_out), n elements.
 cudaError_t launch_cast(const void* x, int dtype_in, void* y, int dtype_out, int64_t n, cudaStream_t s);
+// y[i] += bias[(i / inner) % channels] over n elements, any float dtypes
+// (dtype flags as launch_cast's), computed in float: a convolution's bias.
+cudaError_t launch_add_channel_bias(void* y, int dtype_y, const void* bias, int dtype_bias, int64_t n,
+                                    int64_t channels, int64_t inner, cudaStream_t s);
 // y[out_offset + sum_d i_d out_stride_d] = x[in_offset + sum_d i_d in_stride_d]; elem_size 1, 2, 4 or 8.
 cudaError_t launch_strided_copy(const void* x, void* y, int elem_size, const StridedIndex& index, cudaStream_t s);
 // y[i] = value (kind 0), start + (i / repeat) * step (kind 1).

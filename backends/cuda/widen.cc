@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "backends/cuda/device_runtime.h"
+#include "backends/cuda/kernel_util.h"
 #include "runtime/kernel_widen.h"
 
 namespace kiln {
@@ -22,13 +23,13 @@ class CudaTemps final : public WidenTemps {
   std::vector<std::unique_ptr<cuda::Scratch>> scratch_;
 };
 
-void cuda_widen(const KernelContext& ctx, std::span<const TensorView> in, std::span<const TensorView> out) {
+}  // namespace
+
+void cuda::widen(const KernelContext& ctx, std::span<const TensorView> in, std::span<const TensorView> out) {
   CudaTemps temps(ctx.run.device);
   run_widened(ctx, in, out, temps);
 }
 
-}  // namespace
-
-void register_cuda_widening_kernel() { register_widening_kernel(DeviceKind::kCUDA, cuda_widen); }
+void register_cuda_widening_kernel() { register_widening_kernel(DeviceKind::kCUDA, cuda::widen); }
 
 }  // namespace kiln
