@@ -1,4 +1,6 @@
-// CPU kernels of BatchNorm and _backward_BatchNorm: direct loops.
+// CPU kernels of BatchNorm and _backward_BatchNorm: direct loops, over
+// float32, bfloat16 or float16 data (16-bit values are loaded into float32;
+// scale, shift and statistics are float32).
 //
 // Data of any rank is viewed as [outer, channels, inner] around the channel
 // axis, so every axis works without copies; work is split over channels.
@@ -22,6 +24,7 @@
 #include <cstring>
 #include <vector>
 
+#include "backends/cpu/elemwise_kernels.h"
 #include "backends/cpu/parallel.h"
 #include "ir/ops/conv.h"
 #include "runtime/kernel.h"
@@ -52,15 +55,16 @@ void for_rows(const NormDims& d, int64_t c, F&& f) {
 }
 
 // Batch mean and biased variance of channel c.
-void channel_stats(const NormDims& d, const float* x, int64_t c, float* mean, float* var) {
-  const float shift = x[c * d.inner];
+template <typename T>
+void channel_stats(const NormDims& d, const T* x, int64_t c, float* mean, float* var) {
+  const float shift = cpu::load(x[c * d.inner]);
   double sum = 0, sum_sq = 0;
   for_rows(d, c, [&](int64_t r) {
-    const float* xr = x + r;
+    const T* xr = x + r;
     float s = 0, q = 0;
 #pragma omp simd reduction(+ : s, q)
     for (int64_t i = 0; i < d.inner; ++i) {
-      const float v = xr[i] - shift;
+      const float v = cpu::load(xr[i]) - shift;
       s += v;
       q += v * v;
     }
@@ -73,16 +77,19 @@ void channel_stats(const NormDims& d, const float* x, int64_t c, float* mean, fl
   *var = static_cast<float>(std::max(0.0, sum_sq / n - m * m));
 }
 
-// (data, gamma, beta, moving_mean, moving_var) -> (out, mean, var)
-void batch_norm_forward(const KernelContext& ctx, std::span<const TensorView> in, std::span<const TensorView> out) {
+// (data, gamma, beta, moving_mean, moving_var) -> (out, mean, var); data and
+// out in T (float32 or a 16-bit float), the rest float32.
+template <typename T>
+void batch_norm_forward_typed(const KernelContext& ctx, std::span<const TensorView> in,
+                              std::span<const TensorView> out) {
   const auto& a = ctx.attrs.as<BatchNormAttrs>();
   const NormDims d = norm_dims(ctx, a, in[0].shape);
-  const float* x = in[0].ptr<float>();
+  const T* x = in[0].ptr<T>();
   const float* gamma = in[1].ptr<float>();
   const float* beta = in[2].ptr<float>();
   float* moving_mean = in[3].ptr<float>();
   float* moving_var = in[4].ptr<float>();
-  float* y = out[0].ptr<float>();
+  T* y = out[0].ptr<T>();
   float* mean = out[1].ptr<float>();
   float* var = out[2].ptr<float>();
   const bool empty = in[0].size() == 0;
@@ -102,10 +109,10 @@ void batch_norm_forward(const KernelContext& ctx, std::span<const TensorView> in
           const float scale = (a.fix_gamma ? 1.0f : gamma[c]) / std::sqrt(var[c] + d.eps);
           const float offset = beta[c] - mean[c] * scale;
           for_rows(d, c, [&](int64_t r) {
-            const float* xr = x + r;
-            float* yr = y + r;
+            const T* xr = x + r;
+            T* yr = y + r;
 #pragma omp simd
-            for (int64_t i = 0; i < d.inner; ++i) yr[i] = xr[i] * scale + offset;
+            for (int64_t i = 0; i < d.inner; ++i) yr[i] = cpu::store<T>(cpu::load(xr[i]) * scale + offset);
           });
         }
       },
@@ -123,16 +130,17 @@ void batch_norm_forward(const KernelContext& ctx, std::span<const TensorView> in
 //   xhat = (x - mean) * inv_std; d_beta = sum(dy); d_gamma = sum(dy * xhat);
 //   train:   dx = gamma * inv_std * (dy - d_beta / n - xhat * d_gamma / n)
 //   predict: dx = gamma * inv_std * dy (the statistics are constants)
-void batch_norm_backward(const KernelContext& ctx, std::span<const TensorView> in,
-                         std::span<const TensorView> out) {
+template <typename T>
+void batch_norm_backward_typed(const KernelContext& ctx, std::span<const TensorView> in,
+                               std::span<const TensorView> out) {
   const auto& a = ctx.attrs.as<BatchNormAttrs>();
   const NormDims d = norm_dims(ctx, a, in[1].shape);
-  const float* dy = in[0].ptr<float>();
-  const float* x = in[1].ptr<float>();
+  const T* dy = in[0].ptr<T>();
+  const T* x = in[1].ptr<T>();
   const float* gamma = in[2].ptr<float>();
   const float* mean = in[3].ptr<float>();
   const float* var = in[4].ptr<float>();
-  float* dx = out[0].ptr<float>();
+  T* dx = out[0].ptr<T>();
   float* d_gamma = out[1].ptr<float>();
   float* d_beta = out[2].ptr<float>();
   const double n = static_cast<double>(d.outer * d.inner);
@@ -144,13 +152,14 @@ void batch_norm_backward(const KernelContext& ctx, std::span<const TensorView> i
           const float inv_std = 1.0f / std::sqrt(var[c] + d.eps);
           double sum_dy = 0, sum_dy_xc = 0;  // xc = x - mean
           for_rows(d, c, [&](int64_t r) {
-            const float* g = dy + r;
-            const float* xr = x + r;
+            const T* g = dy + r;
+            const T* xr = x + r;
             float s = 0, t = 0;
 #pragma omp simd reduction(+ : s, t)
             for (int64_t i = 0; i < d.inner; ++i) {
-              s += g[i];
-              t += g[i] * (xr[i] - mu);
+              const float gi = cpu::load(g[i]);
+              s += gi;
+              t += gi * (cpu::load(xr[i]) - mu);
             }
             sum_dy += s;
             sum_dy_xc += t;
@@ -163,22 +172,45 @@ void batch_norm_backward(const KernelContext& ctx, std::span<const TensorView> i
           const float mean_dy = d.train && n > 0 ? static_cast<float>(sum_dy / n) : 0.0f;
           const float coef = d.train && n > 0 ? static_cast<float>(sum_dy_xc / n) * inv_std * inv_std : 0.0f;
           for_rows(d, c, [&](int64_t r) {
-            const float* g = dy + r;
-            const float* xr = x + r;
-            float* o = dx + r;
+            const T* g = dy + r;
+            const T* xr = x + r;
+            T* o = dx + r;
 #pragma omp simd
-            for (int64_t i = 0; i < d.inner; ++i) o[i] = k * (g[i] - mean_dy - (xr[i] - mu) * coef);
+            for (int64_t i = 0; i < d.inner; ++i)
+              o[i] = cpu::store<T>(k * (cpu::load(g[i]) - mean_dy - (cpu::load(xr[i]) - mu) * coef));
           });
         }
       },
       d.grain);
 }
 
+void batch_norm_forward(const KernelContext& ctx, std::span<const TensorView> in, std::span<const TensorView> out) {
+  switch (in[0].dtype) {
+    case DType::kBfloat16:
+      return batch_norm_forward_typed<BFloat16>(ctx, in, out);
+    case DType::kFloat16:
+      return batch_norm_forward_typed<Half>(ctx, in, out);
+    default:
+      return batch_norm_forward_typed<float>(ctx, in, out);
+  }
+}
+
+void batch_norm_backward(const KernelContext& ctx, std::span<const TensorView> in, std::span<const TensorView> out) {
+  switch (in[1].dtype) {
+    case DType::kBfloat16:
+      return batch_norm_backward_typed<BFloat16>(ctx, in, out);
+    case DType::kFloat16:
+      return batch_norm_backward_typed<Half>(ctx, in, out);
+    default:
+      return batch_norm_backward_typed<float>(ctx, in, out);
+  }
+}
+
 }  // namespace
 
 void register_cpu_batch_norm_kernels() {
-  register_kernel(OpId::kBatchNorm, DeviceKind::kCPU, batch_norm_forward);
-  register_kernel(OpId::kBatchNormBackward, DeviceKind::kCPU, batch_norm_backward);
+  register_kernel(OpId::kBatchNorm, DeviceKind::kCPU, batch_norm_forward, HalfSupport::kAny);
+  register_kernel(OpId::kBatchNormBackward, DeviceKind::kCPU, batch_norm_backward, HalfSupport::kAny);
 }
 
 }  // namespace kiln
