@@ -9,6 +9,7 @@
 // keyed by the descriptors' numbers. The workspace comes from the device's
 // caching allocator and is released after the op's stream is synchronized.
 #include <algorithm>
+#include <cstdio>
 #include <map>
 #include <mutex>
 
@@ -307,7 +308,13 @@ void or_widened(const KernelContext& ctx, std::span<const TensorView> in, std::s
   if (!is_16bit(in[0].dtype)) return kNative(ctx, in, out);
   try {
     kNative(ctx, in, out);
-  } catch (const Error&) {
+  } catch (const Error& e) {
+    static std::once_flag said;
+    std::call_once(said, [&] {
+      std::fprintf(stderr, "kiln: %s in %s on %s: %s; computing on float32 copies\n",
+                   std::string(op_def(ctx.op).name).c_str(), std::string(dtype_name(in[0].dtype)).c_str(),
+                   ctx.run.device.to_string().c_str(), e.what());
+    });
     cuda::widen(ctx, in, out);
   }
 }
