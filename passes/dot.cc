@@ -148,7 +148,7 @@ class DotWriter {
 };
 
 constexpr std::string_view kHeader =
-    "digraph kiln {\n  rankdir=TB;\n  node [fontname=\"monospace\", fontsize=10];\n"
+    "digraph kiln {\n  rankdir=TB;\n  graph [fontname=\"monospace\", fontsize=11];\n  node [fontname=\"monospace\", fontsize=10];\n"
     "  edge [fontname=\"monospace\", fontsize=9];\n";
 
 }  // namespace
