@@ -5,7 +5,7 @@
 //   std::vector<std::string> ids = doc.strings("//s:g[@class='node']/@id");
 //
 // The SVG namespace is bound to the prefix "s". parse_and_render writes the
-// picture and its PNG under the test's temporary directory and checks that
+// picture and its PNG under test_tmp_dir() and checks that
 // rsvg-convert (KILN_RSVG_CONVERT, found by CMake) exits 0 and writes a PNG.
 #pragma once
 
@@ -13,6 +13,8 @@
 #include <libxml/parser.h>
 #include <libxml/xpath.h>
 #include <libxml/xpathInternals.h>
+
+#include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -64,11 +66,24 @@ class SvgDoc {
   std::shared_ptr<xmlDoc> doc_;
 };
 
+// A directory of this test process's own (TEST_TMPDIR or /tmp, then
+// "kiln-viz-<pid>"), removed at exit when every test passed, kept otherwise
+// so that the pictures of a failure can be looked at.
 inline std::filesystem::path test_tmp_dir() {
-  const char* t = std::getenv("TEST_TMPDIR");
-  std::filesystem::path dir = std::filesystem::path(t && *t ? t : "/tmp") / "kiln-viz-tests";
-  std::filesystem::create_directories(dir);
-  return dir;
+  struct Dir {
+    std::filesystem::path path;
+    Dir() {
+      const char* t = std::getenv("TEST_TMPDIR");
+      path = std::filesystem::path(t && *t ? t : "/tmp") / ("kiln-viz-" + std::to_string(::getpid()));
+      std::filesystem::create_directories(path);
+    }
+    ~Dir() {
+      std::error_code ec;
+      if (::testing::UnitTest::GetInstance()->Passed()) std::filesystem::remove_all(path, ec);
+    }
+  };
+  static Dir dir;
+  return dir.path;
 }
 
 // Parses `svg` as XML (a test failure naming libxml2's message otherwise),
