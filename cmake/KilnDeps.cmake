@@ -11,9 +11,6 @@ if(NOT KILN_TSAN)
   find_package(dnnl REQUIRED)
   find_package(OpenMP REQUIRED)
   find_package(CLI11 REQUIRED)
-  # Graphviz's layout library, for graph pictures (frontend/viz/graph_svg.cc).
-  find_package(PkgConfig REQUIRED)
-  pkg_check_modules(KILN_GVC REQUIRED IMPORTED_TARGET libgvc)
 endif()
 
 set(KILN_WARNINGS -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers)

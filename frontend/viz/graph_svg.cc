@@ -1,51 +1,77 @@
 #include "frontend/viz/graph_svg.h"
 
-#include <graphviz/gvc.h>
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
-#include <memory>
-#include <mutex>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 
 #include "ir/error.h"
+
+extern char** environ;
 
 namespace kiln::viz {
 namespace {
 
-std::mutex g_graphviz_mutex;
-std::string* g_messages = nullptr;  // Graphviz's error messages of the current call
+namespace fs = std::filesystem;
 
-int collect_message(char* text) {
-  if (g_messages) *g_messages += text;
-  return 0;
+std::string read_all(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  std::ostringstream s;
+  s << f.rdbuf();
+  return s.str();
 }
+
+// Removes the call's files however it ends.
+struct TempFiles {
+  fs::path in, out, err;
+  ~TempFiles() {
+    std::error_code ec;
+    for (const fs::path& p : {in, out, err}) fs::remove(p, ec);
+  }
+};
 
 }  // namespace
 
 std::string dot_to_svg(const std::string& dot) {
-  std::lock_guard<std::mutex> lock(g_graphviz_mutex);
-  std::string messages;
-  g_messages = &messages;
-  agusererrf previous = agseterrf(collect_message);
-  struct Restore {
-    agusererrf previous;
-    ~Restore() {
-      agseterrf(previous);
-      g_messages = nullptr;
-    }
-  } restore{previous};
-
-  std::unique_ptr<GVC_t, int (*)(GVC_t*)> gvc(gvContext(), gvFreeContext);
-  KILN_CHECK(gvc != nullptr, ValueError, "Graphviz: cannot create a context");
-  std::unique_ptr<Agraph_t, int (*)(Agraph_t*)> g(agmemread(dot.c_str()), agclose);
-  KILN_CHECK(g != nullptr, ValueError, "Graphviz could not read the graph: {}",
-             messages.empty() ? "syntax error" : messages);
-  KILN_CHECK(gvLayout(gvc.get(), g.get(), "dot") == 0, ValueError, "Graphviz layout failed: {}", messages);
-  char* data = nullptr;
-  unsigned int size = 0;
-  int rc = gvRenderData(gvc.get(), g.get(), "svg", &data, &size);
-  std::string svg = rc == 0 && data ? std::string(data, size) : std::string();
-  if (data) gvFreeRenderData(data);
-  gvFreeLayout(gvc.get(), g.get());
-  KILN_CHECK(rc == 0 && !svg.empty(), ValueError, "Graphviz could not render SVG: {}", messages);
+  static std::atomic<int> counter{0};
+  fs::path base = fs::temp_directory_path() / fmt::format("kiln-dot-{}-{}", ::getpid(), counter.fetch_add(1));
+  TempFiles files{base.string() + ".dot", base.string() + ".svg", base.string() + ".err"};
+  {
+    std::ofstream f(files.in, std::ios::binary);
+    f << dot;
+    KILN_CHECK(f.good(), IOError, "cannot write the graph for Graphviz to '{}'", files.in.string());
+  }
+  std::string out_arg = "-o" + files.out.string();
+  const char* argv[] = {"dot", "-Tsvg", out_arg.c_str(), files.in.c_str(), nullptr};
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_addopen(&actions, 2, files.err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  pid_t pid = -1;
+  int rc = posix_spawnp(&pid, "dot", &actions, nullptr, const_cast<char* const*>(argv), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  KILN_CHECK(rc == 0, NotSupported,
+             "cannot run Graphviz's `dot` program ({}); install it (Debian package graphviz, "
+             "scripts/install-deps.sh) and make sure it is on PATH",
+             std::strerror(rc));
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0) {
+    KILN_CHECK(errno == EINTR, IOError, "waiting for Graphviz's `dot` failed: {}", std::strerror(errno));
+  }
+  std::string err = read_all(files.err);
+  while (!err.empty() && (err.back() == '\n' || err.back() == ' ')) err.pop_back();
+  KILN_CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, ValueError, "Graphviz could not read the graph: {}",
+             err.empty() ? fmt::format("`dot` ended with status {}", status) : err);
+  std::string svg = read_all(files.out);
+  KILN_CHECK(!svg.empty(), ValueError, "Graphviz wrote no SVG{}", err.empty() ? "" : ": " + err);
   // The DOCTYPE names an external DTD; nothing needs it.
   if (size_t d = svg.find("<!DOCTYPE"); d != std::string::npos) {
     size_t end = svg.find('>', d);
