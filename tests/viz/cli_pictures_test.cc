@@ -15,6 +15,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "frontend/atomic_file.h"
+#include "frontend/data/fashion_mnist.h"
 #include "frontend/viz/nice_scale.h"
 #include "frontend/viz/train_log.h"
 #include "ir/symbol_json.h"
@@ -111,6 +113,22 @@ TEST(CliPictures, PlotRefusesBadLogsNamingFileAndLine) {
   EXPECT_EQ(r.status, 1);
   EXPECT_NE(r.err.find("empty.jsonl: the log is empty (no epochs); nothing to plot"), std::string::npos) << r.err;
   EXPECT_FALSE(fs::exists(svg)) << "no picture for a bad log";
+}
+
+TEST(CliPictures, TrainRedrawsItsCurvesEveryEpoch) {
+  if (!fs::exists(data::FashionMNIST::default_dir() + "/train-images-idx3-ubyte.gz"))
+    GTEST_SKIP() << "Fashion-MNIST is not installed (Debian package dataset-fashion-mnist)";
+  fs::path svg = tmp("cli_train.svg"), log = tmp("cli_train.jsonl");
+  Result r = kiln({"train", "--model", "mlp", "--epochs", "2", "--train-limit", "512", "--test-limit", "256", "--log",
+                   log.string(), "--plot", svg.string()});
+  ASSERT_EQ(r.status, 0) << r.err;
+  test::SvgDoc doc = test::parse_and_render(read_file(svg), "cli_train");
+  ASSERT_TRUE(doc.ok());
+  EXPECT_EQ(doc.count("//s:path[@class='curve' and @data-run='mlp']"), 4);
+  EXPECT_EQ(doc.count("//s:g[@class='panel' and @data-panel='loss']//s:circle"), 2);  // a dot per epoch
+  EXPECT_EQ(doc.count("//s:text[@class='title' and starts-with(., 'kiln train: mlp')]"), 1);
+  for (const auto& f : fs::directory_iterator(svg.parent_path()))
+    EXPECT_EQ(f.path().filename().string().find(std::string("cli_train.svg") + std::string(kTempMarker)), std::string::npos) << "left behind: " << f.path();
 }
 
 // det1's typed graph, as kiln inspect builds it.
