@@ -89,9 +89,9 @@ class DotWriter {
     }
     if (const FusedProgram* p = fused_program(n)) {
       std::string cid = "cluster " + node_id(id);
-      out += fmt::format("{}subgraph {} {{\n{}  id={}; label={}; style=\"rounded,filled\"; fillcolor=\"#fff3e0\";\n",
-                         in_, quoted(cid), in_, quoted(cid),
-                         quoted(fmt::format("fused: {}\n{}", n.name, types_text(n))));
+      out +=
+          fmt::format("{}subgraph {} {{\n{}  id={}; label={}; style=\"rounded,filled\"; fillcolor=\"#fff3e0\";\n", in_,
+                      quoted(cid), in_, quoted(cid), quoted(fmt::format("fused: {}\n{}", n.name, types_text(n))));
       for (size_t j = 0; j < p->instrs.size(); ++j) {
         std::string iq = quoted(instr_id(id, j));
         std::string literal;
@@ -148,7 +148,8 @@ class DotWriter {
 };
 
 constexpr std::string_view kHeader =
-    "digraph kiln {\n  rankdir=TB;\n  graph [fontname=\"monospace\", fontsize=11];\n  node [fontname=\"monospace\", fontsize=10];\n"
+    "digraph kiln {\n  rankdir=TB;\n  graph [fontname=\"monospace\", fontsize=11];\n  node [fontname=\"monospace\", "
+    "fontsize=10];\n"
     "  edge [fontname=\"monospace\", fontsize=9];\n";
 
 }  // namespace

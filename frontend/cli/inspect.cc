@@ -164,7 +164,8 @@ bool is_ir_text(const std::string& text) {
 void run_inspect(const InspectOptions& opt) {
   KILN_CHECK(opt.svg_file.empty() || opt.svg_file != opt.dot_file, ValueError,
              "--svg and --dot name the same file '{}'", opt.svg_file);
-  KILN_CHECK(!opt.passes || !opt.svg_file.empty(), ValueError, "--passes draws the optimized graph: it needs --svg FILE");
+  KILN_CHECK(!opt.passes || !opt.svg_file.empty(), ValueError,
+             "--passes draws the optimized graph: it needs --svg FILE");
   {
     std::ifstream f(opt.symbol_file, std::ios::binary);
     KILN_CHECK(f.good(), IOError, "{}: cannot open", opt.symbol_file);

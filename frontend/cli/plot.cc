@@ -38,8 +38,8 @@ void run_plot(const PlotOptions& opt) {
   write_file_atomically(opt.output, viz::training_curves_svg(runs, {.title = opt.title}));
   size_t epochs = 0;
   for (const viz::TrainLog& r : runs) epochs = std::max(epochs, r.epochs.size());
-  std::printf("wrote %s (%zu run%s, up to %zu epochs)\n", opt.output.c_str(), runs.size(),
-              runs.size() == 1 ? "" : "s", epochs);
+  std::printf("wrote %s (%zu run%s, up to %zu epochs)\n", opt.output.c_str(), runs.size(), runs.size() == 1 ? "" : "s",
+              epochs);
 }
 
 }  // namespace

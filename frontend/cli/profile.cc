@@ -2,7 +2,8 @@
 // summarize its trace and draw its timeline.
 //
 //   kiln profile -- train --epochs 1 --train-limit 2048
-//   kiln profile --trace t.json --svg t.svg --first-ms 50 --top 10 -- run m-symbol.json m-0000.params --input data=x.npy
+//   kiln profile --trace t.json --svg t.svg --first-ms 50 --top 10 -- run m-symbol.json m-0000.params --input
+//   data=x.npy
 //
 // The subcommand runs as a child process of the same program with
 // KILN_PROFILE=<--trace> (default kiln-profile.json), so it records every
@@ -88,11 +89,11 @@ void run_profile(const ProfileOptions& opt) {
               viz::summary_table(viz::summarize_trace(events), opt.top).c_str());
   if (!opt.svg.empty()) {
     std::string span = opt.first_ms > 0 ? fmt::format("{} ms", opt.first_ms) : "the rest of the run";
-    std::string title = opt.start_ms > 0 ? fmt::format("kiln {}: {} from {} ms", opt.command[0], span, opt.start_ms)
+    std::string title = opt.start_ms > 0   ? fmt::format("kiln {}: {} from {} ms", opt.command[0], span, opt.start_ms)
                         : opt.first_ms > 0 ? fmt::format("kiln {}: the first {} ms", opt.command[0], opt.first_ms)
                                            : fmt::format("kiln {}: the whole run", opt.command[0]);
-    write_file_atomically(opt.svg, viz::timeline_svg(events, {.start_ms = opt.start_ms, .first_ms = opt.first_ms,
-                                                              .title = title}));
+    write_file_atomically(
+        opt.svg, viz::timeline_svg(events, {.start_ms = opt.start_ms, .first_ms = opt.first_ms, .title = title}));
     std::printf("wrote %s\n", opt.svg.c_str());
   }
 }

@@ -104,11 +104,11 @@ void add_train_command(CLI::App& app) {
     std::string plot_lines;  // the log's lines of this run, for --plot without --log
     auto redraw = [&](const models::EpochStats& s) {
       plot_lines += models::epoch_log_line(s) + "\n";
-      viz::TrainLog run = cfg->log_path.empty() ? viz::parse_train_log(plot_lines, "--plot")
-                                                : viz::read_train_log(cfg->log_path);
+      viz::TrainLog run =
+          cfg->log_path.empty() ? viz::parse_train_log(plot_lines, "--plot") : viz::read_train_log(cfg->log_path);
       run.label = cfg->model;
-      std::string title = fmt::format("kiln train: {} on Fashion-MNIST, batch {}, lr {}{}", cfg->model,
-                                      cfg->batch_size, cfg->lr, cfg->hybridize ? ", hybridized" : "");
+      std::string title = fmt::format("kiln train: {} on Fashion-MNIST, batch {}, lr {}{}", cfg->model, cfg->batch_size,
+                                      cfg->lr, cfg->hybridize ? ", hybridized" : "");
       write_file_atomically(*plot_path, viz::training_curves_svg({&run, 1}, {.title = title}));
     };
     models::train_fashion_mnist(

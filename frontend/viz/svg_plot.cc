@@ -14,7 +14,7 @@ namespace kiln::viz {
 namespace {
 
 // Geometry in pixels.
-constexpr double kPanelW = 300, kPanelH = 210;           // the plotting area
+constexpr double kPanelW = 300, kPanelH = 210;                      // the plotting area
 constexpr double kLeft = 64, kRight = 20, kTop = 34, kBottom = 44;  // around it
 constexpr double kTitleH = 40, kLegendRowH = 22, kMargin = 12;
 constexpr size_t kMaxDotted = 40;  // draw a dot per epoch up to this many epochs
@@ -36,10 +36,14 @@ constexpr PanelInfo kPanels[] = {
 // tokens/s), a fixed name otherwise.
 std::string y_axis_name(LogPanel p, std::span<const TrainLog> runs) {
   switch (p) {
-    case LogPanel::kLoss: return "loss (nats per example)";
-    case LogPanel::kAccuracy: return "accuracy (fraction correct)";
-    case LogPanel::kBitsPerByte: return "bits per byte";
-    case LogPanel::kThroughput: break;
+    case LogPanel::kLoss:
+      return "loss (nats per example)";
+    case LogPanel::kAccuracy:
+      return "accuracy (fraction correct)";
+    case LogPanel::kBitsPerByte:
+      return "bits per byte";
+    case LogPanel::kThroughput:
+      break;
   }
   std::string units;
   for (const LogSeriesInfo& s : kTrainLogSeries) {
@@ -97,15 +101,14 @@ class PanelWriter {
       out += fmt::format(
           "<line x1=\"{0}\" y1=\"{1}\" x2=\"{0}\" y2=\"{2}\" stroke=\"#333333\"/>"
           "<text class=\"tick\" x=\"{0}\" y=\"{3}\" font-size=\"11\" text-anchor=\"middle\">{4}</text>\n",
-          x, svg_number(bottom), svg_number(bottom + 5), svg_number(bottom + 18),
-          xml_escape(format_tick(t, xs_.step)));
+          x, svg_number(bottom), svg_number(bottom + 5), svg_number(bottom + 18), xml_escape(format_tick(t, xs_.step)));
     }
     // The frame, the axis names and the panel title.
+    out += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"none\" stroke=\"#333333\"/>\n",
+                       svg_number(x0_), svg_number(y0_), svg_number(kPanelW), svg_number(kPanelH));
     out += fmt::format(
-        "<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"none\" stroke=\"#333333\"/>\n",
-        svg_number(x0_), svg_number(y0_), svg_number(kPanelW), svg_number(kPanelH));
-    out += fmt::format("<text class=\"axis-name\" x=\"{}\" y=\"{}\" font-size=\"12\" text-anchor=\"middle\">epoch</text>\n",
-                       svg_number(x0_ + kPanelW / 2), svg_number(y0_ + kPanelH + 36));
+        "<text class=\"axis-name\" x=\"{}\" y=\"{}\" font-size=\"12\" text-anchor=\"middle\">epoch</text>\n",
+        svg_number(x0_ + kPanelW / 2), svg_number(y0_ + kPanelH + 36));
     double yc = y0_ + kPanelH / 2, xl = x0_ - 50;
     out += fmt::format(
         "<text class=\"axis-name\" x=\"{0}\" y=\"{1}\" font-size=\"12\" text-anchor=\"middle\" "
@@ -137,8 +140,8 @@ class PanelWriter {
     return fmt::format(
         "<path class=\"curve\" data-run=\"{}\" data-series=\"{}\" d=\"{}\" fill=\"none\" stroke=\"{}\" "
         "stroke-width=\"2\"{}/>\n{}{}",
-        xml_escape(run.label), s.key, d.empty() ? "M0 0" : d, color, s.test ? " stroke-dasharray=\"6 4\"" : "",
-        dots, dots.empty() ? "" : "\n");
+        xml_escape(run.label), s.key, d.empty() ? "M0 0" : d, color, s.test ? " stroke-dasharray=\"6 4\"" : "", dots,
+        dots.empty() ? "" : "\n");
   }
 
  private:
@@ -176,7 +179,8 @@ std::string training_curves_svg(std::span<const TrainLog> runs, const PlotOption
   const double cell_w = kLeft + kPanelW + kRight, cell_h = kTop + kPanelH + kBottom;
   // The legend: one entry per run, then one per line style in use.
   bool any_test = std::ranges::any_of(kTrainLogSeries, [&](const LogSeriesInfo& s) {
-    return s.test && std::ranges::any_of(runs, [&](const TrainLog& r) { return r.series.contains(std::string(s.key)); });
+    return s.test &&
+           std::ranges::any_of(runs, [&](const TrainLog& r) { return r.series.contains(std::string(s.key)); });
   });
   const double width = std::max<double>(2 * kMargin + cell_w * static_cast<double>(panels.size()), 480);
   const double entry_w = 180;
@@ -188,7 +192,8 @@ std::string training_curves_svg(std::span<const TrainLog> runs, const PlotOption
   std::string out = svg_open(width, height);
   out += fmt::format("<title>{}</title>\n", xml_escape(options.title));
   out += fmt::format(
-      "<text class=\"title\" x=\"{}\" y=\"26\" font-size=\"18\" font-weight=\"bold\" text-anchor=\"middle\">{}</text>\n",
+      "<text class=\"title\" x=\"{}\" y=\"26\" font-size=\"18\" font-weight=\"bold\" "
+      "text-anchor=\"middle\">{}</text>\n",
       svg_number(width / 2), xml_escape(options.title));
 
   for (size_t k = 0; k < panels.size(); ++k) {
@@ -203,14 +208,14 @@ std::string training_curves_svg(std::span<const TrainLog> runs, const PlotOption
     NiceScale yscale = nice_scale(ys.lo, ys.hi, 5);
     double x0 = kMargin + cell_w * static_cast<double>(k) + kLeft, y0 = kTitleH + kTop;
     PanelWriter w(x0, y0, xs, yscale);
-    out += fmt::format("<g class=\"panel\" data-panel=\"{}\" data-x-min=\"{}\" data-x-max=\"{}\" "
-                       "data-y-min=\"{}\" data-y-max=\"{}\">\n",
-                       p.id, xs.lo, xs.hi, yscale.lo, yscale.hi);
+    out += fmt::format(
+        "<g class=\"panel\" data-panel=\"{}\" data-x-min=\"{}\" data-x-max=\"{}\" "
+        "data-y-min=\"{}\" data-y-max=\"{}\">\n",
+        p.id, xs.lo, xs.hi, yscale.lo, yscale.hi);
     out += w.axes(p.title, y_axis_name(p.panel, runs));
     for (size_t r = 0; r < runs.size(); ++r)
       for (const LogSeriesInfo& s : kTrainLogSeries)
-        if (s.panel == p.panel && runs[r].series.contains(std::string(s.key)))
-          out += w.curve(runs[r], s, run_color(r));
+        if (s.panel == p.panel && runs[r].series.contains(std::string(s.key))) out += w.curve(runs[r], s, run_color(r));
     out += "</g>\n";
   }
 

@@ -86,7 +86,8 @@ std::string timeline_svg(const std::vector<TraceEvent>& events, const TimelineOp
   std::string out = svg_open(kWidth, height);
   out += fmt::format("<title>{}</title>\n", xml_escape(options.title));
   out += fmt::format(
-      "<text class=\"title\" x=\"{}\" y=\"26\" font-size=\"17\" font-weight=\"bold\" text-anchor=\"middle\">{}</text>\n",
+      "<text class=\"title\" x=\"{}\" y=\"26\" font-size=\"17\" font-weight=\"bold\" "
+      "text-anchor=\"middle\">{}</text>\n",
       svg_number(kWidth / 2), xml_escape(options.title));
   // Time axis along the top, with grid lines through the rows.
   out += fmt::format("<g class=\"axis\" data-t-min-ms=\"{}\" data-t-max-ms=\"{}\">\n", axis_lo, axis_hi);
@@ -99,9 +100,9 @@ std::string timeline_svg(const std::vector<TraceEvent>& events, const TimelineOp
         "<text class=\"tick\" x=\"{0}\" y=\"{3}\" font-size=\"11\" text-anchor=\"middle\">{4}</text>\n",
         x, svg_number(axis_y), svg_number(rows_end), svg_number(axis_y - 6), xml_escape(format_tick(t, ticks.step)));
   }
-  out += fmt::format(
-      "<text class=\"axis-name\" x=\"{}\" y=\"{}\" font-size=\"12\" text-anchor=\"end\">time (ms)</text>\n",
-      svg_number(x0 - 16), svg_number(axis_y - 6));
+  out +=
+      fmt::format("<text class=\"axis-name\" x=\"{}\" y=\"{}\" font-size=\"12\" text-anchor=\"end\">time (ms)</text>\n",
+                  svg_number(x0 - 16), svg_number(axis_y - 6));
   out += "</g>\n";
 
   for (const auto& [key, r] : rows) {
@@ -122,8 +123,8 @@ std::string timeline_svg(const std::vector<TraceEvent>& events, const TimelineOp
     out += fmt::format(
         "<rect class=\"event\" data-name=\"{}\" x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"{}\">"
         "<title>{}: {:.3f} ms at {:.3f} ms</title></rect>\n",
-        xml_escape(e.name), svg_number(x), svg_number(r.y + kBarH * e.depth + 1), svg_number(w),
-        svg_number(kBarH - 2), op_color(e.name), xml_escape(e.name), e.dur_us / 1e3, (e.start_us - first) / 1e3);
+        xml_escape(e.name), svg_number(x), svg_number(r.y + kBarH * e.depth + 1), svg_number(w), svg_number(kBarH - 2),
+        op_color(e.name), xml_escape(e.name), e.dur_us / 1e3, (e.start_us - first) / 1e3);
     // The name on the bar when it fits (about 6.5 px per character at 11 px).
     if (w > 6.5 * static_cast<double>(e.name.size()) + 8)
       out += fmt::format(

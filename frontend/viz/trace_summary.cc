@@ -24,8 +24,10 @@ std::vector<TraceEvent> parse_chrome_trace(std::string_view text, const std::str
   const nlohmann::json* list = &j;
   if (j.is_object()) {
     auto it = j.find("traceEvents");
-    KILN_CHECK(it != j.end() && it->is_array(), ValueError, "{}: expected a Chrome trace (an object with a "
-               "\"traceEvents\" array), found an object without one", source);
+    KILN_CHECK(it != j.end() && it->is_array(), ValueError,
+               "{}: expected a Chrome trace (an object with a "
+               "\"traceEvents\" array), found an object without one",
+               source);
     list = &*it;
   }
   KILN_CHECK(list->is_array(), ValueError, "{}: expected a Chrome trace, found {}", source, j.type_name());
@@ -40,8 +42,7 @@ std::vector<TraceEvent> parse_chrome_trace(std::string_view text, const std::str
     std::string ph = e.value("ph", "");
     auto number = [&](const char* key) {
       auto it = e.find(key);
-      KILN_CHECK(it != e.end() && it->is_number(), ValueError, "{} (\"ph\":\"{}\"): no number '{}'", where(), ph,
-                 key);
+      KILN_CHECK(it != e.end() && it->is_number(), ValueError, "{} (\"ph\":\"{}\"): no number '{}'", where(), ph, key);
       return it->get<double>();
     };
     if (ph == "M") {

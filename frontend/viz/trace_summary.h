@@ -50,8 +50,8 @@ struct OpSummary {
 
 struct LaneSummary {
   std::string device, lane;
-  double busy_us = 0;        // sum of depth-0 durations
-  double total_us = 0;       // sum of all durations (nested ones too)
+  double busy_us = 0;   // sum of depth-0 durations
+  double total_us = 0;  // sum of all durations (nested ones too)
   int64_t events = 0;
   std::vector<OpSummary> ops;  // by total time, largest first
 };

@@ -22,8 +22,8 @@ double number_field(const nlohmann::json& line, std::string_view key, const std:
   auto it = line.find(key);
   KILN_CHECK(it != line.end(), ValueError, "{}: no field '{}' ({})", where, key, why_needed);
   if (it->is_null()) return kNaN;
-  KILN_CHECK(it->is_number(), ValueError, "{}: field '{}' is {} ({}), expected a number", where, key,
-             it->type_name(), it->dump());
+  KILN_CHECK(it->is_number(), ValueError, "{}: field '{}' is {} ({}), expected a number", where, key, it->type_name(),
+             it->dump());
   return it->get<double>();
 }
 

@@ -128,7 +128,9 @@ TEST(CliPictures, TrainRedrawsItsCurvesEveryEpoch) {
   EXPECT_EQ(doc.count("//s:g[@class='panel' and @data-panel='loss']//s:circle"), 2);  // a dot per epoch
   EXPECT_EQ(doc.count("//s:text[@class='title' and starts-with(., 'kiln train: mlp')]"), 1);
   for (const auto& f : fs::directory_iterator(svg.parent_path()))
-    EXPECT_EQ(f.path().filename().string().find(std::string("cli_train.svg") + std::string(kTempMarker)), std::string::npos) << "left behind: " << f.path();
+    EXPECT_EQ(f.path().filename().string().find(std::string("cli_train.svg") + std::string(kTempMarker)),
+              std::string::npos)
+        << "left behind: " << f.path();
 }
 
 // det1's typed graph, as kiln inspect builds it.
@@ -191,8 +193,8 @@ TEST(CliPictures, InspectDrawsAGraphDumpWithItsFusedGroups) {
 
 TEST(CliPictures, ProfileTableTotalsEqualTheTrace) {
   fs::path trace = tmp("cli_profile.json"), svg = tmp("cli_profile.svg");
-  Result r = kiln({"profile", "--trace", trace.string(), "--svg", svg.string(), "--first-ms", "0", "--top", "0",
-                   "--", "run", kDet1 + "/det1-symbol.json", kDet1 + "/det1-0001.params", "--input",
+  Result r = kiln({"profile", "--trace", trace.string(), "--svg", svg.string(), "--first-ms", "0", "--top", "0", "--",
+                   "run", kDet1 + "/det1-symbol.json", kDet1 + "/det1-0001.params", "--input",
                    "data=" + kData + "/cli/det1_input.npy", "--output-prefix", tmp("cli_profile_out").string()});
   ASSERT_EQ(r.status, 0) << r.err;
   // The trace, summed here from its JSON.

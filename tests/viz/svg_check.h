@@ -36,7 +36,7 @@ class SvgDoc {
     std::vector<std::string> out;
     if (!doc_) return out;
     std::unique_ptr<xmlXPathContext, decltype(&xmlXPathFreeContext)> ctx(xmlXPathNewContext(doc_.get()),
-                                                                          xmlXPathFreeContext);
+                                                                         xmlXPathFreeContext);
     xmlXPathRegisterNs(ctx.get(), BAD_CAST "s", BAD_CAST "http://www.w3.org/2000/svg");
     std::unique_ptr<xmlXPathObject, decltype(&xmlXPathFreeObject)> r(
         xmlXPathEvalExpression(BAD_CAST xpath.c_str(), ctx.get()), xmlXPathFreeObject);
@@ -89,8 +89,8 @@ inline std::filesystem::path test_tmp_dir() {
 // Parses `svg` as XML (a test failure naming libxml2's message otherwise),
 // checks that it refers to nothing outside itself, and renders it to PNG.
 inline SvgDoc parse_and_render(const std::string& svg, const std::string& name) {
-  xmlDocPtr doc = xmlReadMemory(svg.data(), static_cast<int>(svg.size()), (name + ".svg").c_str(), nullptr,
-                                XML_PARSE_NONET);
+  xmlDocPtr doc =
+      xmlReadMemory(svg.data(), static_cast<int>(svg.size()), (name + ".svg").c_str(), nullptr, XML_PARSE_NONET);
   if (doc == nullptr) {
     const xmlError* e = xmlGetLastError();
     ADD_FAILURE() << name << ".svg is not XML: " << (e && e->message ? e->message : "?") << " (line "
@@ -100,8 +100,7 @@ inline SvgDoc parse_and_render(const std::string& svg, const std::string& name) 
   SvgDoc out(doc);
   EXPECT_EQ(out.count("/s:svg"), 1) << name << ": the root is not an <svg> element in the SVG namespace";
   // Self-contained: no scripts, no external references, no web fonts.
-  EXPECT_EQ(out.count("//s:script | //s:image | //s:use | //s:style[contains(., '@import') or contains(., 'url(')]"),
-            0)
+  EXPECT_EQ(out.count("//s:script | //s:image | //s:use | //s:style[contains(., '@import') or contains(., 'url(')]"), 0)
       << name;
   for (const std::string& href : out.strings("//@*[local-name()='href']"))
     EXPECT_EQ(href.rfind('#', 0), 0u) << name << ": external reference " << href;
@@ -114,8 +113,8 @@ inline SvgDoc parse_and_render(const std::string& svg, const std::string& name) 
     f << svg;
   }
   std::filesystem::remove(png_path);
-  std::string cmd = std::string(KILN_RSVG_CONVERT) + " -o '" + png_path.string() + "' '" + svg_path.string() +
-                    "' > '" + log_path.string() + "' 2>&1";
+  std::string cmd = std::string(KILN_RSVG_CONVERT) + " -o '" + png_path.string() + "' '" + svg_path.string() + "' > '" +
+                    log_path.string() + "' 2>&1";
   int rc = std::system(cmd.c_str());
   std::ifstream log(log_path);
   std::string log_text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());

@@ -70,7 +70,9 @@ TEST(SvgPlot, TextRunsGetBitsPerByteAndTokensPerSecond) {
   TrainLog text;
   text.label = "gpt";
   for (int e = 1; e <= 3; ++e)
-    text.add_epoch(e, {{"loss", 3.0 / e}, {"train_bits_per_byte", 4.0 / e}, {"test_bits_per_byte", 4.2 / e},
+    text.add_epoch(e, {{"loss", 3.0 / e},
+                       {"train_bits_per_byte", 4.0 / e},
+                       {"test_bits_per_byte", 4.2 / e},
                        {"tokens_per_sec", 2e5}});
   std::vector<TrainLog> runs = {image_run("lenet", 1), text};
   test::SvgDoc doc = test::parse_and_render(training_curves_svg(runs), "plot_mixed");

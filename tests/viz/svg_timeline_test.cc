@@ -25,8 +25,7 @@ TEST(SvgTimeline, OneBarPerEventInTheWindow) {
   test::SvgDoc doc = test::parse_and_render(timeline_svg(events, {.title = "all"}), "timeline_all");
   ASSERT_TRUE(doc.ok());
   EXPECT_EQ(doc.count("//s:rect[@class='event']"), static_cast<int>(events.size()));
-  EXPECT_EQ(doc.strings("//s:text[@class='lane']"),
-            (std::vector<std::string>{"cpu(0) compute #1", "cpu(0) copy #2"}));
+  EXPECT_EQ(doc.strings("//s:text[@class='lane']"), (std::vector<std::string>{"cpu(0) compute #1", "cpu(0) copy #2"}));
   EXPECT_EQ(doc.number("//s:g[@class='axis']/@data-t-max-ms"), 19.5);  // the last CachedOp ends at 19.5 ms
 
   // The first 5 ms: events that start before 5 ms (CachedOps at 0, 2, 4 ms with 5 nested ops: the
