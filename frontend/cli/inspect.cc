@@ -10,18 +10,17 @@
 // Prints the file's MXNet version, its inputs, the op counts, one line per
 // node (with its output shapes once input shapes are given: --shape, one per
 // input; parameter shapes come from --params, the file's __shape__ hints or
-// the ops' attributes), and the parameter counts. --dot writes the graph for
-// Graphviz (`dot -Tsvg model.dot`): inputs and ops, parameters folded into
-// their op's label.
+// the ops' attributes), and the parameter counts.
 //
-// --svg draws the graph through Graphviz (passes/dot.h says what a picture
-// holds): with --shape, the typed graph, each node with its op, name, dtypes
-// and shapes, fused groups as clusters; --collapse-params leaves parameters
-// out (each op says how many it reads); --passes draws the graph after the
-// passes hybridize runs for inference on the CPU (or --pipeline P's) beside
-// the traced one, with the pass report. Without --shape the picture is the
-// --dot one. A file in Kiln's IR text form (KILN_DUMP_GRAPHS writes one per
-// pass) is read as such: its summary, --svg, --dot and --passes.
+// --svg draws the graph through Graphviz, --dot writes the Graphviz text
+// of the same picture (passes/dot.h says what it holds): with --shape, the
+// typed graph, each node with its op, name, dtypes and shapes, fused groups
+// as clusters; --collapse-params leaves parameters out (each op says how
+// many it reads); --passes draws the graph after the passes hybridize runs
+// for inference on the CPU (or --pipeline P's) beside the traced one, and
+// prints the pass report. Without --shape: inputs and ops, parameters folded
+// into their op's label. A file in Kiln's IR text form (KILN_DUMP_GRAPHS
+// writes one per pass) is read as such: its summary, --svg, --dot, --passes.
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -83,9 +82,10 @@ std::string dot_escape(std::string_view s) {
   return out;
 }
 
-// Inputs and ops as Graphviz nodes; variables that are not inputs are folded
-// into the label of the op that reads them.
-std::string to_dot(const ir::Symbol& s, const std::vector<std::string>& inputs, const ir::Graph* typed) {
+// The untyped picture (no --shape): inputs and ops as Graphviz nodes;
+// variables that are not inputs are folded into the label of the op that
+// reads them.
+std::string to_dot(const ir::Symbol& s, const std::vector<std::string>& inputs) {
   auto is_input = [&](const ir::SymbolNode& n) { return std::ranges::find(inputs, n.name) != inputs.end(); };
   std::string out = "digraph kiln {\n  rankdir=TB;\n  node [fontname=\"Helvetica\", fontsize=10];\n";
   for (size_t i = 0; i < s.nodes.size(); ++i) {
@@ -93,9 +93,6 @@ std::string to_dot(const ir::Symbol& s, const std::vector<std::string>& inputs, 
     if (n.is_variable() && !is_input(n)) continue;
     // Lines joined by Graphviz's \n escape, each escaped on its own.
     std::string label = n.is_variable() ? dot_escape(n.name) : dot_escape(n.op) + "\\n" + dot_escape(n.name);
-    if (typed) {
-      if (auto id = typed->find(n.name)) label += "\\n" + dot_escape(types_text(typed->node(*id).types));
-    }
     out += fmt::format("  n{} [label=\"{}\", shape={}{}];\n", i, label, n.is_variable() ? "oval" : "box",
                        n.is_variable() ? ", style=filled, fillcolor=\"#dde8f5\"" : "");
   }
@@ -109,8 +106,8 @@ std::string to_dot(const ir::Symbol& s, const std::vector<std::string>& inputs, 
   return out + "}\n";
 }
 
-// --svg (and --passes) for a typed graph.
-void write_graph_svg(const ir::Graph& g, const InspectOptions& opt) {
+// --dot and --svg (and --passes) for a typed graph: one Graphviz text for both.
+void write_graph_pictures(const ir::Graph& g, const InspectOptions& opt) {
   passes::DotOptions dot_options{.collapse_params = opt.collapse_params};
   std::string dot;
   if (opt.passes) {
@@ -126,8 +123,14 @@ void write_graph_svg(const ir::Graph& g, const InspectOptions& opt) {
   } else {
     dot = passes::to_dot(g, dot_options);
   }
-  write_file_atomically(opt.svg_file, viz::dot_to_svg(dot));
-  std::printf("wrote %s\n", opt.svg_file.c_str());
+  if (!opt.dot_file.empty()) {
+    write_file_atomically(opt.dot_file, dot);
+    std::printf("wrote %s\n", opt.dot_file.c_str());
+  }
+  if (!opt.svg_file.empty()) {
+    write_file_atomically(opt.svg_file, viz::dot_to_svg(dot));
+    std::printf("wrote %s\n", opt.svg_file.c_str());
+  }
 }
 
 // A graph in Kiln's IR text form (Graph::to_text, KILN_DUMP_GRAPHS).
@@ -148,11 +151,7 @@ void inspect_ir_text(const std::string& text, const InspectOptions& opt) {
   std::string ops;
   for (auto& [op, count] : op_counts) ops += fmt::format("{}{} x{}", ops.empty() ? "" : ", ", op, count);
   std::printf("ops: %s\n", ops.c_str());
-  if (!opt.dot_file.empty()) {
-    write_file_atomically(opt.dot_file, passes::to_dot(g, {.collapse_params = opt.collapse_params}));
-    std::printf("wrote %s\n", opt.dot_file.c_str());
-  }
-  if (!opt.svg_file.empty()) write_graph_svg(g, opt);
+  write_graph_pictures(g, opt);
 }
 
 // Kiln's IR text starts with "graph {"; MXNet's files with "{".
@@ -164,8 +163,8 @@ bool is_ir_text(const std::string& text) {
 void run_inspect(const InspectOptions& opt) {
   KILN_CHECK(opt.svg_file.empty() || opt.svg_file != opt.dot_file, ValueError,
              "--svg and --dot name the same file '{}'", opt.svg_file);
-  KILN_CHECK(!opt.passes || !opt.svg_file.empty(), ValueError,
-             "--passes draws the optimized graph: it needs --svg FILE");
+  KILN_CHECK(!opt.passes || !opt.svg_file.empty() || !opt.dot_file.empty(), ValueError,
+             "--passes draws the optimized graph: it needs --svg FILE or --dot FILE");
   {
     std::ifstream f(opt.symbol_file, std::ios::binary);
     KILN_CHECK(f.good(), IOError, "{}: cannot open", opt.symbol_file);
@@ -273,20 +272,19 @@ void run_inspect(const InspectOptions& opt) {
   }
   std::printf("\n");
 
+  if (g) {
+    write_graph_pictures(*g, opt);
+    return;
+  }
+  KILN_CHECK(!opt.passes, ValueError,
+             "--passes needs the typed graph: give the inputs' shapes with --shape NAME=D0,D1,...");
   if (!opt.dot_file.empty()) {
-    write_file_atomically(opt.dot_file, to_dot(s, inputs, g ? &*g : nullptr));
+    write_file_atomically(opt.dot_file, to_dot(s, inputs));
     std::printf("wrote %s\n", opt.dot_file.c_str());
   }
   if (!opt.svg_file.empty()) {
-    if (g) {
-      write_graph_svg(*g, opt);
-    } else {
-      KILN_CHECK(!opt.passes, ValueError,
-                 "--passes needs the typed graph: give the inputs' shapes with --shape NAME=D0,D1,...");
-      write_file_atomically(opt.svg_file, viz::dot_to_svg(to_dot(s, inputs, nullptr)));
-      std::printf("wrote %s (without shapes: give --shape for shapes, dtypes and fused groups)\n",
-                  opt.svg_file.c_str());
-    }
+    write_file_atomically(opt.svg_file, viz::dot_to_svg(to_dot(s, inputs)));
+    std::printf("wrote %s (without shapes: give --shape for shapes, dtypes and fused groups)\n", opt.svg_file.c_str());
   }
 }
 

@@ -164,6 +164,19 @@ TEST(CliPictures, InspectDrawsEveryNodeOfTheGraph) {
             static_cast<int>(g.size()) - params + outputs);  // nothing in det1 fuses
 }
 
+TEST(CliPictures, InspectWithoutShapesDrawsInputsAndOps) {
+  ir::Graph g = det1_graph();
+  fs::path svg = tmp("cli_inspect_untyped.svg");
+  Result r = kiln({"inspect", kDet1 + "/det1-symbol.json", "--svg", svg.string()});
+  ASSERT_EQ(r.status, 0) << r.err;
+  test::SvgDoc doc = test::parse_and_render(read_file(svg), "cli_inspect_untyped");
+  ASSERT_TRUE(doc.ok());
+  EXPECT_EQ(doc.count("//s:g[@class='node']"), static_cast<int>(g.num_ops() + 1));  // the ops and `data`
+  r = kiln({"inspect", kDet1 + "/det1-symbol.json", "--svg", svg.string(), "--passes"});
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.err.find("--passes needs the typed graph"), std::string::npos) << r.err;
+}
+
 TEST(CliPictures, InspectDrawsAGraphDumpWithItsFusedGroups) {
   ir::Graph g = ir::parse_graph(R"IR(graph {
   %x = input f32[4,5]
