@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 
 #include "frontend/viz/nice_scale.h"
@@ -40,6 +41,10 @@ struct Row {
 
 std::string timeline_svg(const std::vector<TraceEvent>& events, const TimelineOptions& options) {
   KILN_ASSERT(!events.empty());
+  KILN_CHECK(std::isfinite(options.start_ms) && std::isfinite(options.first_ms) && options.first_ms <= 1e12 &&
+                 options.start_ms <= 1e12,
+             ValueError, "timeline: start {} ms and length {} ms: expected numbers from 0 to 1e12", options.start_ms,
+             options.first_ms);
   double t0 = events[0].start_us, t_end = events[0].start_us;
   for (const TraceEvent& e : events) {
     t0 = std::min(t0, e.start_us);

@@ -12,7 +12,8 @@
 // are drawn below their parents within the row. Colours are per op name (the
 // part after the last '/', so CachedOp/Convolution and Convolution match)
 // and stable across runs; a legend lists the ops taking the most time in the
-// window. An empty trace is an internal error (the caller says so first).
+// window. An empty trace is an internal error (the caller says so first);
+// a start or length that is not a number from 0 to 1e12 ms is a ValueError.
 #pragma once
 
 #include <string>

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <map>
 #include <numeric>
@@ -13,6 +14,19 @@
 #include "ir/error.h"
 
 namespace kiln::viz {
+namespace {
+
+// About 30 years: larger times are a corrupt trace (and would overflow the
+// timeline's arithmetic).
+constexpr double kMaxMicroseconds = 1e15;
+
+// e[key] when it is a string, else "".
+std::string string_field(const nlohmann::json& e, const char* key) {
+  auto it = e.find(key);
+  return it != e.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
+}  // namespace
 
 std::vector<TraceEvent> parse_chrome_trace(std::string_view text, const std::string& source) {
   nlohmann::json j;
@@ -39,19 +53,25 @@ std::vector<TraceEvent> parse_chrome_trace(std::string_view text, const std::str
     const nlohmann::json& e = (*list)[i];
     auto where = [&] { return fmt::format("{}: event {}", source, i); };
     KILN_CHECK(e.is_object(), ValueError, "{}: expected an object, found {}", where(), e.type_name());
-    std::string ph = e.value("ph", "");
+    std::string ph = string_field(e, "ph");
     auto number = [&](const char* key) {
       auto it = e.find(key);
       KILN_CHECK(it != e.end() && it->is_number(), ValueError, "{} (\"ph\":\"{}\"): no number '{}'", where(), ph, key);
       return it->get<double>();
     };
+    auto integer = [&](const char* key) {
+      auto it = e.find(key);
+      KILN_CHECK(it != e.end() && it->is_number_integer(), ValueError, "{} (\"ph\":\"{}\"): no integer '{}'", where(),
+                 ph, key);
+      return it->get<int64_t>();
+    };
     if (ph == "M") {
       auto args = e.find("args");
       if (args == e.end() || !args->is_object() || !args->contains("name") || !(*args)["name"].is_string()) continue;
       std::string name = (*args)["name"].get<std::string>();
-      if (e.value("name", "") == "process_name") process_names[static_cast<int64_t>(number("pid"))] = name;
-      if (e.value("name", "") == "thread_name")
-        thread_names[{static_cast<int64_t>(number("pid")), static_cast<int64_t>(number("tid"))}] = name;
+      if (string_field(e, "name") == "process_name") process_names[integer("pid")] = name;
+      if (string_field(e, "name") == "thread_name")
+        thread_names[{integer("pid"), integer("tid")}] = name;
       continue;
     }
     if (ph != "X") continue;
@@ -59,11 +79,14 @@ std::vector<TraceEvent> parse_chrome_trace(std::string_view text, const std::str
     auto name = e.find("name");
     KILN_CHECK(name != e.end() && name->is_string(), ValueError, "{}: no string 'name'", where());
     t.name = name->get<std::string>();
-    t.pid = static_cast<int64_t>(number("pid"));
-    t.tid = static_cast<int64_t>(number("tid"));
+    t.pid = integer("pid");
+    t.tid = integer("tid");
     t.start_us = number("ts");
     t.dur_us = number("dur");
-    KILN_CHECK(t.dur_us >= 0, ValueError, "{}: negative duration {}", where(), t.dur_us);
+    KILN_CHECK(t.dur_us >= 0 && t.dur_us <= kMaxMicroseconds, ValueError, "{}: duration {} out of range [0, {}]",
+               where(), t.dur_us, kMaxMicroseconds);
+    KILN_CHECK(std::abs(t.start_us) <= kMaxMicroseconds, ValueError, "{}: timestamp {} out of range [-{}, {}]",
+               where(), t.start_us, kMaxMicroseconds, kMaxMicroseconds);
     out.push_back(std::move(t));
   }
   for (TraceEvent& t : out) {

@@ -17,7 +17,8 @@
 // to 100%). Every event is counted exactly once: the totals of all rows of
 // all lanes add up to the sum of the trace's durations.
 // Errors: ValueError naming the file (and the event's index) for what is
-// not such a trace; IOError when it cannot be read.
+// not such a trace, or holds times beyond 1e15 us; IOError when it cannot be
+// read.
 #pragma once
 
 #include <cstdint>

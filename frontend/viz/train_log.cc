@@ -14,6 +14,8 @@ namespace kiln::viz {
 namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+// Larger values are corrupt logs; the bound keeps axis arithmetic finite.
+constexpr double kMaxMagnitude = 1e15;
 
 // The value of `key` in `line` (NaN for null); throws naming `where` when it
 // is missing or not a number.
@@ -24,7 +26,10 @@ double number_field(const nlohmann::json& line, std::string_view key, const std:
   if (it->is_null()) return kNaN;
   KILN_CHECK(it->is_number(), ValueError, "{}: field '{}' is {} ({}), expected a number", where, key, it->type_name(),
              it->dump());
-  return it->get<double>();
+  double v = it->get<double>();
+  KILN_CHECK(std::abs(v) <= kMaxMagnitude, ValueError, "{}: field '{}' is {}, beyond what a chart shows (|v| <= {})",
+             where, key, it->dump(), kMaxMagnitude);
+  return v;
 }
 
 }  // namespace
