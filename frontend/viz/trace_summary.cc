@@ -20,6 +20,19 @@ namespace {
 // timeline's arithmetic).
 constexpr double kMaxMicroseconds = 1e15;
 
+// nlohmann's out_of_range errors (a number too large for a double) quote the
+// number but not its place: ", line L, column C" of its first occurrence.
+std::string where_in_text(std::string_view text, std::string_view what) {
+  size_t open = what.find('\''), close = what.rfind('\'');
+  if (open == std::string_view::npos || close <= open + 1) return "";
+  size_t at = text.find(what.substr(open + 1, close - open - 1));
+  if (at == std::string_view::npos) return "";
+  size_t line_start = text.rfind('\n', at);
+  line_start = line_start == std::string_view::npos ? 0 : line_start + 1;
+  size_t line = 1 + static_cast<size_t>(std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(at), '\n'));
+  return fmt::format(", line {}, column {}", line, at - line_start + 1);
+}
+
 // e[key] when it is a string, else "".
 std::string string_field(const nlohmann::json& e, const char* key) {
   auto it = e.find(key);
@@ -32,8 +45,10 @@ std::vector<TraceEvent> parse_chrome_trace(std::string_view text, const std::str
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::parse_error& e) {  // says where
     throw ValueError(fmt::format("{}: not JSON ({}); expected a Chrome trace", source, e.what()));
+  } catch (const nlohmann::json::exception& e) {  // a number out of range: find it
+    throw ValueError(fmt::format("{}{}: {}; expected a Chrome trace", source, where_in_text(text, e.what()), e.what()));
   }
   const nlohmann::json* list = &j;
   if (j.is_object()) {

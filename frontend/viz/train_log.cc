@@ -60,11 +60,11 @@ TrainLog parse_train_log(std::string_view text, const std::string& source) {
     text = end == std::string_view::npos ? std::string_view{} : text.substr(end + 1);
     ++line_no;
     if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
-    std::string where = fmt::format("{}:{}", source, line_no);
+    std::string where = fmt::format("{}, line {}", source, line_no);
     nlohmann::json j;
     try {
       j = nlohmann::json::parse(line);
-    } catch (const nlohmann::json::parse_error& e) {
+    } catch (const nlohmann::json::exception& e) {
       throw ValueError(fmt::format("{}: not JSON ({}); expected one JSON object per epoch", where, e.what()));
     }
     KILN_CHECK(j.is_object(), ValueError, "{}: expected a JSON object per epoch, found {}", where, j.type_name());

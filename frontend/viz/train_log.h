@@ -14,8 +14,8 @@
 // run appended to its log): the later lines replace the earlier ones.
 //
 // Errors are ValueError (IOError when the file cannot be read) naming the file
-// and the 1-based line: "fp32.jsonl:3: no field 'loss' (every line needs
-// 'epoch' and 'loss')". A log without any epoch is an error too: there is
+// and the 1-based line: "fp32.jsonl, line 3: no field 'loss' (every line
+// needs 'epoch' and 'loss')". A log without any epoch is an error too: there is
 // nothing to draw.
 #pragma once
 

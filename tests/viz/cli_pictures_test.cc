@@ -105,10 +105,10 @@ TEST(CliPictures, PlotRefusesBadLogsNamingFileAndLine) {
   fs::path svg = tmp("cli_plot_bad.svg");
   Result r = kiln({"plot", kData + "/viz/not_json.jsonl", "-o", svg.string()});
   EXPECT_EQ(r.status, 1);
-  EXPECT_NE(r.err.find("not_json.jsonl:2: not JSON"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("not_json.jsonl, line 2: not JSON"), std::string::npos) << r.err;
   r = kiln({"plot", kData + "/viz/missing_field.jsonl", "-o", svg.string()});
   EXPECT_EQ(r.status, 1);
-  EXPECT_NE(r.err.find("missing_field.jsonl:2: no field 'test_acc' (line 1 has it)"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("missing_field.jsonl, line 2: no field 'test_acc' (line 1 has it)"), std::string::npos) << r.err;
   r = kiln({"plot", kData + "/viz/mlp_fp32.jsonl", kData + "/viz/empty.jsonl", "-o", svg.string()});
   EXPECT_EQ(r.status, 1);
   EXPECT_NE(r.err.find("empty.jsonl: the log is empty (no epochs); nothing to plot"), std::string::npos) << r.err;

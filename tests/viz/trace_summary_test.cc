@@ -80,6 +80,8 @@ TEST(TraceSummary, WhatIsNotATraceNamesTheFileAndEvent) {
   EXPECT_NE(msg.find("t.json: not JSON"), std::string::npos) << msg;
   msg = test::error_of<ValueError>([] { parse_chrome_trace("{\"events\": []}", "t.json"); });
   EXPECT_NE(msg.find("t.json: expected a Chrome trace"), std::string::npos) << msg;
+  msg = test::error_of<ValueError>([] { parse_chrome_trace("[\n{\"ph\": \"X\", \"ts\": 1e999}]", "t.json"); });
+  EXPECT_NE(msg.find("t.json, line 2, column 19: "), std::string::npos) << msg;
   msg = test::error_of<ValueError>(
       [] { parse_chrome_trace(R"([{"name":"a","ph":"X","pid":1,"tid":1,"ts":0}])", "t.json"); });
   EXPECT_NE(msg.find("t.json: event 0 (\"ph\":\"X\"): no number 'dur'"), std::string::npos) << msg;

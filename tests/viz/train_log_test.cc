@@ -36,16 +36,20 @@ TEST(TrainLog, NullIsAGapAndAResumedRunReplacesItsEpochs) {
 
 TEST(TrainLog, BadLinesNameTheFileAndLine) {
   auto msg = error_of<ValueError>([] { parse_train_log("{\"epoch\":1,\"loss\":1}\nnot json\n", "a.jsonl"); });
-  EXPECT_NE(msg.find("a.jsonl:2: not JSON"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("a.jsonl, line 2: not JSON"), std::string::npos) << msg;
+  msg = error_of<ValueError>([] { parse_train_log("{\"epoch\":1e999,\"loss\":1}\n", "a.jsonl"); });
+  EXPECT_NE(msg.find("a.jsonl, line 1: not JSON"), std::string::npos) << msg;
+  msg = error_of<ValueError>([] { parse_train_log("{\"epoch\":1,\"loss\":1e300}\n", "a.jsonl"); });
+  EXPECT_NE(msg.find("a.jsonl, line 1: field 'loss' is 1e+300, beyond what a chart shows"), std::string::npos) << msg;
   msg = error_of<ValueError>([] { parse_train_log("\n{\"epoch\":1}\n", "a.jsonl"); });
-  EXPECT_NE(msg.find("a.jsonl:2: no field 'loss'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("a.jsonl, line 2: no field 'loss'"), std::string::npos) << msg;
   msg = error_of<ValueError>(
       [] { parse_train_log("{\"epoch\":1,\"loss\":1,\"test_acc\":0.5}\n{\"epoch\":2,\"loss\":1}\n", "a.jsonl"); });
-  EXPECT_NE(msg.find("a.jsonl:2: no field 'test_acc' (line 1 has it)"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("a.jsonl, line 2: no field 'test_acc' (line 1 has it)"), std::string::npos) << msg;
   msg = error_of<ValueError>([] { parse_train_log("{\"epoch\":1,\"loss\":\"low\"}\n", "a.jsonl"); });
-  EXPECT_NE(msg.find("a.jsonl:1: field 'loss' is string"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("a.jsonl, line 1: field 'loss' is string"), std::string::npos) << msg;
   msg = error_of<ValueError>([] { parse_train_log("[1,2]\n", "a.jsonl"); });
-  EXPECT_NE(msg.find("a.jsonl:1: expected a JSON object"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("a.jsonl, line 1: expected a JSON object"), std::string::npos) << msg;
 }
 
 TEST(TrainLog, AnEmptyLogIsAnError) {
