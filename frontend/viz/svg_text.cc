@@ -6,10 +6,38 @@
 
 namespace kiln::viz {
 
+namespace {
+
+// The length of the valid UTF-8 sequence at s[i], or 0.
+size_t utf8_length(std::string_view s, size_t i) {
+  auto byte = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
+  unsigned char c = byte(i);
+  size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 0;
+  if (n == 0 || i + n > s.size()) return 0;
+  for (size_t k = 1; k < n; ++k)
+    if ((byte(i + k) & 0xc0) != 0x80) return 0;
+  return n;
+}
+
+}  // namespace
+
 std::string xml_escape(std::string_view s) {
   std::string out;
   out.reserve(s.size());
-  for (char c : s) {
+  for (size_t i = 0; i < s.size();) {
+    char c = s[i];
+    size_t n = utf8_length(s, i);
+    if (n == 0) {  // not UTF-8 (a file name in another encoding): XML cannot hold it
+      out += '?';
+      ++i;
+      continue;
+    }
+    if (n > 1) {
+      out.append(s.substr(i, n));
+      i += n;
+      continue;
+    }
+    ++i;
     switch (c) {
       case '&':
         out += "&amp;";

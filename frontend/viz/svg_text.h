@@ -3,7 +3,8 @@
 //   out += fmt::format("<text x=\"{}\">{}</text>", svg_number(x), xml_escape(label));
 //
 // xml_escape makes any string safe inside XML character data and inside
-// double-quoted attribute values. svg_number writes a coordinate with at most
+// double-quoted attribute values (bytes that are not UTF-8, and control
+// characters XML forbids, become '?'). svg_number writes a coordinate with at most
 // two decimals and no trailing zeros ("12", "3.5"), so files stay small and
 // byte-identical for identical input. kSvgFont is the font list every
 // picture uses: generic families only, so an SVG never refers to a font file.

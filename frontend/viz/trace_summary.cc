@@ -85,8 +85,7 @@ std::vector<TraceEvent> parse_chrome_trace(std::string_view text, const std::str
       if (args == e.end() || !args->is_object() || !args->contains("name") || !(*args)["name"].is_string()) continue;
       std::string name = (*args)["name"].get<std::string>();
       if (string_field(e, "name") == "process_name") process_names[integer("pid")] = name;
-      if (string_field(e, "name") == "thread_name")
-        thread_names[{integer("pid"), integer("tid")}] = name;
+      if (string_field(e, "name") == "thread_name") thread_names[{integer("pid"), integer("tid")}] = name;
       continue;
     }
     if (ph != "X") continue;
@@ -100,8 +99,8 @@ std::vector<TraceEvent> parse_chrome_trace(std::string_view text, const std::str
     t.dur_us = number("dur");
     KILN_CHECK(t.dur_us >= 0 && t.dur_us <= kMaxMicroseconds, ValueError, "{}: duration {} out of range [0, {}]",
                where(), t.dur_us, kMaxMicroseconds);
-    KILN_CHECK(std::abs(t.start_us) <= kMaxMicroseconds, ValueError, "{}: timestamp {} out of range [-{}, {}]",
-               where(), t.start_us, kMaxMicroseconds, kMaxMicroseconds);
+    KILN_CHECK(std::abs(t.start_us) <= kMaxMicroseconds, ValueError, "{}: timestamp {} out of range [-{}, {}]", where(),
+               t.start_us, kMaxMicroseconds, kMaxMicroseconds);
     out.push_back(std::move(t));
   }
   for (TraceEvent& t : out) {
