@@ -11,6 +11,7 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 
 #include "frontend/atomic_file.h"
@@ -30,6 +31,9 @@ struct PlotOptions {
 void run_plot(const PlotOptions& opt) {
   KILN_CHECK(opt.labels.size() <= opt.logs.size(), ValueError, "{} --label values for {} log file(s)",
              opt.labels.size(), opt.logs.size());
+  for (const std::string& log : opt.logs)
+    KILN_CHECK(std::filesystem::weakly_canonical(log) != std::filesystem::weakly_canonical(opt.output), ValueError,
+               "--output {} is one of the logs: the picture would replace it", opt.output);
   std::vector<viz::TrainLog> runs;
   for (size_t i = 0; i < opt.logs.size(); ++i) {
     runs.push_back(viz::read_train_log(opt.logs[i]));

@@ -25,6 +25,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 
 #include "frontend/atomic_file.h"
@@ -90,6 +91,9 @@ void add_train_command(CLI::App& app) {
       cfg->devices.push_back(parse_device(rest.substr(0, comma)));
       rest = comma == std::string_view::npos ? "" : rest.substr(comma + 1);
     }
+    KILN_CHECK(plot_path->empty() || cfg->log_path.empty() ||
+                   std::filesystem::weakly_canonical(*plot_path) != std::filesystem::weakly_canonical(cfg->log_path),
+               ValueError, "--plot {} is the --log file: the picture would replace the log", *plot_path);
     bool tty = isatty(STDERR_FILENO) != 0;
     int epoch = 1;
     // Under `mpirun -np N` only rank 0 prints (figures are that process's share).

@@ -113,6 +113,13 @@ TEST(CliPictures, PlotRefusesBadLogsNamingFileAndLine) {
   EXPECT_EQ(r.status, 1);
   EXPECT_NE(r.err.find("empty.jsonl: the log is empty (no epochs); nothing to plot"), std::string::npos) << r.err;
   EXPECT_FALSE(fs::exists(svg)) << "no picture for a bad log";
+  // The picture never replaces a log.
+  fs::path log = tmp("cli_plot_log.jsonl");
+  fs::copy_file(kData + "/viz/mlp_fp32.jsonl", log);
+  r = kiln({"plot", log.string(), "-o", log.string()});
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.err.find("is one of the logs"), std::string::npos) << r.err;
+  EXPECT_EQ(read_file(log), read_file(kData + "/viz/mlp_fp32.jsonl"));
 }
 
 TEST(CliPictures, TrainRedrawsItsCurvesEveryEpoch) {
