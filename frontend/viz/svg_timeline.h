@@ -3,11 +3,12 @@
 //
 //   std::string svg = timeline_svg(read_chrome_trace("trace.json"), {.first_ms = 20});
 //
-// One row per device, lane and thread ("cpu(0) compute #3"), ordered as the
-// trace's processes; time runs left to right from `start_ms` after the
-// trace's first event for `first_ms` milliseconds (0: to the end), on an
-// axis in ms since the first event, with nice ticks. Each event that overlaps that window is one
-// <rect class="event" data-name="..."> clipped to the window, with a
+// One row per device, lane and thread ("cpu(0) compute #3"), ordered by
+// process id, lane and thread; time runs left to right from `start_ms` after
+// the trace's first event for `first_ms` milliseconds (0: to the end), on an
+// axis in ms since the first event, with nice ticks. Each event that
+// overlaps that window is one <rect class="event" data-name="..."> clipped
+// to the window (its name on it where it fits), with a
 // <title> (shown on hover: name, start, duration); nested events (depth > 0)
 // are drawn below their parents within the row. Colours are per op name (the
 // part after the last '/', so CachedOp/Convolution and Convolution match)
