@@ -106,7 +106,7 @@ void add_profile_command(CLI::App& app) {
       "profile", "Run a kiln subcommand with the profiler on: trace, per-op table per lane, SVG timeline");
   cmd->add_option("--trace", opt->trace, "The Chrome/Perfetto trace to write")->capture_default_str();
   cmd->add_option("--svg", opt->svg, "Draw the lanes' timeline as an SVG FILE");
-  cmd->add_option("--first-ms", opt->first_ms, "The timeline's span from the first event, in ms (0: all)")
+  cmd->add_option("--first-ms", opt->first_ms, "The timeline's length in ms (0: to the end)")
       ->capture_default_str();
   cmd->add_option("--start-ms", opt->start_ms, "Where the timeline starts, in ms after the first event")
       ->capture_default_str();
