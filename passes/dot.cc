@@ -94,13 +94,20 @@ class DotWriter {
                       quoted(cid), in_, quoted(cid), quoted(fmt::format("fused: {}\n{}", n.name, types_text(n))));
       for (size_t j = 0; j < p->instrs.size(); ++j) {
         std::string iq = quoted(instr_id(id, j));
-        std::string literal;
+        // Literal operands follow the opcode; collapsed parameters it reads are named below it.
+        std::string literal, params;
         const FusedInstr& ins = p->instrs[j];
-        for (int a = 0; a < fused_opcode_arity(ins.op); ++a)
-          if (!ins.args[static_cast<size_t>(a)].is_value())
-            literal += fmt::format(" {}", ins.args[static_cast<size_t>(a)].literal);
+        for (int a = 0; a < fused_opcode_arity(ins.op); ++a) {
+          const FusedOperand& arg = ins.args[static_cast<size_t>(a)];
+          if (!arg.is_value()) {
+            literal += fmt::format(" {}", arg.literal);
+          } else if (arg.value < static_cast<int32_t>(p->inputs.size())) {
+            const ir::Node& src = g_.node(n.inputs[static_cast<size_t>(arg.value)].node);
+            if (opt_.collapse_params && is_param_like(src)) params += "\n+ " + src.name;
+          }
+        }
         out += fmt::format("{}  {} [id={}, shape=box, style=\"rounded,filled\", fillcolor=\"#ffe0b2\", label={}];\n",
-                           in_, iq, iq, quoted(std::string(fused_opcode_name(ins.op)) + literal));
+                           in_, iq, iq, quoted(std::string(fused_opcode_name(ins.op)) + literal + params));
       }
       out += in_ + "}\n";
       return;

@@ -13,7 +13,7 @@
 // types) holding one small node per instruction of its program, with edges
 // between them: the group's inside is visible. With collapse_params, param,
 // aux and const nodes are left out and each op that reads some says
-// "+ N params (V values)" instead.
+// "+ N params (V values)" instead (a fused instruction: "+ <param name>").
 //
 // Ids are stable: a node's Graphviz name, and its `id` in Graphviz's SVG, is
 // the node's name (an output: "output#i"; an instruction of a fused node:

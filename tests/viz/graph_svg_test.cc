@@ -80,6 +80,22 @@ TEST(GraphSvg, AFusedGroupIsAClusterOfItsInstructions) {
   EXPECT_EQ(doc.count("//s:g[@class='edge']/s:title[.='" + fused->name + "#1->output#1']"), 1);
 }
 
+TEST(GraphSvg, ACollapsedParamOfAFusedGroupIsNamedOnItsInstruction) {
+  ir::Graph g = fused_graph(ir::parse_graph(R"IR(graph {
+  %x = input f32[4,5]
+  %s = param f32[5]
+  %a = exp(%x) : f32[4,5]
+  %b = broadcast_mul(%a, %s) : f32[4,5]
+  return %b
+}
+)IR"));
+  test::SvgDoc doc =
+      test::parse_and_render(dot_to_svg(passes::to_dot(g, {.collapse_params = true})), "graph_fused_collapsed");
+  ASSERT_TRUE(doc.ok());
+  EXPECT_EQ(doc.count("//s:g[@class='node']"), 1 + 2 + 1);  // x, exp, mul, the output
+  EXPECT_EQ(doc.count("//s:g[@class='node']/s:text[.='+ s']"), 1);
+}
+
 TEST(GraphSvg, SideBySideGraphsKeepTheirIdsUnderALabel) {
   ir::Graph before = ir::parse_graph(kGraph);
   ir::Graph after = fused_graph(before);
