@@ -37,7 +37,7 @@ constexpr PanelInfo kPanels[] = {
 std::string y_axis_name(LogPanel p, std::span<const TrainLog> runs) {
   switch (p) {
     case LogPanel::kLoss:
-      return "loss (nats per example)";
+      return "loss (mean cross-entropy, nats)";
     case LogPanel::kAccuracy:
       return "accuracy (fraction correct)";
     case LogPanel::kBitsPerByte:
