@@ -84,6 +84,12 @@ std::string_view executor_pipeline(Device device) {
   return passes::fuse_elementwise_on(device) ? "fuse-elementwise,eliminate-dead-code" : "";
 }
 
+std::string inference_pipeline(Device device) {
+  std::string p(pipeline(false)), fusions(executor_pipeline(device));
+  if (p.empty() || fusions.empty()) return p + fusions;
+  return p + "," + fusions;
+}
+
 std::string CachedOp::optimize(trace::TracedGraph& traced, bool train_mode, std::optional<DType> amp,
                                const std::string& what, std::string_view pipeline_text) {
   passes::PassContext ctx;

@@ -132,4 +132,10 @@ class CachedOp {
   std::shared_ptr<const TrainProgram> last_train_;
 };
 
+// The passes a hybridized block's traced graph goes through before it runs
+// for inference on `device`: the optimization pipeline (or KILN_PIPELINE),
+// then the inference executor's fusions. A pipeline string for
+// passes::run_pipeline (`kiln inspect --passes` shows what it does).
+std::string inference_pipeline(Device device);
+
 }  // namespace kiln

@@ -64,6 +64,12 @@ double evaluate(nn::Block& net, data::DataLoader& loader) {
 
 }  // namespace
 
+std::string epoch_log_line(const EpochStats& s) {
+  return nlohmann::json{{"epoch", s.epoch},       {"loss", s.loss},       {"train_acc", s.train_acc},
+                        {"test_acc", s.test_acc}, {"seconds", s.seconds}, {"images_per_sec", s.images_per_sec}}
+      .dump();
+}
+
 std::vector<EpochStats> train_fashion_mnist(const TrainConfig& cfg,
                                             const std::function<void(const EpochStats&)>& on_epoch,
                                             const ProgressFn& progress, const NoteFn& note) {
@@ -245,11 +251,7 @@ std::vector<EpochStats> train_fashion_mnist(const TrainConfig& cfg,
     }
     history.push_back(s);
     if (log.is_open()) {
-      log << nlohmann::json{{"epoch", s.epoch},         {"loss", s.loss},       {"train_acc", s.train_acc},
-                            {"test_acc", s.test_acc},   {"seconds", s.seconds}, {"images_per_sec", s.images_per_sec}}
-                 .dump()
-          << "\n"
-          << std::flush;
+      log << epoch_log_line(s) << "\n" << std::flush;
     }
     if (on_epoch) on_epoch(s);
   }

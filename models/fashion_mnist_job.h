@@ -65,6 +65,11 @@ struct EpochStats {
   double images_per_sec = 0;
 };
 
+// The line TrainConfig::log_path gets per epoch: one JSON object with epoch,
+// loss, train_acc, test_acc, seconds and images_per_sec (no newline), the
+// format `kiln plot` reads (frontend/viz/train_log.h).
+std::string epoch_log_line(const EpochStats& s);
+
 // Called with (batches done, batches per epoch) while an epoch runs.
 using ProgressFn = std::function<void(int64_t done, int64_t total)>;
 // Called with one line about checkpoints (resuming from, falling back, ...).

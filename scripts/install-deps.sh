@@ -17,7 +17,7 @@ packages=(
   ocl-icd-opencl-dev  # libdnnl-dev's CMake config looks for OpenCL (a Recommends, skipped by --no-install-recommends)
   dataset-fashion-mnist
   libonnx-dev libprotobuf-dev protobuf-compiler libonnx-testdata  # ONNX import/export and ONNX's node tests
-  graphviz libgraphviz-dev librsvg2-bin  # graph pictures (kiln inspect --svg) and the SVG tests' renderer
+  graphviz libgraphviz-dev librsvg2-bin libxml2-dev  # kiln inspect --svg runs `dot`; the SVG tests parse with libxml2 and render with rsvg-convert
   fortunes  # the byte-level text dataset of the GPT model
 )
 for arg in "$@"; do

@@ -1,15 +1,26 @@
-// kiln inspect: what an MXNet symbol file holds.
+// kiln inspect: what an MXNet symbol file (or a graph dump) holds, in text
+// or as a picture.
 //
 //   kiln inspect model-symbol.json
 //   kiln inspect model-symbol.json --shape data=1,3,112,112 --dot model.dot
 //   kiln inspect model-symbol.json --params model-0000.params --shape data=1,3,112,112
+//   kiln inspect model-symbol.json --shape data=1,1,28,28 --svg model.svg --collapse-params --passes
+//   kiln inspect dumps/net-predict-0/05-fuse-elementwise.txt --svg fused.svg
 //
 // Prints the file's MXNet version, its inputs, the op counts, one line per
 // node (with its output shapes once input shapes are given: --shape, one per
 // input; parameter shapes come from --params, the file's __shape__ hints or
-// the ops' attributes), and the parameter counts. --dot writes the graph for
-// Graphviz (`dot -Tsvg model.dot`): inputs and ops, parameters folded into
-// their op's label.
+// the ops' attributes), and the parameter counts.
+//
+// --svg draws the graph through Graphviz, --dot writes the Graphviz text
+// of the same picture (passes/dot.h says what it holds): with --shape, the
+// typed graph, each node with its op, name, dtypes and shapes, fused groups
+// as clusters; --collapse-params leaves parameters out (each op says how
+// many it reads); --passes draws the graph after the passes hybridize runs
+// for inference on the CPU (or --pipeline P's) beside the traced one, and
+// prints the pass report. Without --shape: inputs and ops, parameters folded
+// into their op's label. A file in Kiln's IR text form (KILN_DUMP_GRAPHS
+// writes one per pass) is read as such: its summary, --svg, --dot, --passes.
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -18,8 +29,13 @@
 #include <memory>
 #include <optional>
 
+#include "frontend/atomic_file.h"
+#include "frontend/cached_op.h"
 #include "frontend/nn/export.h"
+#include "frontend/viz/graph_svg.h"
 #include "ir/symbol_json.h"
+#include "passes/dot.h"
+#include "passes/pass.h"
 
 namespace kiln::cli {
 namespace {
@@ -29,6 +45,10 @@ struct InspectOptions {
   std::vector<std::string> shapes;  // NAME=D0,D1,...
   std::string params_file;
   std::string dot_file;
+  std::string svg_file;
+  bool collapse_params = false;
+  bool passes = false;
+  std::string pipeline;  // empty: inference_pipeline(cpu(0))
 };
 
 std::pair<std::string, Shape> parse_shape_option(const std::string& text) {
@@ -62,9 +82,10 @@ std::string dot_escape(std::string_view s) {
   return out;
 }
 
-// Inputs and ops as Graphviz nodes; variables that are not inputs are folded
-// into the label of the op that reads them.
-std::string to_dot(const ir::Symbol& s, const std::vector<std::string>& inputs, const ir::Graph* typed) {
+// The untyped picture (no --shape): inputs and ops as Graphviz nodes;
+// variables that are not inputs are folded into the label of the op that
+// reads them.
+std::string to_dot(const ir::Symbol& s, const std::vector<std::string>& inputs) {
   auto is_input = [&](const ir::SymbolNode& n) { return std::ranges::find(inputs, n.name) != inputs.end(); };
   std::string out = "digraph kiln {\n  rankdir=TB;\n  node [fontname=\"Helvetica\", fontsize=10];\n";
   for (size_t i = 0; i < s.nodes.size(); ++i) {
@@ -72,9 +93,6 @@ std::string to_dot(const ir::Symbol& s, const std::vector<std::string>& inputs, 
     if (n.is_variable() && !is_input(n)) continue;
     // Lines joined by Graphviz's \n escape, each escaped on its own.
     std::string label = n.is_variable() ? dot_escape(n.name) : dot_escape(n.op) + "\\n" + dot_escape(n.name);
-    if (typed) {
-      if (auto id = typed->find(n.name)) label += "\\n" + dot_escape(types_text(typed->node(*id).types));
-    }
     out += fmt::format("  n{} [label=\"{}\", shape={}{}];\n", i, label, n.is_variable() ? "oval" : "box",
                        n.is_variable() ? ", style=filled, fillcolor=\"#dde8f5\"" : "");
   }
@@ -88,7 +106,71 @@ std::string to_dot(const ir::Symbol& s, const std::vector<std::string>& inputs, 
   return out + "}\n";
 }
 
+// --dot and --svg (and --passes) for a typed graph: one Graphviz text for both.
+void write_graph_pictures(const ir::Graph& g, const InspectOptions& opt) {
+  passes::DotOptions dot_options{.collapse_params = opt.collapse_params};
+  std::string dot;
+  if (opt.passes) {
+    std::string pipeline = opt.pipeline.empty() ? inference_pipeline(Device::cpu(0)) : opt.pipeline;
+    passes::PassContext ctx;
+    ctx.options.train_mode = false;
+    ir::Graph optimized = passes::run_pipeline(g, pipeline, ctx);
+    std::printf("\npasses: %s\n%s", pipeline.c_str(), ctx.report().c_str());
+    std::printf("traced: %zu nodes (%lld ops); optimized: %zu nodes (%lld ops)\n", g.size(),
+                static_cast<long long>(g.num_ops()), optimized.size(), static_cast<long long>(optimized.num_ops()));
+    passes::LabelledGraph both[] = {{"traced", &g}, {"optimized", &optimized}};
+    dot = passes::to_dot_side_by_side(both, dot_options);
+  } else {
+    dot = passes::to_dot(g, dot_options);
+  }
+  if (!opt.dot_file.empty()) {
+    write_file_atomically(opt.dot_file, dot);
+    std::printf("wrote %s\n", opt.dot_file.c_str());
+  }
+  if (!opt.svg_file.empty()) {
+    write_file_atomically(opt.svg_file, viz::dot_to_svg(dot));
+    std::printf("wrote %s\n", opt.svg_file.c_str());
+  }
+}
+
+// A graph in Kiln's IR text form (Graph::to_text, KILN_DUMP_GRAPHS).
+void inspect_ir_text(const std::string& text, const InspectOptions& opt) {
+  ir::Graph g;
+  try {
+    g = ir::parse_graph(text);
+  } catch (const Error& e) {
+    throw ValueError(fmt::format("{}: {}", opt.symbol_file, e.message()));
+  }
+  std::map<std::string, int> op_counts;
+  for (const ir::Node& n : g.nodes())
+    if (n.is_op()) ++op_counts[std::string(op_def(n.op).name)];
+  std::printf("%s: Kiln IR, %zu nodes (%zu inputs, %zu params, %zu aux, %zu consts, %lld ops), %zu outputs\n",
+              opt.symbol_file.c_str(), g.size(), g.nodes_of_kind(ir::NodeKind::kInput).size(),
+              g.nodes_of_kind(ir::NodeKind::kParam).size(), g.nodes_of_kind(ir::NodeKind::kAux).size(),
+              g.nodes_of_kind(ir::NodeKind::kConst).size(), static_cast<long long>(g.num_ops()), g.outputs().size());
+  std::string ops;
+  for (auto& [op, count] : op_counts) ops += fmt::format("{}{} x{}", ops.empty() ? "" : ", ", op, count);
+  std::printf("ops: %s\n", ops.c_str());
+  write_graph_pictures(g, opt);
+}
+
+// Kiln's IR text starts with "graph {"; MXNet's files with "{".
+bool is_ir_text(const std::string& text) {
+  size_t first = text.find_first_not_of(" \t\r\n");
+  return first != std::string::npos && text.compare(first, 5, "graph") == 0;
+}
+
 void run_inspect(const InspectOptions& opt) {
+  KILN_CHECK(opt.svg_file.empty() || opt.svg_file != opt.dot_file, ValueError,
+             "--svg and --dot name the same file '{}'", opt.svg_file);
+  KILN_CHECK(!opt.passes || !opt.svg_file.empty() || !opt.dot_file.empty(), ValueError,
+             "--passes draws the optimized graph: it needs --svg FILE or --dot FILE");
+  {
+    std::ifstream f(opt.symbol_file, std::ios::binary);
+    KILN_CHECK(f.good(), IOError, "{}: cannot open", opt.symbol_file);
+    std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    if (is_ir_text(text)) return inspect_ir_text(text, opt);
+  }
   ir::Symbol s = ir::load_symbol_json(opt.symbol_file);
   ir::TypeMap types;
   std::vector<std::string> inputs;
@@ -190,9 +272,19 @@ void run_inspect(const InspectOptions& opt) {
   }
   std::printf("\n");
 
+  if (g) {
+    write_graph_pictures(*g, opt);
+    return;
+  }
+  KILN_CHECK(!opt.passes, ValueError,
+             "--passes needs the typed graph: give the inputs' shapes with --shape NAME=D0,D1,...");
   if (!opt.dot_file.empty()) {
-    nn::write_text_file(opt.dot_file, to_dot(s, inputs, g ? &*g : nullptr));
+    write_file_atomically(opt.dot_file, to_dot(s, inputs));
     std::printf("wrote %s\n", opt.dot_file.c_str());
+  }
+  if (!opt.svg_file.empty()) {
+    write_file_atomically(opt.svg_file, viz::dot_to_svg(to_dot(s, inputs)));
+    std::printf("wrote %s (without shapes: give --shape for shapes, dtypes and fused groups)\n", opt.svg_file.c_str());
   }
 }
 
@@ -200,11 +292,17 @@ void run_inspect(const InspectOptions& opt) {
 
 void add_inspect_command(CLI::App& app) {
   auto opt = std::make_shared<InspectOptions>();
-  CLI::App* cmd = app.add_subcommand("inspect", "Describe an MXNet symbol file (ops, shapes, parameters)");
-  cmd->add_option("symbol", opt->symbol_file, "The *-symbol.json file")->required();
+  CLI::App* cmd =
+      app.add_subcommand("inspect", "Describe an MXNet symbol file or a graph dump (ops, shapes, parameters, picture)");
+  cmd->add_option("symbol", opt->symbol_file, "The *-symbol.json file, or a KILN_DUMP_GRAPHS .txt dump")->required();
   cmd->add_option("--shape", opt->shapes, "An input's shape, NAME=D0,D1,... (repeat per input)");
   cmd->add_option("--params", opt->params_file, "The matching .params file (parameter shapes)");
   cmd->add_option("--dot", opt->dot_file, "Write the graph in Graphviz dot form to FILE");
+  cmd->add_option("--svg", opt->svg_file, "Draw the graph through Graphviz as an SVG FILE");
+  cmd->add_flag("--collapse-params", opt->collapse_params,
+                "In --svg: leave parameters and constants out (each op says how many it reads)");
+  cmd->add_flag("--passes", opt->passes, "In --svg: draw the optimized graph beside the traced one");
+  cmd->add_option("--pipeline", opt->pipeline, "With --passes: the passes to run (default: hybridize's, for the CPU)");
   cmd->callback([opt] { run_inspect(*opt); });
 }
 

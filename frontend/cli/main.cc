@@ -7,6 +7,8 @@
 //   kiln inspect SYMBOL.json      ops, shapes and parameters of an MXNet symbol file
 //   kiln run SYMBOL PARAMS ...    a forward pass of an MXNet export on .npy inputs
 //   kiln example [NAME...]        the chapter's experiments (models/examples/)
+//   kiln plot LOG.jsonl... -o F   training curves from --log files, as an SVG
+//   kiln profile -- SUBCOMMAND    a subcommand's trace, per-op table and timeline
 //
 // A subcommand file defines add_<name>_command(CLI::App&), which adds the
 // subcommand and its callback; main lists them below. Errors from Kiln are
@@ -27,6 +29,8 @@ void add_train_command(CLI::App& app);  // train.cc
 void add_inspect_command(CLI::App& app);  // inspect.cc
 void add_run_command(CLI::App& app);      // run.cc
 void add_example_command(CLI::App& app);  // example.cc
+void add_plot_command(CLI::App& app);     // plot.cc
+void add_profile_command(CLI::App& app);  // profile.cc
 }  // namespace kiln::cli
 
 int main(int argc, char** argv) {
@@ -40,6 +44,8 @@ int main(int argc, char** argv) {
   kiln::cli::add_inspect_command(app);
   kiln::cli::add_run_command(app);
   kiln::cli::add_example_command(app);
+  kiln::cli::add_plot_command(app);
+  kiln::cli::add_profile_command(app);
   int status = 0;
   try {
     app.parse(argc, argv);  // runs the chosen subcommand's callback

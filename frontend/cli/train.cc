@@ -8,7 +8,11 @@
 // quickly; pass --epochs 10 for the chapter's run.
 // Prints per epoch: loss, train accuracy, test accuracy, seconds, images/s; a
 // progress bar while an epoch runs on a terminal (nothing on pipes); --log
-// writes one JSON object per epoch; --save writes PREFIX.params at the end.
+// writes one JSON object per epoch; --plot FILE.svg redraws the training
+// curves (as `kiln plot` draws them) after every epoch, atomically, so a
+// browser showing the file can be refreshed while training runs; with --log
+// too, the curves are the whole log's (a resumed run's earlier epochs
+// included). --save writes PREFIX.params at the end.
 //
 //   kiln train --checkpoint ckpt --checkpoint-every 100 --keep 3 --resume
 //
@@ -21,10 +25,13 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 
 #include "backends/cpu/cpu_features.h"
+#include "frontend/atomic_file.h"
 #include "frontend/kvstore.h"
+#include "frontend/viz/svg_plot.h"
 #include "ir/device.h"
 #include "models/fashion_mnist_job.h"
 
@@ -46,6 +53,7 @@ void add_train_command(CLI::App& app) {
   auto cfg = std::make_shared<models::TrainConfig>();
   cfg->epochs = 3;  // see the file comment
   auto devices = std::make_shared<std::string>("cpu:0");
+  auto plot_path = std::make_shared<std::string>();
   CLI::App* cmd = app.add_subcommand("train", "Train a model on Fashion-MNIST");
   cmd->add_option("--model", cfg->model, "mlp, lenet, resnet18")->capture_default_str();
   cmd->add_option("--epochs", cfg->epochs, "Passes over the training set")->capture_default_str()->check(CLI::PositiveNumber);
@@ -61,6 +69,7 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--train-limit", cfg->train_limit, "Train on the first N images only");
   cmd->add_option("--test-limit", cfg->test_limit, "Evaluate on the first N test images only");
   cmd->add_option("--log", cfg->log_path, "Write one JSON object per epoch to FILE");
+  cmd->add_option("--plot", *plot_path, "Redraw the training curves as an SVG FILE after every epoch");
   cmd->add_option("--save", cfg->save_prefix, "Write the parameters to PREFIX.params at the end");
   cmd->add_option("--checkpoint", cfg->checkpoint_dir, "Write checkpoints (the whole training state) to DIR");
   cmd->add_option("--checkpoint-every", cfg->checkpoint_every,
@@ -79,7 +88,7 @@ void add_train_command(CLI::App& app) {
       ->check(CLI::IsMember({"bf16", "bfloat16", "fp16", "float16"}));
   cmd->add_option("--export", cfg->export_prefix,
                   "With --hybridize: write PREFIX-symbol.json and PREFIX-0000.params (MXNet's format) at the end");
-  cmd->callback([cfg, devices, amp] {
+  cmd->callback([cfg, devices, amp, plot_path] {
     if (!amp->empty()) {
       cfg->amp = (*amp == "bf16" || *amp == "bfloat16") ? DType::kBfloat16 : DType::kFloat16;
       if (!cpu::native_low_precision(*cfg->amp))
@@ -92,6 +101,9 @@ void add_train_command(CLI::App& app) {
       cfg->devices.push_back(parse_device(rest.substr(0, comma)));
       rest = comma == std::string_view::npos ? "" : rest.substr(comma + 1);
     }
+    KILN_CHECK(plot_path->empty() || cfg->log_path.empty() ||
+                   std::filesystem::weakly_canonical(*plot_path) != std::filesystem::weakly_canonical(cfg->log_path),
+               ValueError, "--plot {} is the --log file: the picture would replace the log", *plot_path);
     bool tty = isatty(STDERR_FILENO) != 0;
     int epoch = 1;
     // Under `mpirun -np N` only rank 0 prints (figures are that process's share).
@@ -103,12 +115,23 @@ void add_train_command(CLI::App& app) {
                 group.size > 1 ? fmt::format(" x {} processes (dist_sync)", group.size).c_str() : "");
     std::printf("%5s %8s %9s %8s %8s %10s\n", "epoch", "loss", "train acc", "test acc", "sec", "img/s");
     std::fflush(stdout);
+    std::string plot_lines;  // the log's lines of this run, for --plot without --log
+    auto redraw = [&](const models::EpochStats& s) {
+      plot_lines += models::epoch_log_line(s) + "\n";
+      viz::TrainLog run =
+          cfg->log_path.empty() ? viz::parse_train_log(plot_lines, "--plot") : viz::read_train_log(cfg->log_path);
+      run.label = cfg->model;
+      std::string title = fmt::format("kiln train: {} on Fashion-MNIST, batch {}, lr {}{}", cfg->model, cfg->batch_size,
+                                      cfg->lr, cfg->hybridize ? ", hybridized" : "");
+      write_file_atomically(*plot_path, viz::training_curves_svg({&run, 1}, {.title = title}));
+    };
     models::train_fashion_mnist(
         *cfg,
         [&](const models::EpochStats& s) {
           std::printf("%5d %8.4f %9.4f %8.4f %8.1f %10.0f\n", s.epoch, s.loss, s.train_acc, s.test_acc, s.seconds,
                       s.images_per_sec);
           std::fflush(stdout);
+          if (!plot_path->empty() && group.rank == 0) redraw(s);
           epoch = s.epoch + 1;
         },
         [&](int64_t done, int64_t total) {
