@@ -1,6 +1,7 @@
 #include "models/fashion_mnist_job.h"
 
 #include <chrono>
+#include <cmath>
 #include <fstream>
 #include <optional>
 
@@ -116,6 +117,7 @@ std::vector<EpochStats> train_fashion_mnist(const TrainConfig& cfg,
   int64_t step = 0, last_saved = -1;
   NDArray resumed_loss, resumed_correct;
   int64_t resumed_seen = 0, resumed_done = 0;
+  std::optional<amp::LossScaler::State> resumed_scaler;
   if (cfg.resume) {
     train::TrainingState state;
     auto loaded = checkpoints->load_newest(note, [&](const train::Checkpoint& c, const std::string& path) {
@@ -131,6 +133,17 @@ std::vector<EpochStats> train_fashion_mnist(const TrainConfig& cfg,
       resumed_loss = train::read_entry(m, "loss_sum", src);
       resumed_correct = train::read_entry(m, "correct_sum", src);
       resumed_seen = train::read_i64(m, "seen", src);
+      if (scaler && c.has("loss_scaler")) {
+        const nn::NamedArrays& ls = c.section("loss_scaler", path);
+        const std::string ls_src = fmt::format("{}: section 'loss_scaler'", path);
+        resumed_scaler = amp::LossScaler::State{train::read_f64(ls, "scale", ls_src),
+                                                train::read_i64(ls, "clean_steps", ls_src),
+                                                train::read_i64(ls, "skipped", ls_src)};
+        KILN_CHECK(resumed_scaler->scale > 0 && std::isfinite(resumed_scaler->scale) &&
+                       resumed_scaler->clean_steps >= 0 && resumed_scaler->skipped >= 0,
+                   IOError, "{}: expected a positive finite scale and counts >= 0, found scale {}, counts {} and {}",
+                   ls_src, resumed_scaler->scale, resumed_scaler->clean_steps, resumed_scaler->skipped);
+      }
       saved_threads =
           c.has("run") ? train::read_i64(c.section("run", path), "cpu_threads", fmt::format("{}: section 'run'", path))
                        : -1;
@@ -141,6 +154,7 @@ std::vector<EpochStats> train_fashion_mnist(const TrainConfig& cfg,
     });
     if (loaded) {
       train::apply_training(state, params, trainer, train_loader);
+      if (resumed_scaler) scaler->set_state(*resumed_scaler);
       first_epoch = static_cast<int>(state.position.epoch);
       step = last_saved = state.position.step;
       resumed_done = state.position.data.batch;
@@ -186,6 +200,14 @@ std::vector<EpochStats> train_fashion_mnist(const TrainConfig& cfg,
       c.add("metrics", {{"loss_sum", loss_sum}, {"correct_sum", correct_sum}, {"seen", train::scalar_i64(seen)}},
             /*required=*/false);
       c.add("run", {{"cpu_threads", train::scalar_i64(cpu_threads)}}, /*required=*/false);
+      if (scaler) {
+        const amp::LossScaler::State st = scaler->state();
+        c.add("loss_scaler",
+              {{"scale", train::scalar_f64(st.scale)},
+               {"clean_steps", train::scalar_i64(st.clean_steps)},
+               {"skipped", train::scalar_i64(st.skipped)}},
+              /*required=*/false);
+      }
       checkpoints->save(step, c);
       last_saved = step;
     };

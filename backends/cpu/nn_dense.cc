@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "backends/cpu/elemwise_kernels.h"
 #include "backends/cpu/linalg_kernels.h"
 #include "backends/cpu/nn_kernels.h"
 #include "backends/cpu/onednn_util.h"
@@ -94,21 +95,25 @@ void flatten_kernel(const KernelContext& ctx, std::span<const TensorView> in, st
 
 // Blocks of kBlock elements are summed in a local buffer and then stored, so
 // the output may be any one of the inputs.
+// 16-bit floats accumulate in float32 (compute_t) and round once.
 template <typename T>
 void add_n_typed(int threads, std::span<const TensorView> in, T* out, int64_t n) {
+  using C = compute_t<T>;
   constexpr int64_t kBlock = 1024;
   parallel_for(threads, n, [&](int64_t b, int64_t e) {
-    T acc[kBlock];
+    C acc[kBlock];
     for (int64_t s = b; s < e; s += kBlock) {
       const int64_t len = std::min(kBlock, e - s);
       const T* first = in[0].ptr<T>() + s;
-      std::copy(first, first + len, acc);
+#pragma omp simd
+      for (int64_t i = 0; i < len; ++i) acc[i] = load(first[i]);
       for (size_t k = 1; k < in.size(); ++k) {
         const T* x = in[k].ptr<T>() + s;
 #pragma omp simd
-        for (int64_t i = 0; i < len; ++i) acc[i] += x[i];
+        for (int64_t i = 0; i < len; ++i) acc[i] += load(x[i]);
       }
-      std::copy(acc, acc + len, out + s);
+#pragma omp simd
+      for (int64_t i = 0; i < len; ++i) out[s + i] = store<T>(acc[i]);
     }
   });
 }
@@ -121,6 +126,10 @@ void add_n_kernel(const KernelContext& ctx, std::span<const TensorView> in, std:
       return add_n_typed(threads, in, out[0].ptr<float>(), n);
     case DType::kFloat64:
       return add_n_typed(threads, in, out[0].ptr<double>(), n);
+    case DType::kBfloat16:
+      return add_n_typed(threads, in, out[0].ptr<BFloat16>(), n);
+    case DType::kFloat16:
+      return add_n_typed(threads, in, out[0].ptr<Half>(), n);
     case DType::kInt32:
       return add_n_typed(threads, in, out[0].ptr<int32_t>(), n);
     case DType::kInt64:
@@ -136,7 +145,7 @@ void register_nn_dense_kernels() {
   register_kernel(OpId::kFullyConnected, DeviceKind::kCPU, fully_connected_kernel, HalfSupport::kAny);
   register_kernel(OpId::kFcAct, DeviceKind::kCPU, fc_act_kernel, HalfSupport::kAny);
   register_kernel(OpId::kFlatten, DeviceKind::kCPU, flatten_kernel, HalfSupport::kAny);
-  register_kernel(OpId::kAddN, DeviceKind::kCPU, add_n_kernel);
+  register_kernel(OpId::kAddN, DeviceKind::kCPU, add_n_kernel, HalfSupport::kAny);
 }
 
 }  // namespace kiln::cpu
