@@ -20,34 +20,6 @@ void check_cublas(cublasStatus_t st, const char* call, Device device) {
   if (st != CUBLAS_STATUS_SUCCESS) cuda::throw_library_error("cuBLAS", st, cublasGetStatusString(st), call, device);
 }
 
-// out[b] = op(A[b]) . op(B[b]), dims as MatmulDims (A [m,k] or [k,m] when ta; B [k,n] or [n,k] when tb).
-void gemm(const KernelContext& ctx, const MatmulDims& d, const float* a, const float* b, float* c) {
-  if (d.m == 0 || d.n == 0 || d.batch == 0) return;
-  const Device device = ctx.run.device;
-  if (d.k == 0) {
-    KILN_CUDA_CHECK(cudaMemsetAsync(c, 0, static_cast<size_t>(d.batch * d.m * d.n) * sizeof(float),
-                                    cuda::stream_of(ctx)),
-                    device);
-    return;
-  }
-  cublasHandle_t h = cuda::cublas_handle(device.id, cuda::stream_of(ctx));
-  const float one = 1.0f, zero = 0.0f;
-  const auto m = static_cast<int>(d.m), n = static_cast<int>(d.n), k = static_cast<int>(d.k);
-  KILN_CHECK(d.m < (1ll << 31) && d.n < (1ll << 31) && d.k < (1ll << 31), NotSupported,
-             "matrix product of {}x{}x{} is too large for one cuBLAS call", d.m, d.k, d.n);
-  cublasOperation_t op_b = d.tb ? CUBLAS_OP_T : CUBLAS_OP_N;
-  cublasOperation_t op_a = d.ta ? CUBLAS_OP_T : CUBLAS_OP_N;
-  int ldb = d.tb ? k : n;
-  int lda = d.ta ? m : k;
-  if (d.batch == 1) {
-    check_cublas(cublasSgemm(h, op_b, op_a, n, m, k, &one, b, ldb, a, lda, &zero, c, n), "cublasSgemm", device);
-  } else {
-    check_cublas(cublasSgemmStridedBatched(h, op_b, op_a, n, m, k, &one, b, ldb, d.k * d.n, a, lda, d.m * d.k, &zero,
-                                           c, n, d.m * d.n, static_cast<int>(d.batch)),
-                 "cublasSgemmStridedBatched", device);
-  }
-}
-
 cudaDataType_t cuda_type(DType t) {
   switch (t) {
     case DType::kFloat16:
@@ -61,10 +33,12 @@ cudaDataType_t cuda_type(DType t) {
 
 bool is_16bit(DType t) { return t == DType::kFloat16 || t == DType::kBfloat16; }
 
-// out[b] = op(A[b]) . op(B[b]) with A and B in `ab` (16-bit) and C in `c_type`
-// (the same, or float32), accumulating in float32 on tensor cores.
-void gemm_16bit(const KernelContext& ctx, const MatmulDims& d, DType ab, const void* a, const void* b, DType c_type,
-                void* c) {
+// out[b] = op(A[b]) . op(B[b]), dims as MatmulDims (A [m,k] or [k,m] when ta;
+// B [k,n] or [n,k] when tb). A and B in `ab`, C in `c_type`: float32 (Sgemm,
+// TF32 when allowed), or 16-bit with C 16-bit or float32 (GemmEx, float32
+// accumulation on tensor cores).
+void gemm(const KernelContext& ctx, const MatmulDims& d, DType ab, const void* a, const void* b, DType c_type,
+          void* c) {
   if (d.m == 0 || d.n == 0 || d.batch == 0) return;
   const Device device = ctx.run.device;
   if (d.k == 0) {
@@ -82,8 +56,17 @@ void gemm_16bit(const KernelContext& ctx, const MatmulDims& d, DType ab, const v
   cublasOperation_t op_a = d.ta ? CUBLAS_OP_T : CUBLAS_OP_N;
   int ldb = d.tb ? k : n;
   int lda = d.ta ? m : k;
+  const auto* fa = static_cast<const float*>(a);
+  const auto* fb = static_cast<const float*>(b);
+  auto* fc = static_cast<float*>(c);
   const cudaDataType_t t = cuda_type(ab), tc = cuda_type(c_type);
-  if (d.batch == 1) {
+  if (d.batch == 1 && ab == DType::kFloat32) {
+    check_cublas(cublasSgemm(h, op_b, op_a, n, m, k, &one, fb, ldb, fa, lda, &zero, fc, n), "cublasSgemm", device);
+  } else if (ab == DType::kFloat32) {
+    check_cublas(cublasSgemmStridedBatched(h, op_b, op_a, n, m, k, &one, fb, ldb, d.k * d.n, fa, lda, d.m * d.k,
+                                           &zero, fc, n, d.m * d.n, static_cast<int>(d.batch)),
+                 "cublasSgemmStridedBatched", device);
+  } else if (d.batch == 1) {
     check_cublas(cublasGemmEx(h, op_b, op_a, n, m, k, &one, b, t, ldb, a, t, lda, &zero, c, tc, n,
                               CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                  "cublasGemmEx", device);
@@ -98,9 +81,8 @@ void gemm_16bit(const KernelContext& ctx, const MatmulDims& d, DType ab, const v
 template <MatmulDims (*kDims)(const Shape&, const Shape&, const DotAttrs&)>
 void product_kernel(const KernelContext& ctx, std::span<const TensorView> in, std::span<const TensorView> out) {
   MatmulDims d = kDims(in[0].shape, in[1].shape, ctx.attrs.as<DotAttrs>());
-  if (is_16bit(in[0].dtype)) return gemm_16bit(ctx, d, in[0].dtype, in[0].data, in[1].data, out[0].dtype, out[0].data);
-  cuda::require_f32(in, out);
-  gemm(ctx, d, in[0].ptr<float>(), in[1].ptr<float>(), out[0].ptr<float>());
+  if (!is_16bit(in[0].dtype)) cuda::require_f32(in, out);
+  gemm(ctx, d, in[0].dtype, in[0].data, in[1].data, out[0].dtype, out[0].data);
 }
 
 // out = data . weight^T (+ bias), then act when given.
@@ -121,10 +103,8 @@ void dense(const KernelContext& ctx, const FullyConnectedAttrs& a, std::optional
   if (half) {
     wide.emplace(ctx.run.device, static_cast<size_t>(std::max<int64_t>(1, fc.m * fc.n)) * sizeof(float));
     y = static_cast<float*>(wide->get());
-    gemm_16bit(ctx, d, in[0].dtype, in[0].data, in[1].data, DType::kFloat32, y);
-  } else {
-    gemm(ctx, d, in[0].ptr<float>(), in[1].ptr<float>(), y);
   }
+  gemm(ctx, d, in[0].dtype, in[0].data, in[1].data, DType::kFloat32, y);
   if (fc.m == 0 || fc.n == 0) return;
   if (!a.no_bias) {
     const float* bias = in[2].ptr<float>();
