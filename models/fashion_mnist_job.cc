@@ -111,7 +111,7 @@ std::vector<EpochStats> train_fashion_mnist(const TrainConfig& cfg,
     auto loaded = checkpoints->load_newest(note, [&](const train::Checkpoint& c, const std::string& path) {
       state = train::decode_training(c, path, params, trainer, train_loader);
       std::string src = fmt::format("{}: section 'metrics'", path);
-      const nn::NamedArrays& m = c.section("metrics", path);
+      const NamedArrays& m = c.section("metrics", path);
       for (const char* entry : {"loss_sum", "correct_sum"}) {
         const NDArray& a = train::read_entry(m, entry, src);
         KILN_CHECK(a.is_none() || (is_floating(a.dtype()) && a.size() == 1), IOError,

@@ -18,8 +18,8 @@
 #include <memory>
 #include <optional>
 
-#include "frontend/nn/export.h"
-#include "ir/symbol_json.h"
+#include "frontend/formats/mxnet/export.h"
+#include "frontend/formats/mxnet/symbol_json.h"
 
 namespace kiln::cli {
 namespace {
@@ -64,11 +64,11 @@ std::string dot_escape(std::string_view s) {
 
 // Inputs and ops as Graphviz nodes; variables that are not inputs are folded
 // into the label of the op that reads them.
-std::string to_dot(const ir::Symbol& s, const std::vector<std::string>& inputs, const ir::Graph* typed) {
-  auto is_input = [&](const ir::SymbolNode& n) { return std::ranges::find(inputs, n.name) != inputs.end(); };
+std::string to_dot(const mxnet::Symbol& s, const std::vector<std::string>& inputs, const ir::Graph* typed) {
+  auto is_input = [&](const mxnet::SymbolNode& n) { return std::ranges::find(inputs, n.name) != inputs.end(); };
   std::string out = "digraph kiln {\n  rankdir=TB;\n  node [fontname=\"Helvetica\", fontsize=10];\n";
   for (size_t i = 0; i < s.nodes.size(); ++i) {
-    const ir::SymbolNode& n = s.nodes[i];
+    const mxnet::SymbolNode& n = s.nodes[i];
     if (n.is_variable() && !is_input(n)) continue;
     // Lines joined by Graphviz's \n escape, each escaped on its own.
     std::string label = n.is_variable() ? dot_escape(n.name) : dot_escape(n.op) + "\\n" + dot_escape(n.name);
@@ -79,8 +79,8 @@ std::string to_dot(const ir::Symbol& s, const std::vector<std::string>& inputs, 
                        n.is_variable() ? ", style=filled, fillcolor=\"#dde8f5\"" : "");
   }
   for (size_t i = 0; i < s.nodes.size(); ++i) {
-    for (const ir::SymbolEntry& e : s.nodes[i].inputs) {
-      const ir::SymbolNode& src = s.nodes[static_cast<size_t>(e.node)];
+    for (const mxnet::SymbolEntry& e : s.nodes[i].inputs) {
+      const mxnet::SymbolNode& src = s.nodes[static_cast<size_t>(e.node)];
       if (src.is_variable() && !is_input(src)) continue;
       out += fmt::format("  n{} -> n{};\n", e.node, i);
     }
@@ -89,8 +89,8 @@ std::string to_dot(const ir::Symbol& s, const std::vector<std::string>& inputs, 
 }
 
 void run_inspect(const InspectOptions& opt) {
-  ir::Symbol s = ir::load_symbol_json(opt.symbol_file);
-  ir::TypeMap types;
+  mxnet::Symbol s = mxnet::load_symbol_json(opt.symbol_file);
+  mxnet::TypeMap types;
   std::vector<std::string> inputs;
   for (const std::string& text : opt.shapes) {
     auto [name, shape] = parse_shape_option(text);
@@ -100,17 +100,17 @@ void run_inspect(const InspectOptions& opt) {
   if (inputs.empty()) {
     // Without --shape: the variables nothing tells the shape of are the inputs.
     for (size_t i = 0; i < s.nodes.size(); ++i) {
-      if (s.nodes[i].is_variable() && !s.nodes[i].is_label && !ir::variable_shape_hint(s, static_cast<int32_t>(i)))
+      if (s.nodes[i].is_variable() && !s.nodes[i].is_label && !mxnet::variable_shape_hint(s, static_cast<int32_t>(i)))
         inputs.push_back(s.nodes[i].name);
     }
   }
   if (!opt.params_file.empty()) {
-    for (auto& [name, a] : nn::load_symbol_params(opt.params_file, s, inputs)) types[name] = {a.shape(), a.dtype()};
+    for (auto& [name, a] : mxnet::load_symbol_params(opt.params_file, s, inputs)) types[name] = {a.shape(), a.dtype()};
   }
 
   size_t variables = 0;
   std::map<std::string, int> op_counts;
-  for (const ir::SymbolNode& n : s.nodes) {
+  for (const mxnet::SymbolNode& n : s.nodes) {
     if (n.is_variable()) {
       ++variables;
     } else {
@@ -126,16 +126,16 @@ void run_inspect(const InspectOptions& opt) {
   std::printf("ops: %s\n", ops.c_str());
 
   std::optional<ir::Graph> g;
-  if (!opt.shapes.empty()) g = ir::to_graph(s, types, inputs);
+  if (!opt.shapes.empty()) g = mxnet::to_graph(s, types, inputs);
 
   std::printf("\n%5s  %-40s %-20s %s\n", "node", "name", "op", g ? "output shapes" : "inputs");
   for (size_t i = 0; i < s.nodes.size(); ++i) {
-    const ir::SymbolNode& n = s.nodes[i];
+    const mxnet::SymbolNode& n = s.nodes[i];
     std::string what;
     if (g) {
       if (auto id = g->find(n.name)) what = types_text(g->node(*id).types);
     } else {
-      for (const ir::SymbolEntry& e : n.inputs)
+      for (const mxnet::SymbolEntry& e : n.inputs)
         what += fmt::format("{}{}", what.empty() ? "" : ", ", s.nodes[static_cast<size_t>(e.node)].name);
     }
     std::string op = !n.is_variable()                                    ? n.op
@@ -150,7 +150,7 @@ void run_inspect(const InspectOptions& opt) {
   int64_t args = 0, aux = 0, arg_values = 0, aux_values = 0;
   bool all_known = true;
   for (size_t i = 0; i < s.nodes.size(); ++i) {
-    const ir::SymbolNode& n = s.nodes[i];
+    const mxnet::SymbolNode& n = s.nodes[i];
     if (!n.is_variable() || n.is_label || std::ranges::find(inputs, n.name) != inputs.end()) continue;
     (n.is_aux ? aux : args) += 1;
     std::optional<Shape> shape;
@@ -159,7 +159,7 @@ void run_inspect(const InspectOptions& opt) {
     } else if (auto t = types.find(n.name); t != types.end()) {
       shape = t->second.shape;
     } else {
-      shape = ir::variable_shape_hint(s, static_cast<int32_t>(i));
+      shape = mxnet::variable_shape_hint(s, static_cast<int32_t>(i));
       for (int d = 0; shape && d < shape->ndim(); ++d)
         if ((*shape)[d] == 0) shape.reset();
     }
@@ -178,7 +178,7 @@ void run_inspect(const InspectOptions& opt) {
     std::printf("; value counts need --shape or --params\n");
   }
   std::printf("outputs:");
-  for (const ir::SymbolEntry& e : s.heads) {
+  for (const mxnet::SymbolEntry& e : s.heads) {
     std::string name = s.nodes[static_cast<size_t>(e.node)].name;
     std::printf(" %s%s", name.c_str(), e.index > 0 ? fmt::format("#{}", e.index).c_str() : "");
     if (g) {
@@ -191,7 +191,7 @@ void run_inspect(const InspectOptions& opt) {
   std::printf("\n");
 
   if (!opt.dot_file.empty()) {
-    nn::write_text_file(opt.dot_file, to_dot(s, inputs, g ? &*g : nullptr));
+    mxnet::write_text_file(opt.dot_file, to_dot(s, inputs, g ? &*g : nullptr));
     std::printf("wrote %s\n", opt.dot_file.c_str());
   }
 }

@@ -5,12 +5,12 @@
 #include <fmt/ranges.h>
 
 #include "frontend/graph_eval.h"
-#include "frontend/nn/export.h"
+#include "frontend/formats/mxnet/export.h"
 
 namespace kiln::nn {
 
 struct SymbolBlock::State {
-  ir::Symbol symbol;
+  mxnet::Symbol symbol;
   std::vector<std::string> input_names;
   std::vector<std::pair<int32_t, Parameter>> params;     // (symbol node, parameter), node order
   std::map<std::string, ir::Graph, std::less<>> graphs;  // by the input types' text
@@ -42,10 +42,10 @@ void register_dotted(Block& root, const std::string& name, const Parameter& p) {
 
 }  // namespace
 
-SymbolBlock::SymbolBlock(ir::Symbol symbol, std::vector<std::string> input_names)
+SymbolBlock::SymbolBlock(mxnet::Symbol symbol, std::vector<std::string> input_names)
     : SymbolBlock(std::move(symbol), std::move(input_names), nullptr) {}
 
-SymbolBlock::SymbolBlock(ir::Symbol symbol, std::vector<std::string> input_names, const ArrayMap* values)
+SymbolBlock::SymbolBlock(mxnet::Symbol symbol, std::vector<std::string> input_names, const ArrayMap* values)
     : state_(std::make_shared<State>()) {
   state_->symbol = std::move(symbol);
   state_->input_names = std::move(input_names);
@@ -58,7 +58,7 @@ SymbolBlock::SymbolBlock(ir::Symbol symbol, std::vector<std::string> input_names
   State& st = *state_;
   std::vector<std::string> missing;
   for (size_t i = 0; i < st.symbol.nodes.size(); ++i) {
-    const ir::SymbolNode& n = st.symbol.nodes[i];
+    const mxnet::SymbolNode& n = st.symbol.nodes[i];
     if (!n.is_variable() || n.is_label || std::ranges::find(st.input_names, n.name) != st.input_names.end()) continue;
     Parameter p;
     if (values != nullptr) {
@@ -69,7 +69,7 @@ SymbolBlock::SymbolBlock(ir::Symbol symbol, std::vector<std::string> input_names
       }
       p = Parameter(n.name, it->second.shape(), {.dtype = it->second.dtype(), .is_aux = n.is_aux});
     } else {
-      Shape shape = ir::variable_shape_hint(st.symbol, static_cast<int32_t>(i)).value_or(Shape{0});
+      Shape shape = mxnet::variable_shape_hint(st.symbol, static_cast<int32_t>(i)).value_or(Shape{0});
       DType dtype = DType::kFloat32;
       if (auto d = n.hidden.find("__dtype__"); d != n.hidden.end()) {
         try {
@@ -88,9 +88,9 @@ SymbolBlock::SymbolBlock(ir::Symbol symbol, std::vector<std::string> input_names
 
 SymbolBlock SymbolBlock::imports(const std::string& symbol_file, std::vector<std::string> input_names,
                                  const std::string& params_file, const std::vector<Device>& devices) {
-  ir::Symbol symbol = ir::load_symbol_json(symbol_file);
+  mxnet::Symbol symbol = mxnet::load_symbol_json(symbol_file);
   if (params_file.empty()) return SymbolBlock(std::move(symbol), std::move(input_names));
-  ArrayMap values = load_symbol_params(params_file, symbol, input_names);
+  ArrayMap values = mxnet::load_symbol_params(params_file, symbol, input_names);
   try {
     SymbolBlock block(std::move(symbol), std::move(input_names), &values);
     for (auto& [id, p] : block.state_->params) p.set_data(values.at(p.name()), devices);
@@ -101,7 +101,7 @@ SymbolBlock SymbolBlock::imports(const std::string& symbol_file, std::vector<std
   }
 }
 
-const ir::Symbol& SymbolBlock::symbol() const { return state_->symbol; }
+const mxnet::Symbol& SymbolBlock::symbol() const { return state_->symbol; }
 const std::vector<std::string>& SymbolBlock::input_names() const { return state_->input_names; }
 
 Parameter SymbolBlock::param(std::string_view name) const {
@@ -116,12 +116,12 @@ const ir::Graph& SymbolBlock::graph_for(std::span<const TensorType> input_types)
              st.input_names.size(), fmt::join(st.input_names, ", "), input_types.size());
   std::string key = types_key(input_types);
   if (auto it = st.graphs.find(key); it != st.graphs.end()) return it->second;
-  ir::TypeMap types;
+  mxnet::TypeMap types;
   for (size_t k = 0; k < input_types.size(); ++k) types[st.input_names[k]] = input_types[k];
   for (auto& [id, p] : st.params) {
     if (p.shape_known()) types[st.symbol.nodes[static_cast<size_t>(id)].name] = {p.shape(), p.dtype()};
   }
-  ir::Graph g = ir::to_graph(st.symbol, types, st.input_names);
+  ir::Graph g = mxnet::to_graph(st.symbol, types, st.input_names);
   for (auto& [id, p] : st.params) {
     if (p.shape_known()) continue;
     auto node = g.find(st.symbol.nodes[static_cast<size_t>(id)].name);
@@ -161,15 +161,15 @@ std::pair<std::string, std::string> SymbolBlock::export_model(const std::string&
   }
   std::string json_path = prefix + "-symbol.json";
   std::string params_path = fmt::format("{}-{:04d}.params", prefix, epoch);
-  write_text_file(json_path, ir::to_json(state_->symbol));
-  save_ndarrays(params_path, arrays);
+  mxnet::write_text_file(json_path, mxnet::to_json(state_->symbol));
+  mxnet::save_ndarrays(params_path, arrays);
   return {json_path, params_path};
 }
 
 std::string SymbolBlock::to_string() const {
-  const ir::Symbol& s = state_->symbol;
+  const mxnet::Symbol& s = state_->symbol;
   int64_t ops = 0;
-  for (const ir::SymbolNode& n : s.nodes) ops += n.is_variable() ? 0 : 1;
+  for (const mxnet::SymbolNode& n : s.nodes) ops += n.is_variable() ? 0 : 1;
   return fmt::format("{}(inputs: {}; {} ops, {} parameters, {} outputs)", type_name(),
                      fmt::join(state_->input_names, ", "), ops, state_->params.size(), s.heads.size());
 }

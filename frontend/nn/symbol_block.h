@@ -19,7 +19,7 @@
 // one, shapes come from `__shape__` hints and the ops' attributes (unknown
 // dims 0, completed at the first forward), and initialize() draws values.
 //
-// forward builds the typed graph for the call's input types (ir::to_graph;
+// forward builds the typed graph for the call's input types (mxnet::to_graph;
 // cached per list of input types, so a new batch size builds once more) and
 // evaluates it op by op with eval_graph (autograd records it). Inputs come in
 // `input_names` order.
@@ -35,7 +35,7 @@
 
 #include "frontend/nn/block.h"
 #include "ir/graph.h"
-#include "ir/symbol_json.h"
+#include "frontend/formats/mxnet/symbol_json.h"
 
 namespace kiln::nn {
 
@@ -43,7 +43,7 @@ class SymbolBlock : public HybridBlock {
  public:
   // Parameters without values (initialize() draws them). ValueError when an
   // input name is not a variable of the symbol.
-  SymbolBlock(ir::Symbol symbol, std::vector<std::string> input_names);
+  SymbolBlock(mxnet::Symbol symbol, std::vector<std::string> input_names);
   SymbolBlock(const SymbolBlock&) = default;
   SymbolBlock& operator=(const SymbolBlock&) = default;
 
@@ -54,7 +54,7 @@ class SymbolBlock : public HybridBlock {
   NDArray forward(const NDArray& x) override;  // one input and one output (ValueError otherwise)
   std::vector<NDArray> forward(std::span<const NDArray> xs) override;
 
-  const ir::Symbol& symbol() const;
+  const mxnet::Symbol& symbol() const;
   const std::vector<std::string>& input_names() const;
   // The typed graph for inputs of these types (cached); completes the shapes
   // of parameters that were still partly unknown.
@@ -72,7 +72,7 @@ class SymbolBlock : public HybridBlock {
   struct State;
   // Parameters take their shapes and dtypes from `values` when given (and
   // every one must be there), else from the symbol.
-  SymbolBlock(ir::Symbol symbol, std::vector<std::string> input_names,
+  SymbolBlock(mxnet::Symbol symbol, std::vector<std::string> input_names,
               const std::map<std::string, NDArray, std::less<>>* values);
   std::shared_ptr<State> state_;
 };
