@@ -37,11 +37,13 @@ int normalize_onnx_axis(const NodeContext& n, int64_t axis, int rank) {
 
 class GraphBuilder {
  public:
-  GraphBuilder(const Model::State& st, std::span<const TensorType> input_types) : st_(st) {
+  GraphBuilder(const Model::State& st, std::span<const TensorType> input_types, std::span<const NDArray> known)
+      : st_(st) {
     const pb::GraphProto& g = st.proto.graph();
     for (size_t i = 0; i < st.inputs.size(); ++i) {
       const TensorType& t = input_types[i];
       values_[st.inputs[i].name] = Value{.type = t, .entry = out_.graph.add_input(st.inputs[i].name, t)};
+      if (i < known.size() && !known[i].is_none()) values_[st.inputs[i].name].known = known[i];
     }
     for (const pb::TensorProto& t : g.initializer()) {
       const NDArray& a = st.initializers.at(t.name());
@@ -80,7 +82,7 @@ class GraphBuilder {
     if (v.entry) return *v.entry;
     KILN_ASSERT(!v.known.is_none());
     if (v.is_param) {
-      v.entry = g.add_param(unique(g, name), v.type, v.is_aux);
+      v.entry = g.add_param(name, v.type, v.is_aux);  // inputs and op nodes never take an initializer's name
     } else {
       consts.push_back(v.known);
       v.entry = g.add_const(unique(g, name), v.type, static_cast<int32_t>(consts.size() - 1));
@@ -91,9 +93,12 @@ class GraphBuilder {
   void define(const std::string& name, Value v) { values_[name] = std::move(v); }
   ir::Graph& graph() { return out_.graph; }
 
-  static std::string unique(const ir::Graph& g, std::string_view base) {
+  // A node name not yet in `g` and not an initializer's (param nodes keep
+  // their initializer's name, which Model::bind relies on).
+  std::string unique(const ir::Graph& g, std::string_view base) const {
     std::string name(base.empty() ? "onnx" : base);
-    for (int k = 1; g.find(name); ++k) name = fmt::format("{}_{}", base, k);
+    for (int k = 1; g.find(name) || st_.initializers.contains(name); ++k)
+      name = fmt::format("{}_{}", base, k);
     return name;
   }
 
@@ -126,6 +131,10 @@ class GraphBuilder {
       for (const std::string& out : node.output())
         KILN_CHECK(out.empty() || values_.contains(out), InternalError, "internal error: the {} converter left output '{}' unset",
                    node.op_type(), out);
+    } catch (TypeError& e) {
+      // The checker accepted the node's types, so a type Kiln's op refuses is one Kiln lacks.
+      throw NotSupported(fmt::format("{}: ONNX node '{}' ({}, opset {}): {}", st_.source, label, node.op_type(),
+                                     st_.opset, e.message()));
     } catch (Error& e) {
       e.add_context(fmt::format("{}: ONNX node '{}' ({}, opset {})", st_.source, label, node.op_type(), st_.opset));
       throw;
@@ -159,8 +168,9 @@ class GraphBuilder {
   std::unordered_map<std::string, Value> values_;
 };
 
-Imported build_graph(const Model::State& state, std::span<const TensorType> input_types) {
-  return GraphBuilder(state, input_types).run();
+Imported build_graph(const Model::State& state, std::span<const TensorType> input_types,
+                     std::span<const NDArray> known) {
+  return GraphBuilder(state, input_types, known).run();
 }
 
 // ---- NodeContext
@@ -274,14 +284,14 @@ void NodeContext::require_attr_int(std::string_view name, int64_t allowed, std::
 std::vector<ir::Entry> NodeContext::op(OpId id, std::span<const ir::Entry> inputs, const OpAttrs& attrs) {
   std::string base = node_.name().empty() ? (node_.output_size() ? node_.output(0) : op_type()) : node_.name();
   if (ops_added_++ > 0) base += fmt::format("/{}", ops_added_);
-  return graph_.add_op(id, attrs, inputs, GraphBuilder::unique(graph_, base));
+  return graph_.add_op(id, attrs, inputs, builder_.unique(graph_, base));
 }
 
 ir::Entry NodeContext::constant(NDArray value) {
   value.wait_to_read();
   consts_.push_back(value);
   std::string base = (node_.name().empty() ? (node_.output_size() ? node_.output(0) : op_type()) : node_.name()) + "/const";
-  return graph_.add_const(GraphBuilder::unique(graph_, base), {value.shape(), value.dtype()},
+  return graph_.add_const(builder_.unique(graph_, base), {value.shape(), value.dtype()},
                           static_cast<int32_t>(consts_.size() - 1));
 }
 

@@ -10,6 +10,7 @@
 #include <fmt/ranges.h>
 
 #include "frontend/formats/onnx/model_state.h"
+#include "frontend/graph_eval.h"
 
 namespace kiln::onnx {
 
@@ -71,7 +72,12 @@ Model Model::parse(std::string_view bytes, std::string_view source, const std::s
   for (const pb::OperatorSetIdProto& o : m.opset_import()) {
     if (o.domain().empty() || o.domain() == "ai.onnx") st->opset = o.version();
   }
-  KILN_CHECK(st->opset > 0, ValueError, "{}: the model imports no opset of the default ONNX domain", source);
+  if (st->opset == 0) {
+    std::vector<std::string> domains;
+    for (const pb::OperatorSetIdProto& o : m.opset_import()) domains.push_back(fmt::format("{} {}", o.domain(), o.version()));
+    throw NotSupported(fmt::format("{}: the model imports no opset of the default ONNX domain, only [{}]", source,
+                                   fmt::join(domains, ", ")));
+  }
   KILN_CHECK(st->opset >= kMinOpset && st->opset <= kMaxOpset, NotSupported,
              "{}: opset {} is outside the opsets Kiln reads ({} to {}); convert it with onnx.version_converter",
              source, st->opset, kMinOpset, kMaxOpset);
@@ -130,7 +136,7 @@ std::map<std::string, int> Model::op_counts() const {
   return counts;
 }
 
-Imported Model::to_graph(std::span<const TensorType> input_types) const {
+Imported Model::to_graph(std::span<const TensorType> input_types, std::span<const NDArray> known) const {
   const State& st = *state_;
   std::vector<std::string> names;
   for (const ValueInfo& v : st.inputs) names.push_back(v.name);
@@ -150,7 +156,37 @@ Imported Model::to_graph(std::span<const TensorType> input_types) const {
     KILN_CHECK(ok, ShapeError, "{}: input '{}' has shape [{}] in the model, got {}", st.source, v.name,
                fmt::join(want, ","), t.shape);
   }
-  return build_graph(st, input_types);
+  KILN_CHECK(known.empty() || known.size() == input_types.size(), ValueError, "{}: {} known input values for {} inputs",
+             st.source, known.size(), input_types.size());
+  return build_graph(st, input_types, known);
+}
+
+std::vector<NDArray> Model::bind(const Imported& im, std::span<const NDArray> inputs, Device device) const {
+  const ir::Graph& g = im.graph;
+  KILN_CHECK(inputs.size() == state_->inputs.size(), ValueError, "{}: the model takes {} input(s), got {}",
+             state_->source, state_->inputs.size(), inputs.size());
+  std::vector<NDArray> values(g.size());
+  auto on_device = [&](const NDArray& a) { return a.device() == device ? a : a.copy_to(device); };
+  for (size_t i = 0; i < inputs.size(); ++i) values[static_cast<size_t>(*g.find(state_->inputs[i].name))] = inputs[i];
+  for (size_t id = 0; id < g.size(); ++id) {
+    const ir::Node& n = g.node(static_cast<ir::NodeId>(id));
+    if (n.kind == ir::NodeKind::kParam || n.kind == ir::NodeKind::kAux) {
+      values[id] = on_device(state_->initializers.at(n.name));
+    } else if (n.kind == ir::NodeKind::kConst) {
+      values[id] = on_device(im.consts.at(static_cast<size_t>(n.inputs[0].index)));
+    }
+  }
+  return values;
+}
+
+std::vector<NDArray> Model::run(std::span<const NDArray> inputs) const {
+  std::vector<TensorType> types;
+  for (const NDArray& x : inputs) types.push_back({x.shape(), x.dtype()});
+  std::vector<NDArray> known(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i)
+    if (is_integral(inputs[i].dtype()) && inputs[i].size() <= kMaxKnownInputElements) known[i] = inputs[i].copy_to(Device::cpu(0));
+  Imported im = to_graph(types, known);
+  return eval_graph(im.graph, bind(im, inputs, inputs.empty() ? Device::cpu(0) : inputs[0].device()));
 }
 
 NDArray load_tensor_file(const std::string& path) {

@@ -49,6 +49,7 @@ namespace kiln::onnx {
 inline constexpr size_t kMaxModelBytes = size_t{2000} << 20;  // protobuf's 2 GiB message limit, less headroom
 inline constexpr int kMinOpset = 7;
 inline constexpr int kMaxOpset = 17;
+inline constexpr int64_t kMaxKnownInputElements = 64;
 
 // A graph input or output as the file declares it.
 struct ValueInfo {
@@ -92,8 +93,19 @@ class Model {
   int64_t num_nodes() const;
 
   // The graph for inputs of these types (inputs() order). ValueError when
-  // their count, dtype or a fixed dim differs from the file's.
-  Imported to_graph(std::span<const TensorType> input_types) const;
+  // their count, dtype or a fixed dim differs from the file's. `known`
+  // (empty, or one per input, none where not given) specializes the graph on
+  // input values, as it does on shapes: ops that need values at import (a
+  // Reshape's shape, Slice's starts) may then take them from graph inputs.
+  Imported to_graph(std::span<const TensorType> input_types, std::span<const NDArray> known = {}) const;
+  // What eval_graph needs for `im` (one array per node): `inputs` in
+  // inputs() order, the initializers on param/aux nodes and im.consts,
+  // copied to `device` where they live elsewhere.
+  std::vector<NDArray> bind(const Imported& im, std::span<const NDArray> inputs, Device device = Device::cpu(0)) const;
+  // to_graph, bind and eval_graph for one call (the outputs in file order);
+  // inputs of integer dtype with at most kMaxKnownInputElements elements are
+  // known to to_graph (shapes, axes and indices fed as inputs).
+  std::vector<NDArray> run(std::span<const NDArray> inputs) const;
 
   struct State;  // the ModelProto and what was decoded from it
 

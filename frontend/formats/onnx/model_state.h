@@ -22,6 +22,6 @@ struct Model::State {
 };
 
 // Model::to_graph's work (frontend/formats/onnx/import_graph.cc).
-Imported build_graph(const Model::State& state, std::span<const TensorType> input_types);
+Imported build_graph(const Model::State& state, std::span<const TensorType> input_types, std::span<const NDArray> known);
 
 }  // namespace kiln::onnx

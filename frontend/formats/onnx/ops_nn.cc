@@ -1,0 +1,267 @@
+// ONNX converters of the neural-network ops: Conv, BatchNormalization,
+// pooling, Gemm, MatMul, activations, Softmax/LogSoftmax, Dropout.
+#include <fmt/ranges.h>
+
+#include <algorithm>
+
+#include "frontend/formats/onnx/node_context.h"
+#include "ir/ops/conv.h"
+#include "ir/ops/elemwise.h"
+#include "ir/ops/linalg.h"
+#include "ir/ops/matrix.h"
+#include "ir/ops/nn.h"
+
+namespace kiln::onnx {
+namespace {
+
+// The symmetric padding of a window op from pads / auto_pad, per spatial axis.
+Shape window_pads(NodeContext& n, const Shape& in, const Shape& kernel, const Shape& stride, const Shape& dilate) {
+  const int nsp = kernel.ndim();
+  std::string auto_pad = n.attr_string("auto_pad", "NOTSET");
+  std::vector<int64_t> pads(static_cast<size_t>(2 * nsp), 0);
+  if (auto_pad == "NOTSET") {
+    pads = n.attr_ints("pads", pads);
+    KILN_CHECK(pads.size() == static_cast<size_t>(2 * nsp), ValueError, "pads [{}] has {} entries, expected {}",
+               fmt::join(pads, ","), pads.size(), 2 * nsp);
+  } else if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+    for (int i = 0; i < nsp; ++i) {
+      int64_t x = in[2 + i], s = stride[i];
+      int64_t out = (x + s - 1) / s;
+      int64_t total = std::max<int64_t>(0, (out - 1) * s + (kernel[i] - 1) * dilate[i] + 1 - x);
+      int64_t small = total / 2, large = total - small;
+      pads[static_cast<size_t>(i)] = auto_pad == "SAME_UPPER" ? small : large;
+      pads[static_cast<size_t>(i + nsp)] = auto_pad == "SAME_UPPER" ? large : small;
+    }
+  } else if (auto_pad != "VALID") {
+    throw ValueError(fmt::format("auto_pad '{}' is not NOTSET, SAME_UPPER, SAME_LOWER or VALID", auto_pad));
+  }
+  Shape pad;
+  for (int i = 0; i < nsp; ++i) {
+    int64_t b = pads[static_cast<size_t>(i)], e = pads[static_cast<size_t>(i + nsp)];
+    KILN_CHECK(b >= 0 && e >= 0, ValueError, "negative pads [{}]", fmt::join(pads, ","));
+    if (b != e) {
+      n.unsupported(fmt::format("asymmetric padding (pads [{}]{})", fmt::join(pads, ","),
+                                auto_pad == "NOTSET" ? "" : ", from auto_pad " + auto_pad));
+    }
+    pad.push_back(b);
+  }
+  return pad;
+}
+
+Shape shape_attr(const NodeContext& n, std::string_view name, int nsp, int64_t dflt) {
+  std::vector<int64_t> v = n.attr_ints(name, std::vector<int64_t>(static_cast<size_t>(nsp), dflt));
+  KILN_CHECK(v.size() == static_cast<size_t>(nsp), ValueError, "{} [{}] has {} entries, expected {}", name,
+             fmt::join(v, ","), v.size(), nsp);
+  return Shape(v);
+}
+
+void convert_conv(NodeContext& n) {
+  const Shape& x = n.shape(0);
+  const Shape& w = n.shape(1);
+  KILN_CHECK(x.ndim() >= 3 && x.ndim() <= 5 && w.ndim() == x.ndim(), ShapeError,
+             "expected data [N,C,spatial...] with 1 to 3 spatial axes and a weight of the same rank, got {} and {}", x, w);
+  const int nsp = x.ndim() - 2;
+  Shape kernel(std::vector<int64_t>(w.begin() + 2, w.end()));
+  if (n.has_attr("kernel_shape")) {
+    Shape k = shape_attr(n, "kernel_shape", nsp, 1);
+    KILN_CHECK(k == kernel, ShapeError, "kernel_shape {} does not match the weight {}", k, w);
+  }
+  ConvolutionAttrs a{.kernel = kernel,
+                     .stride = shape_attr(n, "strides", nsp, 1),
+                     .dilate = shape_attr(n, "dilations", nsp, 1),
+                     .num_filter = static_cast<int>(w[0]),
+                     .num_group = static_cast<int>(n.attr_int("group", 1)),
+                     .no_bias = !n.has_input(2)};
+  a.pad = window_pads(n, x, a.kernel, a.stride, a.dilate);
+  std::vector<ir::Entry> in{n.input(0), n.input(1)};
+  if (n.has_input(2)) in.push_back(n.input(2));
+  n.set_output(0, n.op(OpId::kConvolution, in, OpAttrs::make(a)).front());
+}
+
+void convert_batch_norm(NodeContext& n) {
+  if (n.opset() >= 14) n.require_attr_int("training_mode", 0, "training-mode statistics");
+  if (n.num_outputs() > 1 && n.has_output(1)) n.unsupported("training-mode outputs (running mean and variance)");
+  if (n.opset() < 9) n.require_attr_int("spatial", 1, "per-activation statistics");
+  BatchNormAttrs a{.eps = n.attr_float("epsilon", 1e-5),
+                   .momentum = static_cast<float>(n.attr_float("momentum", 0.9)),
+                   .fix_gamma = false,
+                   .use_global_stats = true};
+  std::vector<ir::Entry> in;
+  for (size_t i = 0; i < 5; ++i) in.push_back(n.input(i));
+  n.set_output(0, n.op(OpId::kBatchNorm, in, OpAttrs::make(a)).front());
+}
+
+void convert_pool(NodeContext& n, std::string pool_type) {
+  const Shape& x = n.shape(0);
+  KILN_CHECK(x.ndim() >= 3 && x.ndim() <= 5, ShapeError, "expected data [N,C,spatial...] with 1 to 3 spatial axes, got {}", x);
+  const int nsp = x.ndim() - 2;
+  if (n.has_output(1)) n.unsupported("the Indices output");
+  n.require_attr_int("storage_order", 0, "column-major indices");
+  Shape dilate = shape_attr(n, "dilations", nsp, 1);
+  for (int64_t d : dilate) {
+    if (d != 1) n.unsupported(fmt::format("dilations {}", dilate));
+  }
+  PoolingAttrs a{.kernel = shape_attr(n, "kernel_shape", nsp, 1),
+                 .pool_type = std::move(pool_type),
+                 .pooling_convention = n.attr_int("ceil_mode", 0) ? "full" : "valid",
+                 .stride = shape_attr(n, "strides", nsp, 1)};
+  a.pad = window_pads(n, x, a.kernel, a.stride, dilate);
+  if (a.pool_type == "avg") a.count_include_pad = n.attr_int("count_include_pad", 0) != 0;
+  n.set_output(0, n.op1(OpId::kPooling, {n.input(0)}, a));
+}
+
+void convert_max_pool(NodeContext& n) { convert_pool(n, "max"); }
+void convert_average_pool(NodeContext& n) { convert_pool(n, "avg"); }
+
+void convert_global_pool(NodeContext& n, const char* pool_type) {
+  KILN_CHECK(n.shape(0).ndim() >= 3, ShapeError, "expected data [N,C,spatial...], got {}", n.shape(0));
+  n.set_output(0, n.op1(OpId::kPooling, {n.input(0)}, PoolingAttrs{.pool_type = pool_type, .global_pool = true}));
+}
+void convert_global_average_pool(NodeContext& n) { convert_global_pool(n, "avg"); }
+void convert_global_max_pool(NodeContext& n) { convert_global_pool(n, "max"); }
+
+ir::Entry scaled(NodeContext& n, ir::Entry e, double s) {
+  return s == 1.0 ? e : n.op1(OpId::kMulScalar, {e}, ScalarAttrs{.scalar = s});
+}
+
+void convert_gemm(NodeContext& n) {
+  double alpha = n.attr_float("alpha", 1.0), beta = n.attr_float("beta", 1.0);
+  bool ta = n.attr_int("transA", 0) != 0, tb = n.attr_int("transB", 0) != 0;
+  KILN_CHECK(n.shape(0).ndim() == 2 && n.shape(1).ndim() == 2, ShapeError, "expected matrices A and B, got {} and {}",
+             n.shape(0), n.shape(1));
+  const int64_t cols = tb ? n.shape(1)[0] : n.shape(1)[1];
+  bool fc_bias = !n.has_input(2) || (n.shape(2).ndim() == 1 && n.shape(2)[0] == cols);
+  if (alpha == 1.0 && (beta == 1.0 || !n.has_input(2)) && !ta && tb && fc_bias) {
+    // A Linear layer: FullyConnected, which the passes fuse and plan like Kiln's own Dense.
+    FullyConnectedAttrs a{.num_hidden = static_cast<int>(cols), .no_bias = !n.has_input(2), .flatten = false};
+    std::vector<ir::Entry> in{n.input(0), n.input(1)};
+    if (n.has_input(2)) in.push_back(n.input(2));
+    n.set_output(0, n.op(OpId::kFullyConnected, in, OpAttrs::make(a)).front());
+    return;
+  }
+  ir::Entry y = scaled(n, n.op1(OpId::kDot, {n.input(0), n.input(1)}, DotAttrs{.transpose_a = ta, .transpose_b = tb}), alpha);
+  if (n.has_input(2) && beta != 0.0) y = n.op1(OpId::kBroadcastAdd, {y, scaled(n, n.input(2), beta)});
+  n.set_output(0, y);
+}
+
+ir::Entry reshaped(NodeContext& n, ir::Entry e, const std::vector<int64_t>& dims) {
+  if (n.entry_type(e).shape == Shape(dims)) return e;
+  return n.op1(OpId::kReshape, {e}, ReshapeAttrs{.shape = IntTuple(dims)});
+}
+
+// NumPy matmul: 1-D operands gain (then lose) an axis, batch dims broadcast.
+void convert_matmul(NodeContext& n) {
+  Shape a = n.shape(0), b = n.shape(1);
+  KILN_CHECK(a.ndim() >= 1 && b.ndim() >= 1, ShapeError, "MatMul of a scalar: {} and {}", a, b);
+  ir::Entry ea = n.input(0), eb = n.input(1);
+  if (b.ndim() <= 2 && a.ndim() >= 1) {
+    // [..., k] x [k] or [..., m, k] x [k, n]: one dot over the flattened leading dims.
+    ir::Entry y = n.op1(OpId::kDot, {ea, eb}, DotAttrs{});
+    n.set_output(0, y);
+    return;
+  }
+  std::vector<int64_t> av = a.to_vector(), bv = b.to_vector();
+  bool a_vec = av.size() == 1;
+  if (a_vec) av.insert(av.begin(), 1);
+  std::vector<int64_t> a_batch(av.begin(), av.end() - 2), b_batch(bv.begin(), bv.end() - 2);
+  Shape batch = broadcast_shapes(Shape(a_batch), Shape(b_batch), "MatMul batch dims");
+  int64_t nb = batch.size(), m = av[av.size() - 2], k = av.back(), k2 = bv[bv.size() - 2], cols = bv.back();
+  KILN_CHECK(k == k2, ShapeError, "MatMul: {} and {} do not agree on k", a, b);
+  auto batched = [&](ir::Entry e, std::vector<int64_t> dims, int64_t r, int64_t c) {
+    std::vector<int64_t> full = batch.to_vector();
+    full.push_back(r);
+    full.push_back(c);
+    e = reshaped(n, e, dims);
+    if (Shape(dims) != Shape(full)) e = n.op1(OpId::kBroadcastTo, {e}, BroadcastToAttrs{.shape = Shape(full)});
+    return reshaped(n, e, {nb, r, c});
+  };
+  ir::Entry y = n.op1(OpId::kBatchDot, {batched(ea, av, m, k), batched(eb, bv, k, cols)}, DotAttrs{});
+  std::vector<int64_t> out = batch.to_vector();
+  if (!a_vec) out.push_back(m);
+  out.push_back(cols);
+  n.set_output(0, reshaped(n, y, out));
+}
+
+void convert_relu(NodeContext& n) { n.set_output(0, n.op1(OpId::kRelu, {n.input(0)})); }
+void convert_sigmoid(NodeContext& n) { n.set_output(0, n.op1(OpId::kSigmoid, {n.input(0)})); }
+void convert_tanh(NodeContext& n) { n.set_output(0, n.op1(OpId::kTanh, {n.input(0)})); }
+
+void convert_leaky_relu(NodeContext& n) {
+  n.set_output(0, n.op1(OpId::kLeakyReLU, {n.input(0)},
+                        LeakyReLUAttrs{.act_type = LeakyType::kLeaky, .slope = n.attr_float("alpha", 0.01)}));
+}
+
+void convert_elu(NodeContext& n) {
+  n.set_output(0, n.op1(OpId::kLeakyReLU, {n.input(0)},
+                        LeakyReLUAttrs{.act_type = LeakyType::kElu, .slope = n.attr_float("alpha", 1.0)}));
+}
+
+// HardSigmoid: max(0, min(1, alpha x + beta)).
+ir::Entry hard_sigmoid(NodeContext& n, ir::Entry x, double alpha, double beta) {
+  ir::Entry y = n.op1(OpId::kMulScalar, {x}, ScalarAttrs{.scalar = alpha});
+  y = n.op1(OpId::kPlusScalar, {y}, ScalarAttrs{.scalar = beta});
+  return n.op1(OpId::kClip, {y}, ClipAttrs{.a_min = 0, .a_max = 1});
+}
+
+void convert_hard_sigmoid(NodeContext& n) {
+  n.set_output(0, hard_sigmoid(n, n.input(0), n.attr_float("alpha", 0.2), n.attr_float("beta", 0.5)));
+}
+
+void convert_hard_swish(NodeContext& n) {
+  ir::Entry x = n.input(0);
+  n.set_output(0, n.op1(OpId::kBroadcastMul, {x, hard_sigmoid(n, x, 1.0 / 6.0, 0.5)}));
+}
+
+// Softmax/LogSoftmax: from opset 13 along one axis (default -1); before,
+// over the input coerced to 2-D at `axis` (default 1).
+void convert_softmax_like(NodeContext& n, OpId id) {
+  const Shape& x = n.shape(0);
+  if (n.opset() >= 13) {
+    int axis = normalize_onnx_axis(n, n.attr_int("axis", -1), x.ndim());
+    n.set_output(0, n.op1(id, {n.input(0)}, SoftmaxAttrs{.axis = axis}));
+    return;
+  }
+  int axis = normalize_onnx_axis(n, n.attr_int("axis", 1), x.ndim());
+  int64_t rows = 1, cols = 1;
+  for (int d = 0; d < x.ndim(); ++d) (d < axis ? rows : cols) *= x[d];
+  ir::Entry y = reshaped(n, n.input(0), {rows, cols});
+  y = n.op1(id, {y}, SoftmaxAttrs{.axis = -1});
+  n.set_output(0, reshaped(n, y, x.to_vector()));
+}
+void convert_softmax(NodeContext& n) { convert_softmax_like(n, OpId::kSoftmax); }
+void convert_log_softmax(NodeContext& n) { convert_softmax_like(n, OpId::kLogSoftmax); }
+
+// Dropout at inference is the identity (its mask, when asked for, all true).
+void convert_dropout(NodeContext& n) {
+  if (n.opset() >= 12 && n.has_input(2) && n.known_ints(2, "training_mode") != std::vector<int64_t>{0})
+    n.unsupported("training_mode true");
+  if (n.opset() < 7) n.require_attr_int("is_test", 1, "training mode");
+  n.set_output(0, n.input(0));
+  if (n.has_output(1)) {
+    NDArray mask = NDArray::empty(n.shape(0), {DType::kBool, Device::cpu(0)});
+    std::fill_n(static_cast<bool*>(mask.data()), mask.size(), true);
+    n.set_known(1, mask);
+  }
+}
+
+KILN_ONNX_CONVERTER("Conv", convert_conv);
+KILN_ONNX_CONVERTER("BatchNormalization", convert_batch_norm);
+KILN_ONNX_CONVERTER("MaxPool", convert_max_pool);
+KILN_ONNX_CONVERTER("AveragePool", convert_average_pool);
+KILN_ONNX_CONVERTER("GlobalAveragePool", convert_global_average_pool);
+KILN_ONNX_CONVERTER("GlobalMaxPool", convert_global_max_pool);
+KILN_ONNX_CONVERTER("Gemm", convert_gemm);
+KILN_ONNX_CONVERTER("MatMul", convert_matmul);
+KILN_ONNX_CONVERTER("Relu", convert_relu);
+KILN_ONNX_CONVERTER("Sigmoid", convert_sigmoid);
+KILN_ONNX_CONVERTER("Tanh", convert_tanh);
+KILN_ONNX_CONVERTER("LeakyRelu", convert_leaky_relu);
+KILN_ONNX_CONVERTER("Elu", convert_elu);
+KILN_ONNX_CONVERTER("HardSigmoid", convert_hard_sigmoid);
+KILN_ONNX_CONVERTER("HardSwish", convert_hard_swish);
+KILN_ONNX_CONVERTER("Softmax", convert_softmax);
+KILN_ONNX_CONVERTER("LogSoftmax", convert_log_softmax);
+KILN_ONNX_CONVERTER("Dropout", convert_dropout);
+
+}  // namespace
+}  // namespace kiln::onnx

@@ -1,0 +1,7 @@
+#include <gtest/gtest.h>
+
+namespace kiln {
+namespace {
+TEST(OnnxImport, Placeholder) {}
+}  // namespace
+}  // namespace kiln
