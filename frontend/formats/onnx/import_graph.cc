@@ -17,9 +17,6 @@ std::map<std::string, ConvertFn, std::less<>>& converter_table() {
   return table;
 }
 
-// Folding evaluates at most this many output elements per node at import;
-// larger results (a Constant-fed convolution) stay in the graph.
-constexpr int64_t kMaxFoldElements = int64_t{1} << 22;
 
 }  // namespace
 
@@ -118,7 +115,7 @@ class GraphBuilder {
         if (v.known.is_none() || v.is_param) fold = false;
         else fold_elements += v.type.shape.size();
       }
-      if (fold && fold_elements <= kMaxFoldElements) {
+      if (fold && fold_elements <= kMaxImportElements) {
         ir::Graph scratch;
         std::vector<NDArray> consts;
         NodeContext n(*this, node, static_cast<int>(st_.opset), scratch, consts);
@@ -151,7 +148,11 @@ class GraphBuilder {
     }
     if (pending.empty()) return;
     std::vector<ir::Entry> outs;
-    for (auto& [_, e] : pending) outs.push_back(e);
+    for (auto& [name, e] : pending) {
+      KILN_CHECK(scratch.type(e).shape.size() <= kMaxImportElements, ValueError,
+                 "output '{}' is known at import but too large to compute then ({})", name, scratch.type(e).shape);
+      outs.push_back(e);
+    }
     scratch.set_outputs(outs);
     std::vector<NDArray> bound(scratch.size());
     for (const ir::Node& n : scratch.nodes())

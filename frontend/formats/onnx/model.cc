@@ -81,6 +81,22 @@ Model Model::parse(std::string_view bytes, std::string_view source, const std::s
   KILN_CHECK(st->opset >= kMinOpset && st->opset <= kMaxOpset, NotSupported,
              "{}: opset {} is outside the opsets Kiln reads ({} to {}); convert it with onnx.version_converter",
              source, st->opset, kMinOpset, kMaxOpset);
+  // Initializers first: Kiln's bounds checks name what is wrong more exactly
+  // than the checker, and external data is read here, inside the model's folder.
+  for (pb::TensorProto& t : *m.mutable_graph()->mutable_initializer()) {
+    KILN_CHECK(!st->initializers.contains(t.name()), ValueError, "{}: initializer '{}' is given twice", source, t.name());
+    NDArray a = decode_tensor(t, source, folder);
+    if (t.data_location() == pb::TensorProto::EXTERNAL) {
+      // The checker resolves external files against the working directory;
+      // it checks the bytes read instead.
+      t.clear_external_data();
+      t.set_data_location(pb::TensorProto::DEFAULT);
+      a.wait_to_read();
+      t.set_raw_data(a.data(), a.nbytes());
+    }
+    if (is_floating(a.dtype())) st->params.insert(t.name());
+    st->initializers.emplace(t.name(), std::move(a));
+  }
   try {
     pb::checker::check_model(m);
   } catch (const std::exception& e) {
@@ -91,13 +107,16 @@ Model Model::parse(std::string_view bytes, std::string_view source, const std::s
   } catch (const std::exception& e) {
     throw ValueError(fmt::format("{}: ONNX shape inference fails: {}", source, e.what()));
   }
-  const pb::GraphProto& g = m.graph();
-  for (const pb::TensorProto& t : g.initializer()) {
-    KILN_CHECK(!st->initializers.contains(t.name()), ValueError, "{}: initializer '{}' is given twice", source, t.name());
-    NDArray a = decode_tensor(t, source, folder);
-    if (is_floating(a.dtype())) st->params.insert(t.name());
-    st->initializers.emplace(t.name(), std::move(a));
+  // The values live in st->initializers now; the proto keeps names, dims and dtypes.
+  for (pb::TensorProto& t : *m.mutable_graph()->mutable_initializer()) {
+    t.clear_raw_data();
+    t.clear_float_data();
+    t.clear_int32_data();
+    t.clear_int64_data();
+    t.clear_double_data();
+    t.clear_uint64_data();
   }
+  const pb::GraphProto& g = m.graph();
   KILN_CHECK(g.sparse_initializer_size() == 0, NotSupported, "{}: sparse initializers are not supported", source);
   for (const pb::NodeProto& n : g.node()) {
     if (n.op_type() != "BatchNormalization" || !(n.domain().empty() || n.domain() == "ai.onnx")) continue;

@@ -105,6 +105,10 @@ class NodeContext {
   int ops_added_ = 0;
 };
 
+// Arrays made at import (folded values, constant blocks) hold at most this
+// many elements; larger ones are refused rather than allocated.
+inline constexpr int64_t kMaxImportElements = int64_t{1} << 24;
+
 // A converter of one op type (all opsets; it reads n.opset() where semantics changed).
 using ConvertFn = void (*)(NodeContext& n);
 

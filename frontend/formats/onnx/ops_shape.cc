@@ -69,7 +69,7 @@ void convert_constant_of_shape(NodeContext& n) {
   KILN_CHECK(dims.size() <= static_cast<size_t>(Shape::kMaxNdim), NotSupported, "shape [{}] has more than {} dims",
              fmt::join(dims, ","), Shape::kMaxNdim);
   Shape shape(dims);
-  KILN_CHECK(shape.size() <= (int64_t{1} << 28), ValueError, "shape {} is too large to fill at import", shape);
+  KILN_CHECK(shape.size() <= kMaxImportElements, ValueError, "shape {} is too large to fill at import", shape);
   NDArray out = NDArray::empty(shape, {value.dtype(), Device::cpu(0)});
   value.wait_to_read();
   const size_t elem = dtype_size(value.dtype());

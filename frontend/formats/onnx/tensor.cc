@@ -1,5 +1,6 @@
 #include "frontend/formats/onnx/tensor.h"
 
+#include <algorithm>
 #include <bit>
 #include <cstring>
 #include <filesystem>
@@ -160,18 +161,26 @@ NDArray decode_tensor(const pb::TensorProto& t, std::string_view source, const s
     dims.push_back(d);
   }
   const int64_t nbytes = count * elem;
-  NDArray a = NDArray::empty(Shape(dims), {*dtype, Device::cpu(0)});
+  // The data's size is checked before the array is allocated: dims alone never allocate.
   if (t.data_location() == pb::TensorProto::EXTERNAL) {
     std::string bytes = read_external(t, source, folder, nbytes);
+    NDArray a = NDArray::empty(Shape(dims), {*dtype, Device::cpu(0)});
     if (nbytes > 0) std::memcpy(a.data(), bytes.data(), bytes.size());
-  } else if (t.has_raw_data()) {
+    return a;
+  }
+  if (t.has_raw_data()) {
     KILN_CHECK(static_cast<int64_t>(t.raw_data().size()) == nbytes, ValueError,
                "{}: raw_data holds {} bytes, its shape {} and dtype {} need {}", where, t.raw_data().size(),
                Shape(dims), dtype_name(*dtype), nbytes);
+    NDArray a = NDArray::empty(Shape(dims), {*dtype, Device::cpu(0)});
     if (nbytes > 0) std::memcpy(a.data(), t.raw_data().data(), t.raw_data().size());  // fresh: no queued work
-  } else {
-    copy_typed(t, *dtype, count, a.data(), where);
+    return a;
   }
+  const int64_t values = std::max({t.float_data_size(), t.int32_data_size(), t.int64_data_size(),
+                                   t.double_data_size(), t.uint64_data_size()});
+  KILN_CHECK(values == count, ValueError, "{}: holds {} values, its shape {} needs {}", where, values, Shape(dims), count);
+  NDArray a = NDArray::empty(Shape(dims), {*dtype, Device::cpu(0)});
+  copy_typed(t, *dtype, count, a.data(), where);
   return a;
 }
 

@@ -1,0 +1,104 @@
+#!/usr/bin/python3
+"""Writes tests/data/onnx/: small PyTorch models exported to ONNX, with inputs
+and PyTorch's outputs, for tests/formats/onnx_import_test.cc (which never
+calls PyTorch).
+
+    /usr/bin/python3 scripts/make_onnx_fixtures.py [OUT_DIR]
+    /usr/bin/python3 scripts/make_onnx_fixtures.py --resnet18 OUT_DIR   # 45 MB: not committed
+
+Needs Debian's python3-torch, python3-onnx (and python3-torchvision for
+--resnet18); run it with /usr/bin/python3, whose site-packages hold them.
+
+Per model NAME: NAME.onnx (a dynamic batch axis "N"), NAME.in.npy and
+NAME.out.npy (batch 2), NAME.in3.npy and NAME.out3.npy (batch 3: the same
+file at another batch size). Models:
+  mlp_op13     Linear-ReLU-Linear-LogSoftmax (Gemm, Relu, LogSoftmax)
+  cnn_op{9,13,17}  Conv-BatchNorm-ReLU-MaxPool, a grouped dilated Conv,
+               Sigmoid x Tanh, AvgPool, x.view(x.size(0), -1) (PyTorch's
+               Shape-Gather-Unsqueeze-Concat-Reshape subgraph), Linear,
+               Softmax; BatchNorm kept (TrainingMode.PRESERVE)
+  mlp_external the MLP with its weights in mlp_external.bin (external data)
+Seeded; rerun only to change the models, and commit what it writes.
+"""
+import os
+import sys
+
+import numpy as np
+import onnx
+import torch
+import torch.nn as nn
+
+torch.manual_seed(0)
+
+
+class Mlp(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(8, 16)
+        self.fc2 = nn.Linear(16, 4)
+
+    def forward(self, x):
+        return torch.log_softmax(self.fc2(torch.relu(self.fc1(x))), dim=1)
+
+
+class Cnn(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 8, 3, padding=1)
+        self.bn = nn.BatchNorm2d(8)
+        self.conv2 = nn.Conv2d(8, 8, 3, padding=2, dilation=2, groups=2)
+        self.fc = nn.Linear(8 * 2 * 2, 5)
+
+    def forward(self, x):
+        x = torch.max_pool2d(torch.relu(self.bn(self.conv1(x))), 2)
+        x = torch.sigmoid(self.conv2(x)) * torch.tanh(x)
+        x = nn.functional.avg_pool2d(x, 2)
+        x = x.view(x.size(0), -1)
+        return torch.softmax(self.fc(x), dim=1)
+
+
+def export(model, name, x_shape, opset, out, external=False):
+    model.eval()
+    if hasattr(model, "bn"):  # non-trivial running statistics
+        with torch.no_grad():
+            model.bn.running_mean.uniform_(-0.5, 0.5)
+            model.bn.running_var.uniform_(0.5, 1.5)
+            model.bn.weight.uniform_(0.5, 1.5)
+            model.bn.bias.uniform_(-0.5, 0.5)
+    x2 = torch.randn(2, *x_shape[1:])
+    x3 = torch.randn(3, *x_shape[1:])
+    path = os.path.join(out, name + ".onnx")
+    torch.onnx.export(model, x2, path, opset_version=opset, input_names=["x"], output_names=["y"],
+                      dynamic_axes={"x": {0: "N"}, "y": {0: "N"}},
+                      training=torch.onnx.TrainingMode.PRESERVE, do_constant_folding=True)
+    if external:
+        m = onnx.load(path)
+        onnx.save_model(m, path, save_as_external_data=True, all_tensors_to_one_file=True,
+                        location=name + ".bin", size_threshold=0)
+    onnx.checker.check_model(onnx.load(path))
+    with torch.no_grad():
+        for suffix, x in (("", x2), ("3", x3)):
+            np.save(os.path.join(out, f"{name}.in{suffix}.npy"), x.numpy())
+            np.save(os.path.join(out, f"{name}.out{suffix}.npy"), model(x).numpy())
+
+
+def main():
+    args = sys.argv[1:]
+    if args and args[0] == "--resnet18":
+        import torchvision
+        out = args[1]
+        os.makedirs(out, exist_ok=True)
+        export(torchvision.models.resnet18(weights=None), "resnet18", (1, 3, 224, 224), 13, out)
+        return
+    out = args[0] if args else os.path.join(os.path.dirname(__file__), "..", "tests", "data", "onnx")
+    os.makedirs(out, exist_ok=True)
+    export(Mlp(), "mlp_op13", (1, 8), 13, out)
+    for opset in (9, 13, 17):
+        torch.manual_seed(opset)
+        export(Cnn(), f"cnn_op{opset}", (1, 3, 8, 8), opset, out)
+    torch.manual_seed(1)
+    export(Mlp(), "mlp_external", (1, 8), 13, out, external=True)
+
+
+if __name__ == "__main__":
+    main()
