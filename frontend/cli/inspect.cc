@@ -1,4 +1,6 @@
-// kiln inspect: what an MXNet symbol file holds.
+// kiln inspect: what a model file holds (MXNet symbol JSON or ONNX, told by content).
+//
+//   kiln inspect model.onnx [--shape x=1,3,224,224]   # opset, producer, inputs, ops, parameters
 //
 //   kiln inspect model-symbol.json
 //   kiln inspect model-symbol.json --shape data=1,3,112,112 --dot model.dot
@@ -18,7 +20,9 @@
 #include <memory>
 #include <optional>
 
+#include "frontend/formats/model_format.h"
 #include "frontend/formats/mxnet/export.h"
+#include "frontend/formats/onnx/model.h"
 #include "frontend/formats/mxnet/symbol_json.h"
 
 namespace kiln::cli {
@@ -88,7 +92,69 @@ std::string to_dot(const mxnet::Symbol& s, const std::vector<std::string>& input
   return out + "}\n";
 }
 
+std::string dims_text(const onnx::ValueInfo& v) {
+  if (!v.has_shape) return "?";
+  std::vector<std::string> dims;
+  for (size_t d = 0; d < v.dims.size(); ++d)
+    dims.push_back(v.dims[d] >= 0 ? std::to_string(v.dims[d]) : v.dim_params[d].empty() ? "?" : v.dim_params[d]);
+  return fmt::format("{}[{}]", dtype_short_name(v.dtype), fmt::join(dims, ","));
+}
+
+void inspect_onnx(const InspectOptions& opt) {
+  onnx::Model m = onnx::Model::load(opt.symbol_file);
+  std::printf("%s: ONNX IR %lld, opset %lld, producer %s, %lld nodes\n", opt.symbol_file.c_str(),
+              static_cast<long long>(m.ir_version()), static_cast<long long>(m.opset()),
+              m.producer().empty() ? "(none)" : m.producer().c_str(), static_cast<long long>(m.num_nodes()));
+  std::map<std::string, TensorType> given;
+  for (const std::string& text : opt.shapes) {
+    auto [name, shape] = parse_shape_option(text);
+    given[name] = {shape, DType::kFloat32};
+  }
+  std::vector<TensorType> types;
+  for (const onnx::ValueInfo& v : m.inputs()) {
+    std::printf("input %s %s\n", v.name.c_str(), dims_text(v).c_str());
+    if (auto it = given.find(v.name); it != given.end()) types.push_back({it->second.shape, v.dtype});
+  }
+  KILN_CHECK(given.empty() || types.size() == m.inputs().size(), ValueError,
+             "kiln inspect: give --shape for every input of the model, or none");
+  std::string ops;
+  for (auto& [op, count] : m.op_counts()) ops += fmt::format("{}{} x{}", ops.empty() ? "" : ", ", op, count);
+  std::printf("ops: %s\n", ops.c_str());
+  int64_t params = 0, aux = 0, values = 0, consts = 0;
+  for (auto& [name, a] : m.initializers()) {
+    if (!m.is_param(name)) {
+      ++consts;
+      continue;
+    }
+    (m.is_aux(name) ? aux : params) += 1;
+    values += a.size();
+  }
+  std::printf("parameters: %lld (%lld learned, %lld aux), %lld values; %lld integer initializers\n",
+              static_cast<long long>(params + aux), static_cast<long long>(params), static_cast<long long>(aux),
+              static_cast<long long>(values), static_cast<long long>(consts));
+  std::printf("outputs:");
+  std::optional<onnx::Imported> im;
+  if (!types.empty()) im = m.to_graph(types);
+  for (size_t i = 0; i < m.outputs().size(); ++i) {
+    const onnx::ValueInfo& v = m.outputs()[i];
+    std::string t = dims_text(v);
+    if (im) {
+      const TensorType& got = im->graph.type(im->graph.outputs()[i]);
+      t = fmt::format("{}{}", dtype_short_name(got.dtype), got.shape);
+    }
+    std::printf(" %s %s", v.name.c_str(), t.c_str());
+  }
+  std::printf("\n");
+  if (im) std::printf("kiln graph: %lld ops\n", static_cast<long long>(im->graph.num_ops()));
+}
+
 void run_inspect(const InspectOptions& opt) {
+  if (formats::detect_model_format(opt.symbol_file) == formats::ModelFormat::kOnnx) {
+    KILN_CHECK(opt.params_file.empty() && opt.dot_file.empty(), ValueError,
+               "kiln inspect: --params and --dot are for MXNet models");
+    inspect_onnx(opt);
+    return;
+  }
   mxnet::Symbol s = mxnet::load_symbol_json(opt.symbol_file);
   mxnet::TypeMap types;
   std::vector<std::string> inputs;
@@ -200,8 +266,8 @@ void run_inspect(const InspectOptions& opt) {
 
 void add_inspect_command(CLI::App& app) {
   auto opt = std::make_shared<InspectOptions>();
-  CLI::App* cmd = app.add_subcommand("inspect", "Describe an MXNet symbol file (ops, shapes, parameters)");
-  cmd->add_option("symbol", opt->symbol_file, "The *-symbol.json file")->required();
+  CLI::App* cmd = app.add_subcommand("inspect", "Describe a model file, MXNet symbol JSON or ONNX (ops, shapes, parameters)");
+  cmd->add_option("model", opt->symbol_file, "The *-symbol.json or *.onnx file")->required();
   cmd->add_option("--shape", opt->shapes, "An input's shape, NAME=D0,D1,... (repeat per input)");
   cmd->add_option("--params", opt->params_file, "The matching .params file (parameter shapes)");
   cmd->add_option("--dot", opt->dot_file, "Write the graph in Graphviz dot form to FILE");

@@ -1,11 +1,13 @@
-// kiln run: one forward pass of an MXNet export on .npy inputs.
+// kiln run: one forward pass of a model file (MXNet export or ONNX) on .npy inputs.
 //
 //   kiln run model-symbol.json model-0000.params --input data=x.npy --output y.npy
+//   kiln run resnet18.onnx --input x=img.npy --output y.npy       # ONNX: no params file
 //   kiln run det1-symbol.json det1-0001.params --input data=img.npy --output box.npy --output prob.npy
 //   kiln run det1-symbol.json det1-0001.params --input data=img.npy --output-prefix det1   # det1_0.npy, det1_1.npy
 //
-// Inputs are named as in the symbol file (--input NAME=FILE, once per input,
-// in the order the model takes them). Prints each output's shape and its
+// The format is told by the file's content (formats::detect_model_format).
+// Inputs are named as in the model file (--input NAME=FILE, once per input;
+// MXNet models take them in the order given, ONNX models bind them by name). Prints each output's shape and its
 // first values. Writing is all or nothing: either one --output per output,
 // in order, or --output-prefix P, which writes P_0.npy, P_1.npy, ...; any
 // other count of --output files is an error (no output is silently dropped).
@@ -14,6 +16,7 @@
 #include <cstdio>
 #include <memory>
 
+#include "frontend/formats/model_format.h"
 #include "frontend/nd.h"
 #include "frontend/nn/symbol_block.h"
 #include "frontend/npy.h"
@@ -54,6 +57,9 @@ void run_model(const RunOptions& opt) {
     values.push_back(npy::load(text.substr(eq + 1)));
   }
   KILN_CHECK(!names.empty(), ValueError, "kiln run: give at least one --input NAME=FILE.npy");
+  KILN_CHECK(!opt.params_file.empty() ||
+                 formats::detect_model_format(opt.symbol_file) != formats::ModelFormat::kMxnetSymbolJson,
+             ValueError, "kiln run: {} is MXNet symbol JSON; give its .params file after it", opt.symbol_file);
   auto net = nn::SymbolBlock::imports(opt.symbol_file, names, opt.params_file);
   std::vector<NDArray> outs = net(std::span<const NDArray>(values));
   std::vector<std::string> files = output_files(opt, outs.size());
@@ -74,9 +80,9 @@ void run_model(const RunOptions& opt) {
 
 void add_run_command(CLI::App& app) {
   auto opt = std::make_shared<RunOptions>();
-  CLI::App* cmd = app.add_subcommand("run", "Run an MXNet export (symbol + params) on .npy inputs");
-  cmd->add_option("symbol", opt->symbol_file, "The *-symbol.json file")->required();
-  cmd->add_option("params", opt->params_file, "The *.params file")->required();
+  CLI::App* cmd = app.add_subcommand("run", "Run a model (MXNet symbol + params, or ONNX) on .npy inputs");
+  cmd->add_option("model", opt->symbol_file, "The model: MXNet *-symbol.json, or ONNX *.onnx")->required();
+  cmd->add_option("params", opt->params_file, "The *.params file (MXNet models; ONNX models hold their weights)");
   cmd->add_option("--input", opt->inputs, "NAME=FILE.npy, once per input")->required();
   cmd->add_option("--output", opt->outputs, "Write output k to the k-th FILE.npy (once per output)");
   cmd->add_option("--output-prefix", opt->output_prefix, "Write output k to PREFIX_k.npy");

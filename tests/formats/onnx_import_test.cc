@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "frontend/formats/onnx/model.h"
+#include "frontend/nn/symbol_block.h"
 #include "frontend/npy.h"
 #include "tests/test_util.h"
 
@@ -71,6 +72,28 @@ TEST(OnnxImport, ShapeSubgraphFoldsToAFixedReshape) {
   EXPECT_EQ(im.graph.type(im.graph.outputs()[0]).shape, (Shape{5, 5}));
   // BatchNorm's running statistics are aux nodes, its scale and bias params.
   EXPECT_EQ(im.graph.nodes_of_kind(ir::NodeKind::kAux).size(), 2u);
+}
+
+// SymbolBlock::imports tells ONNX by content; the block runs, hybridizes and
+// exposes the initializers as parameters.
+TEST(OnnxImport, SymbolBlockImportsOnnxAndHybridizes) {
+  std::string path = (kData / "cnn_op13.onnx").string();
+  auto net = nn::SymbolBlock::imports(path, {"x"});
+  ASSERT_NE(net.onnx_model(), nullptr);
+  NDArray x = npy::load((kData / "cnn_op13.in3.npy").string());
+  NDArray want = npy::load((kData / "cnn_op13.out3.npy").string());
+  EXPECT_LT(relative_error(net(x), want), 1e-5);
+  net.hybridize();
+  EXPECT_LT(relative_error(net(x), want), 1e-5);
+  EXPECT_LT(relative_error(net(x), want), 1e-5);  // from the cached plan
+  auto params = net.collect_params();
+  EXPECT_TRUE(params.contains("conv1.weight"));
+  EXPECT_TRUE(net.param("bn.running_mean").is_aux());
+  EXPECT_CONTAINS(error_of<ValueError>([&] { nn::SymbolBlock::imports(path, {"x"}, "net.params"); }),
+                  "an ONNX model holds its weights");
+  EXPECT_CONTAINS(error_of<ValueError>([&] { nn::SymbolBlock::imports(path, {"data"}); }),
+                  "input 'x' of the model is not among the inputs given (data)");
+  EXPECT_CONTAINS(error_of<NotSupported>([&] { net.symbol(); }), "is an ONNX model");
 }
 
 TEST(OnnxImport, InputTypesAreCheckedAgainstTheFile) {
