@@ -1,5 +1,6 @@
-// ONNX's own operator tests (Debian's libonnx-testdata: node/<test>/model.onnx
-// with test_data_set_0/input_N.pb bound by position to the model's inputs and
+// ONNX's own backend tests (Debian's libonnx-testdata: node/, pytorch-converted/,
+// pytorch-operator/ and simple/, each <test>/model.onnx with
+// test_data_set_0/input_N.pb bound by position to the model's inputs and
 // output_N.pb the expected outputs) run through the importer and
 // eval_graph, checked against a committed expectations file
 // (tests/data/onnx/node_expectations.txt): every test listed `pass` must
@@ -25,7 +26,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const fs::path kNodeTests = KILN_ONNX_TESTDATA "/node";
+const fs::path kTestData = KILN_ONNX_TESTDATA;
+const char* const kFolders[] = {"node", "pytorch-converted", "pytorch-operator", "simple"};
 const fs::path kExpectations = KILN_TEST_DATA_DIR "/onnx/node_expectations.txt";
 
 std::string first_line(std::string s, const std::string& strip) {
@@ -78,20 +80,30 @@ std::string run_case(const fs::path& dir) {
 }
 
 TEST(OnnxNodeTests, MatchTheExpectations) {
-  if (!fs::is_directory(kNodeTests)) GTEST_SKIP() << kNodeTests << " is missing (Debian's libonnx-testdata)";
+  if (!fs::is_directory(kTestData / "node")) GTEST_SKIP() << kTestData << " is missing (Debian's libonnx-testdata)";
   std::map<std::string, std::string> results;
-  for (const fs::directory_entry& e : fs::directory_iterator(kNodeTests))
-    if (e.is_directory()) results[e.path().filename().string()] = run_case(e.path());
+  std::string summary;
+  for (const char* folder : kFolders) {
+    int pass = 0, count = 0;
+    for (const fs::directory_entry& e : fs::directory_iterator(kTestData / folder)) {
+      if (!e.is_directory()) continue;
+      std::string r = run_case(e.path());
+      results[std::string(folder) + "/" + e.path().filename().string()] = r;
+      pass += r == "pass";
+      ++count;
+    }
+    std::printf("onnx_%s_tests_passed %d of %d (%.1f%%)\n", folder, pass, count, 100.0 * pass / std::max(count, 1));
+    summary += fmt::format("{}{} {} of {}", summary.empty() ? "" : ", ", folder, pass, count);
+  }
   int pass = 0;
   for (auto& [name, r] : results) pass += r == "pass";
-  std::printf("onnx_node_tests_passed %d of %zu (%.1f%%)\n", pass, results.size(), 100.0 * pass / results.size());
 
   if (std::getenv("KILN_ONNX_WRITE_EXPECTATIONS") != nullptr) {
     fs::create_directories(kExpectations.parent_path());
     std::ofstream out(kExpectations);
-    out << "# ONNX node tests (libonnx-testdata 1.12): pass, unsupported: why, or fails: why.\n"
+    out << "# ONNX's backend tests (libonnx-testdata 1.12): pass, unsupported: why, or fails: why.\n"
         << "# Written by KILN_ONNX_WRITE_EXPECTATIONS=1 onnx_node_test; " << pass << " of " << results.size()
-        << " pass.\n";
+        << " pass (" << summary << ").\n";
     for (auto& [name, r] : results) out << name << " " << r << "\n";
     return;
   }

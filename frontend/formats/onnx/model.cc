@@ -3,6 +3,7 @@
 
 #include <onnx/checker.h>
 #include <onnx/shape_inference/implementation.h>
+#include <onnx/version_converter/convert.h>
 
 #include <filesystem>
 #include <fstream>
@@ -78,9 +79,22 @@ Model Model::parse(std::string_view bytes, std::string_view source, const std::s
     throw NotSupported(fmt::format("{}: the model imports no opset of the default ONNX domain, only [{}]", source,
                                    fmt::join(domains, ", ")));
   }
-  KILN_CHECK(st->opset >= kMinOpset && st->opset <= kMaxOpset, NotSupported,
-             "{}: opset {} is outside the opsets Kiln reads ({} to {}); convert it with onnx.version_converter",
+  KILN_CHECK(st->opset <= kMaxOpset, NotSupported, "{}: opset {} is newer than the opsets Kiln reads ({} to {})",
              source, st->opset, kMinOpset, kMaxOpset);
+  if (st->opset < kMinOpset) {
+    try {
+      m = pb::version_conversion::ConvertVersion(m, kUpgradeOpset);
+    } catch (const std::exception& e) {
+      throw NotSupported(fmt::format("{}: opset {} is older than the opsets Kiln reads ({} to {}), and libonnx's "
+                                     "version converter cannot upgrade it: {}",
+                                     source, st->opset, kMinOpset, kMaxOpset, e.what()));
+    }
+    // The converter keeps IR 3, whose rule that every initializer be a graph
+    // input the initializers it adds (Pad's pads) break; opset 13 is IR 7.
+    if (m.ir_version() < 7) m.set_ir_version(7);
+    st->upgraded_from = st->opset;
+    st->opset = kUpgradeOpset;
+  }
   // Initializers first: Kiln's bounds checks name what is wrong more exactly
   // than the checker, and external data is read here, inside the model's folder.
   for (pb::TensorProto& t : *m.mutable_graph()->mutable_initializer()) {
@@ -132,6 +146,7 @@ Model Model::parse(std::string_view bytes, std::string_view source, const std::s
 
 int64_t Model::ir_version() const { return state_->proto.ir_version(); }
 int64_t Model::opset() const { return state_->opset; }
+int64_t Model::file_opset() const { return state_->upgraded_from ? state_->upgraded_from : state_->opset; }
 const std::string& Model::source() const { return state_->source; }
 const std::vector<ValueInfo>& Model::inputs() const { return state_->inputs; }
 const std::vector<ValueInfo>& Model::outputs() const { return state_->outputs; }

@@ -8,9 +8,10 @@
 //   // running statistics), values computed at import as const nodes (slots in im.consts)
 //
 // Loading (libonnx, ONNX 1.12): the file is at most kMaxModelBytes; it must
-// parse as a ModelProto with a graph and an opset of the default domain in
-// [kMinOpset, kMaxOpset]; onnx::checker::check_model runs, then ONNX's shape
-// inference. Every initializer is decoded once (raw_data or the typed
+// parse as a ModelProto with a graph and an opset of the default domain of
+// at most kMaxOpset; an older one than kMinOpset is first raised to
+// kUpgradeOpset by libonnx's version converter (NotSupported when it cannot);
+// onnx::checker::check_model runs, then ONNX's shape inference. Every initializer is decoded once (raw_data or the typed
 // fields, little-endian; its byte count checked against its dims and dtype)
 // into an array on cpu(0). External data (data_location EXTERNAL) is read
 // from `location` relative to the model's folder: absolute paths, paths that
@@ -49,6 +50,7 @@ namespace kiln::onnx {
 inline constexpr size_t kMaxModelBytes = size_t{2000} << 20;  // protobuf's 2 GiB message limit, less headroom
 inline constexpr int kMinOpset = 7;
 inline constexpr int kMaxOpset = 17;
+inline constexpr int kUpgradeOpset = 13;
 inline constexpr int64_t kMaxKnownInputElements = 64;
 
 // A graph input or output as the file declares it.
@@ -75,7 +77,8 @@ class Model {
   static Model parse(std::string_view bytes, std::string_view source, const std::string& folder = {});
 
   int64_t ir_version() const;
-  int64_t opset() const;            // of the default domain
+  int64_t opset() const;            // of the default domain (after an upgrade)
+  int64_t file_opset() const;       // as the file says
   std::string producer() const;     // "pytorch 1.13.1", "" when the file names none
   const std::string& source() const;
   // Graph inputs that are not initializers, in file order: what a caller feeds.

@@ -16,6 +16,7 @@ struct Model::State {
   std::string source;  // the file (or the name given to parse)
   std::string folder;  // external data resolves here ("" refuses it)
   int64_t opset = 0;
+  int64_t upgraded_from = 0;  // the file's opset when the version converter raised it
   std::vector<ValueInfo> inputs, outputs;
   ArrayMap initializers;
   std::set<std::string, std::less<>> params, aux;

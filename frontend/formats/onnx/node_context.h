@@ -123,6 +123,11 @@ bool register_converter(std::string_view op_type, ConvertFn fn);
 #define KILN_ONNX_CONVERTER(op_type, fn) \
   [[maybe_unused]] static const bool KILN_ONNX_CONCAT(kiln_onnx_reg_, __LINE__) = register_converter(op_type, fn)
 
+// Shared by converters: `x` padded per axis by pads [begin_0, ..., end_0, ...]
+// (negative entries crop) in ONNX Pad's `mode` ("constant" with `value`,
+// "edge", "reflect"); frontend/formats/onnx/ops_pad.cc.
+ir::Entry pad(NodeContext& n, ir::Entry x, const std::vector<int64_t>& pads, const std::string& mode, double value);
+
 // Shared by converters: `axis` in [-rank, rank) made non-negative (IndexError naming the node otherwise).
 int normalize_onnx_axis(const NodeContext& n, int64_t axis, int rank);
 

@@ -3,8 +3,10 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <limits>
 
 #include "frontend/formats/onnx/node_context.h"
+#include "frontend/nd_init.h"
 #include "ir/ops/conv.h"
 #include "ir/ops/elemwise.h"
 #include "ir/ops/linalg.h"
@@ -14,8 +16,9 @@
 namespace kiln::onnx {
 namespace {
 
-// The symmetric padding of a window op from pads / auto_pad, per spatial axis.
-Shape window_pads(NodeContext& n, const Shape& in, const Shape& kernel, const Shape& stride, const Shape& dilate) {
+// The pads [begin..., end...] of a window op from pads / auto_pad.
+std::vector<int64_t> window_pads(NodeContext& n, const Shape& in, const Shape& kernel, const Shape& stride,
+                                 const Shape& dilate) {
   const int nsp = kernel.ndim();
   std::string auto_pad = n.attr_string("auto_pad", "NOTSET");
   std::vector<int64_t> pads(static_cast<size_t>(2 * nsp), 0);
@@ -35,17 +38,30 @@ Shape window_pads(NodeContext& n, const Shape& in, const Shape& kernel, const Sh
   } else if (auto_pad != "VALID") {
     throw ValueError(fmt::format("auto_pad '{}' is not NOTSET, SAME_UPPER, SAME_LOWER or VALID", auto_pad));
   }
-  Shape pad;
-  for (int i = 0; i < nsp; ++i) {
-    int64_t b = pads[static_cast<size_t>(i)], e = pads[static_cast<size_t>(i + nsp)];
-    KILN_CHECK(b >= 0 && e >= 0, ValueError, "negative pads [{}]", fmt::join(pads, ","));
-    if (b != e) {
-      n.unsupported(fmt::format("asymmetric padding (pads [{}]{})", fmt::join(pads, ","),
-                                auto_pad == "NOTSET" ? "" : ", from auto_pad " + auto_pad));
-    }
-    pad.push_back(b);
+  for (int64_t p : pads) KILN_CHECK(p >= 0, ValueError, "negative pads [{}]", fmt::join(pads, ","));
+  return pads;
+}
+
+bool symmetric(const std::vector<int64_t>& pads) {
+  const size_t nsp = pads.size() / 2;
+  for (size_t i = 0; i < nsp; ++i)
+    if (pads[i] != pads[i + nsp]) return false;
+  return true;
+}
+
+// Kiln's window ops pad both sides alike: asymmetric pads are written out
+// (with `value`, which the window op then sees as data) and the op pads 0.
+// Returns the op's symmetric pad.
+Shape apply_pads(NodeContext& n, ir::Entry& x, const std::vector<int64_t>& pads, double value) {
+  const size_t nsp = pads.size() / 2;
+  if (symmetric(pads)) return Shape(std::vector<int64_t>(pads.begin(), pads.begin() + static_cast<long>(nsp)));
+  std::vector<int64_t> full(2 * (nsp + 2), 0);
+  for (size_t i = 0; i < nsp; ++i) {
+    full[2 + i] = pads[i];
+    full[nsp + 4 + i] = pads[nsp + i];
   }
-  return pad;
+  x = pad(n, x, full, "constant", value);
+  return Shape(std::vector<int64_t>(nsp, 0));
 }
 
 Shape shape_attr(const NodeContext& n, std::string_view name, int nsp, int64_t dflt) {
@@ -72,10 +88,73 @@ void convert_conv(NodeContext& n) {
                      .num_filter = static_cast<int>(w[0]),
                      .num_group = static_cast<int>(n.attr_int("group", 1)),
                      .no_bias = !n.has_input(2)};
-  a.pad = window_pads(n, x, a.kernel, a.stride, a.dilate);
-  std::vector<ir::Entry> in{n.input(0), n.input(1)};
+  ir::Entry data = n.input(0);
+  a.pad = apply_pads(n, data, window_pads(n, x, a.kernel, a.stride, a.dilate), 0.0);
+  std::vector<ir::Entry> in{data, n.input(1)};
   if (n.has_input(2)) in.push_back(n.input(2));
   n.set_output(0, n.op(OpId::kConvolution, in, OpAttrs::make(a)).front());
+}
+
+// ConvTranspose is the data gradient of the convolution it transposes
+// (weight [C_in, C_out/group, k...] is that convolution's weight): computed
+// unpadded at full size s (in - 1) + (k - 1) d + 1 + output_padding, then
+// cropped by pads (given, or derived from output_shape / auto_pad), then
+// the bias added.
+void convert_conv_transpose(NodeContext& n) {
+  const Shape& x = n.shape(0);
+  const Shape& w = n.shape(1);
+  KILN_CHECK(x.ndim() >= 3 && x.ndim() <= 5 && w.ndim() == x.ndim(), ShapeError,
+             "expected data [N,C,spatial...] with 1 to 3 spatial axes and a weight of the same rank, got {} and {}", x, w);
+  const int nsp = x.ndim() - 2;
+  const int64_t group = n.attr_int("group", 1);
+  Shape kernel(std::vector<int64_t>(w.begin() + 2, w.end()));
+  Shape stride = shape_attr(n, "strides", nsp, 1), dilate = shape_attr(n, "dilations", nsp, 1);
+  Shape out_pad = shape_attr(n, "output_padding", nsp, 0);
+  Shape full{x[0], w[1] * group};
+  for (int i = 0; i < nsp; ++i) full.push_back(stride[i] * (x[2 + i] - 1) + (kernel[i] - 1) * dilate[i] + 1 + out_pad[i]);
+  std::vector<int64_t> pads(static_cast<size_t>(2 * nsp), 0);
+  std::string auto_pad = n.attr_string("auto_pad", "NOTSET");
+  if (n.has_attr("output_shape") || auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+    std::vector<int64_t> want = n.attr_ints("output_shape");
+    if (want.empty())
+      for (int i = 0; i < nsp; ++i) want.push_back(x[2 + i] * stride[i]);
+    if (want.size() == static_cast<size_t>(nsp + 2)) want.erase(want.begin(), want.begin() + 2);
+    KILN_CHECK(want.size() == static_cast<size_t>(nsp), ValueError, "output_shape [{}] has {} entries, expected {}",
+               fmt::join(want, ","), want.size(), nsp);
+    for (int i = 0; i < nsp; ++i) {
+      // Negative totals (an output_shape past the full output) pad with zeros; halves round down as ONNX's.
+      int64_t total = full[2 + i] - want[static_cast<size_t>(i)];
+      int64_t small = total >= 0 ? total / 2 : -((-total + 1) / 2), large = total - small;
+      pads[static_cast<size_t>(i)] = auto_pad == "SAME_UPPER" ? small : large;
+      pads[static_cast<size_t>(i + nsp)] = auto_pad == "SAME_UPPER" ? large : small;
+    }
+  } else if (auto_pad == "NOTSET") {
+    pads = n.attr_ints("pads", pads);
+  }
+  KILN_CHECK(pads.size() == static_cast<size_t>(2 * nsp), ValueError, "pads [{}] has {} entries, expected {}",
+             fmt::join(pads, ","), pads.size(), 2 * nsp);
+  ConvolutionBackwardDataAttrs a;
+  a.kernel = kernel;
+  a.stride = stride;
+  a.dilate = dilate;
+  a.num_filter = static_cast<int>(w[0]);
+  a.num_group = static_cast<int>(group);
+  a.no_bias = true;
+  a.data_shape = full;
+  ir::Entry y = n.op1(OpId::kConvolutionBackwardData, {n.input(0), n.input(1)}, a);
+  std::vector<int64_t> crop(static_cast<size_t>(2 * (nsp + 2)), 0);
+  for (int i = 0; i < nsp; ++i) {
+    crop[static_cast<size_t>(2 + i)] = -pads[static_cast<size_t>(i)];
+    crop[static_cast<size_t>(nsp + 4 + i)] = -pads[static_cast<size_t>(i + nsp)];
+  }
+  y = pad(n, y, crop, "constant", 0.0);
+  if (n.has_input(2)) {
+    std::vector<int64_t> bias_shape{1, full[1]};
+    bias_shape.resize(static_cast<size_t>(x.ndim()), 1);
+    ir::Entry b = n.op1(OpId::kReshape, {n.input(2)}, ReshapeAttrs{.shape = IntTuple(bias_shape)});
+    y = n.op1(OpId::kBroadcastAdd, {y, b});
+  }
+  n.set_output(0, y);
 }
 
 void convert_batch_norm(NodeContext& n) {
@@ -105,9 +184,27 @@ void convert_pool(NodeContext& n, std::string pool_type) {
                  .pool_type = std::move(pool_type),
                  .pooling_convention = n.attr_int("ceil_mode", 0) ? "full" : "valid",
                  .stride = shape_attr(n, "strides", nsp, 1)};
-  a.pad = window_pads(n, x, a.kernel, a.stride, dilate);
-  if (a.pool_type == "avg") a.count_include_pad = n.attr_int("count_include_pad", 0) != 0;
-  n.set_output(0, n.op1(OpId::kPooling, {n.input(0)}, a));
+  std::vector<int64_t> pads = window_pads(n, x, a.kernel, a.stride, dilate);
+  ir::Entry data = n.input(0);
+  if (a.pool_type == "avg") {
+    a.count_include_pad = n.attr_int("count_include_pad", 0) != 0;
+    if (!symmetric(pads) && !*a.count_include_pad) {
+      // Averages over the input elements only: sum pooling of the zero-padded
+      // data divided by sum pooling of the zero-padded ones.
+      a.pool_type = "sum";
+      a.count_include_pad.reset();
+      a.pad = apply_pads(n, data, pads, 0.0);
+      std::vector<int64_t> plane{1, 1};
+      for (int i = 2; i < x.ndim(); ++i) plane.push_back(x[i]);
+      ir::Entry ones = n.constant(nd::ones(Shape(plane)));
+      apply_pads(n, ones, pads, 0.0);
+      ir::Entry sum = n.op1(OpId::kPooling, {data}, a);
+      n.set_output(0, n.op1(OpId::kBroadcastDiv, {sum, n.op1(OpId::kPooling, {ones}, a)}));
+      return;
+    }
+  }
+  a.pad = apply_pads(n, data, pads, a.pool_type == "max" ? -std::numeric_limits<double>::infinity() : 0.0);
+  n.set_output(0, n.op1(OpId::kPooling, {data}, a));
 }
 
 void convert_max_pool(NodeContext& n) { convert_pool(n, "max"); }
@@ -245,6 +342,7 @@ void convert_dropout(NodeContext& n) {
 }
 
 KILN_ONNX_CONVERTER("Conv", convert_conv);
+KILN_ONNX_CONVERTER("ConvTranspose", convert_conv_transpose);
 KILN_ONNX_CONVERTER("BatchNormalization", convert_batch_norm);
 KILN_ONNX_CONVERTER("MaxPool", convert_max_pool);
 KILN_ONNX_CONVERTER("AveragePool", convert_average_pool);

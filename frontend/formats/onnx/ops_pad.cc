@@ -63,8 +63,20 @@ ir::Entry pad_axis(NodeContext& n, ir::Entry x, int axis, int64_t before, int64_
       .front();
 }
 
+}  // namespace
+
+ir::Entry pad(NodeContext& n, ir::Entry x, const std::vector<int64_t>& pads, const std::string& mode, double value) {
+  const int rank = n.entry_type(x).shape.ndim();
+  KILN_CHECK(pads.size() == static_cast<size_t>(2 * rank), ValueError, "pads [{}] has {} entries for rank {}",
+             fmt::join(pads, ","), pads.size(), rank);
+  for (int axis = 0; axis < rank; ++axis)
+    x = pad_axis(n, x, axis, pads[static_cast<size_t>(axis)], pads[static_cast<size_t>(axis + rank)], mode, value);
+  return x;
+}
+
+namespace {
+
 void convert_pad(NodeContext& n) {
-  const int rank = n.shape(0).ndim();
   std::string mode = n.attr_string("mode", "constant");
   if (mode != "constant" && mode != "edge" && mode != "reflect") n.unsupported(fmt::format("mode '{}'", mode));
   std::vector<int64_t> pads;
@@ -77,12 +89,7 @@ void convert_pad(NodeContext& n) {
     if (n.has_input(2)) value = n.known_doubles(2, "constant_value").at(0);
     if (n.has_input(3)) n.unsupported("the axes input");
   }
-  KILN_CHECK(pads.size() == static_cast<size_t>(2 * rank), ValueError, "pads [{}] has {} entries for rank {}",
-             fmt::join(pads, ","), pads.size(), rank);
-  ir::Entry y = n.input(0);
-  for (int axis = 0; axis < rank; ++axis)
-    y = pad_axis(n, y, axis, pads[static_cast<size_t>(axis)], pads[static_cast<size_t>(axis + rank)], mode, value);
-  n.set_output(0, y);
+  n.set_output(0, pad(n, n.input(0), pads, mode, value));
 }
 
 KILN_ONNX_CONVERTER("Pad", convert_pad);
