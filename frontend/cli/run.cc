@@ -11,8 +11,14 @@
 // first values. Writing is all or nothing: either one --output per output,
 // in order, or --output-prefix P, which writes P_0.npy, P_1.npy, ...; any
 // other count of --output files is an error (no output is silently dropped).
+// --benchmark N then times N calls of the hybridized model (after one
+// warm-up call) and prints `name value unit` lines: latency_ms_p50,
+// latency_ms_p90, latency_ms_min, throughput_items_per_s (rows of the first
+// input per second).
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <memory>
 
@@ -29,7 +35,32 @@ struct RunOptions {
   std::vector<std::string> inputs;  // NAME=FILE
   std::vector<std::string> outputs;
   std::string output_prefix;
+  int benchmark = 0;  // timed calls after the outputs are written
 };
+
+// N timed calls of the hybridized model after a warm-up call (which traces
+// and plans), each waiting for its outputs; prints `name value unit` lines.
+void benchmark_model(nn::SymbolBlock& net, std::span<const NDArray> inputs, int calls) {
+  net.hybridize();
+  auto call = [&] {
+    for (NDArray& y : net(inputs)) y.wait_to_read();
+  };
+  call();
+  std::vector<double> ms;
+  for (int i = 0; i < calls; ++i) {
+    auto t0 = std::chrono::steady_clock::now();
+    call();
+    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::vector<double> sorted = ms;
+  std::sort(sorted.begin(), sorted.end());
+  auto pct = [&](double p) { return sorted[std::min(sorted.size() - 1, static_cast<size_t>(p * static_cast<double>(sorted.size())))]; };
+  double total = 0;
+  for (double t : ms) total += t;
+  const int64_t rows = inputs.empty() || inputs[0].ndim() == 0 ? 1 : inputs[0].shape()[0];
+  std::printf("latency_ms_p50 %.4g ms\nlatency_ms_p90 %.4g ms\nlatency_ms_min %.4g ms\nthroughput_items_per_s %.4g items/s\n",
+              pct(0.5), pct(0.9), sorted.front(), static_cast<double>(rows) * calls / (total / 1000.0));
+}
 
 // The file for each output: ValueError unless the options name every one.
 std::vector<std::string> output_files(const RunOptions& opt, size_t num_outputs) {
@@ -74,6 +105,7 @@ void run_model(const RunOptions& opt) {
       std::printf("wrote %s\n", files[i].c_str());
     }
   }
+  if (opt.benchmark > 0) benchmark_model(net, values, opt.benchmark);
 }
 
 }  // namespace
@@ -86,6 +118,9 @@ void add_run_command(CLI::App& app) {
   cmd->add_option("--input", opt->inputs, "NAME=FILE.npy, once per input")->required();
   cmd->add_option("--output", opt->outputs, "Write output k to the k-th FILE.npy (once per output)");
   cmd->add_option("--output-prefix", opt->output_prefix, "Write output k to PREFIX_k.npy");
+  cmd->add_option("--benchmark", opt->benchmark,
+                  "Then time N calls of the hybridized model after a warm-up; prints latency_ms_p50, "
+                  "throughput_items_per_s (rows of the first input per second), ...");
   cmd->callback([opt] { run_model(*opt); });
 }
 

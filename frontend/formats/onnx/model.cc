@@ -218,7 +218,7 @@ std::vector<NDArray> Model::run(std::span<const NDArray> inputs) const {
   for (const NDArray& x : inputs) types.push_back({x.shape(), x.dtype()});
   std::vector<NDArray> known(inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i)
-    if (is_integral(inputs[i].dtype()) && inputs[i].size() <= kMaxKnownInputElements) known[i] = inputs[i].copy_to(Device::cpu(0));
+    if (inputs[i].size() <= kMaxKnownInputElements) known[i] = inputs[i].copy_to(Device::cpu(0));
   Imported im = to_graph(types, known);
   return eval_graph(im.graph, bind(im, inputs, inputs.empty() ? Device::cpu(0) : inputs[0].device()));
 }

@@ -106,8 +106,9 @@ class Model {
   // copied to `device` where they live elsewhere.
   std::vector<NDArray> bind(const Imported& im, std::span<const NDArray> inputs, Device device = Device::cpu(0)) const;
   // to_graph, bind and eval_graph for one call (the outputs in file order);
-  // inputs of integer dtype with at most kMaxKnownInputElements elements are
-  // known to to_graph (shapes, axes and indices fed as inputs).
+  // inputs of at most kMaxKnownInputElements elements are known to to_graph
+  // (shapes, axes, scales and bounds fed as inputs; the graph is built per
+  // call anyway).
   std::vector<NDArray> run(std::span<const NDArray> inputs) const;
 
   struct State;  // the ModelProto and what was decoded from it

@@ -12,6 +12,7 @@
 #include "ir/ops/linalg.h"
 #include "ir/ops/matrix.h"
 #include "ir/ops/nn.h"
+#include "ir/ops/reduce.h"
 
 namespace kiln::onnx {
 namespace {
@@ -328,6 +329,28 @@ void convert_softmax_like(NodeContext& n, OpId id) {
 void convert_softmax(NodeContext& n) { convert_softmax_like(n, OpId::kSoftmax); }
 void convert_log_softmax(NodeContext& n) { convert_softmax_like(n, OpId::kLogSoftmax); }
 
+// LayerNormalization (opset 17) over the axes from `axis` on, in Kiln ops:
+// d = x - mean(x); y = d / sqrt(mean(d^2) + epsilon) * scale + bias. The
+// decomposition older exporters write (ReduceMean, Sub, Pow, Sqrt, Div, ...)
+// imports op by op.
+void convert_layer_norm(NodeContext& n) {
+  const Shape& x = n.shape(0);
+  int axis = normalize_onnx_axis(n, n.attr_int("axis", -1), x.ndim());
+  IntTuple axes;
+  for (int d = axis; d < x.ndim(); ++d) axes.push_back(d);
+  ReduceAttrs mean_attrs{.axis = axes, .keepdims = true};
+  ir::Entry in = n.input(0);
+  ir::Entry mean = n.op1(OpId::kMean, {in}, mean_attrs);
+  ir::Entry d = n.op1(OpId::kBroadcastSub, {in, mean});
+  ir::Entry var = n.op1(OpId::kMean, {n.op1(OpId::kSquare, {d})}, mean_attrs);
+  ir::Entry std = n.op1(OpId::kSqrt, {n.op1(OpId::kPlusScalar, {var}, ScalarAttrs{.scalar = n.attr_float("epsilon", 1e-5)})});
+  ir::Entry y = n.op1(OpId::kBroadcastMul, {n.op1(OpId::kBroadcastDiv, {d, std}), n.input(1)});
+  if (n.has_input(2)) y = n.op1(OpId::kBroadcastAdd, {y, n.input(2)});
+  n.set_output(0, y);
+  n.set_output(1, mean);
+  if (n.has_output(2)) n.set_output(2, n.op1(OpId::kRDivScalar, {std}, ScalarAttrs{.scalar = 1.0}));
+}
+
 // Dropout at inference is the identity (its mask, when asked for, all true).
 void convert_dropout(NodeContext& n) {
   if (n.opset() >= 12 && n.has_input(2) && n.known_ints(2, "training_mode") != std::vector<int64_t>{0})
@@ -360,6 +383,7 @@ KILN_ONNX_CONVERTER("HardSwish", convert_hard_swish);
 KILN_ONNX_CONVERTER("Softmax", convert_softmax);
 KILN_ONNX_CONVERTER("LogSoftmax", convert_log_softmax);
 KILN_ONNX_CONVERTER("Dropout", convert_dropout);
+KILN_ONNX_CONVERTER("LayerNormalization", convert_layer_norm);
 
 }  // namespace
 }  // namespace kiln::onnx
