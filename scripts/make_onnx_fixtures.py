@@ -4,10 +4,10 @@ and PyTorch's outputs, for tests/formats/onnx_import_test.cc (which never
 calls PyTorch).
 
     /usr/bin/python3 scripts/make_onnx_fixtures.py [OUT_DIR]
-    /usr/bin/python3 scripts/make_onnx_fixtures.py --resnet18 OUT_DIR   # 45 MB: not committed
+    /usr/bin/python3 scripts/make_onnx_fixtures.py --torchvision resnet18 mobilenet_v2 OUT_DIR   # large: not committed
 
 Needs Debian's python3-torch, python3-onnx (and python3-torchvision for
---resnet18); run it with /usr/bin/python3, whose site-packages hold them.
+--torchvision); run it with /usr/bin/python3, whose site-packages hold them.
 
 Per model NAME: NAME.onnx (a dynamic batch axis "N"), NAME.in.npy and
 NAME.out.npy (batch 2), NAME.in3.npy and NAME.out3.npy (batch 3: the same
@@ -17,7 +17,13 @@ file at another batch size). Models:
                Sigmoid x Tanh, AvgPool, x.view(x.size(0), -1) (PyTorch's
                Shape-Gather-Unsqueeze-Concat-Reshape subgraph), Linear,
                Softmax; BatchNorm kept (TrainingMode.PRESERVE)
+  attn_op{13,17}  single-head self-attention over [N, 4, 8] with a residual
+               and LayerNorm (decomposed at 13, LayerNormalization at 17),
+               heads split by x.view(n, t, 2, 4): batched MatMul, Transpose,
+               Softmax, shape subgraphs
   mlp_external the MLP with its weights in mlp_external.bin (external data)
+  --torchvision NAME... OUT_DIR  torchvision classification models (random
+               weights, opset 13, batch 2/3 at 224x224): large, not committed
 Seeded; rerun only to change the models, and commit what it writes.
 """
 import os
@@ -57,6 +63,22 @@ class Cnn(nn.Module):
         return torch.softmax(self.fc(x), dim=1)
 
 
+class Attention(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.qkv = nn.Linear(8, 24)
+        self.proj = nn.Linear(8, 8)
+        self.norm = nn.LayerNorm(8)
+
+    def forward(self, x):
+        n, t, d = x.shape
+        q, k, v = self.qkv(x).split(8, dim=-1)
+        q, k, v = (z.view(n, t, 2, 4).transpose(1, 2) for z in (q, k, v))  # [n, heads, t, 4]
+        a = torch.softmax(q @ k.transpose(-2, -1) / 2.0, dim=-1)
+        y = (a @ v).transpose(1, 2).reshape(n, t, d)
+        return self.norm(x + self.proj(y))
+
+
 def export(model, name, x_shape, opset, out, external=False):
     model.eval()
     if hasattr(model, "bn"):  # non-trivial running statistics
@@ -84,11 +106,14 @@ def export(model, name, x_shape, opset, out, external=False):
 
 def main():
     args = sys.argv[1:]
-    if args and args[0] == "--resnet18":
+    if args and args[0] == "--torchvision":
         import torchvision
-        out = args[1]
+        names, out = args[1:-1], args[-1]
         os.makedirs(out, exist_ok=True)
-        export(torchvision.models.resnet18(weights=None), "resnet18", (1, 3, 224, 224), 13, out)
+        for name in names:
+            torch.manual_seed(0)
+            kwargs = {"aux_logits": False, "init_weights": True} if name in ("googlenet", "inception_v3") else {}
+            export(getattr(torchvision.models, name)(weights=None, **kwargs), name, (1, 3, 224, 224), 13, out)
         return
     out = args[0] if args else os.path.join(os.path.dirname(__file__), "..", "tests", "data", "onnx")
     os.makedirs(out, exist_ok=True)
@@ -96,6 +121,9 @@ def main():
     for opset in (9, 13, 17):
         torch.manual_seed(opset)
         export(Cnn(), f"cnn_op{opset}", (1, 3, 8, 8), opset, out)
+    for opset in (13, 17):
+        torch.manual_seed(opset)
+        export(Attention(), f"attn_op{opset}", (1, 4, 8), opset, out)
     torch.manual_seed(1)
     export(Mlp(), "mlp_external", (1, 8), 13, out, external=True)
 
