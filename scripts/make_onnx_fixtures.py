@@ -24,6 +24,9 @@ file at another batch size). Models:
   mlp_external the MLP with its weights in mlp_external.bin (external data)
   --torchvision NAME... OUT_DIR  torchvision classification models (random
                weights, opset 13, batch 2/3 at 224x224): large, not committed
+  --compare KILN DIR  runs `KILN run` on every DIR/NAME.onnx with NAME.in3.npy
+               and prints one line per model: NAME, max |kiln - torch| over
+               max |torch| (or Kiln's error message)
 Seeded; rerun only to change the models, and commit what it writes.
 """
 import os
@@ -104,8 +107,31 @@ def export(model, name, x_shape, opset, out, external=False):
             np.save(os.path.join(out, f"{name}.out{suffix}.npy"), model(x).numpy())
 
 
+def compare(kiln, folder):
+    import subprocess
+    import tempfile
+    for f in sorted(os.listdir(folder)):
+        if not f.endswith(".onnx"):
+            continue
+        name = f[:-5]
+        with tempfile.TemporaryDirectory() as tmp:
+            y = os.path.join(tmp, "y.npy")
+            r = subprocess.run([kiln, "run", os.path.join(folder, f), "--input",
+                                "x=" + os.path.join(folder, name + ".in3.npy"), "--output", y],
+                               capture_output=True, text=True)
+            if r.returncode != 0:
+                print(f"{name} error: {(r.stderr or r.stdout).strip().splitlines()[-1]}")
+                continue
+            want = np.load(os.path.join(folder, name + ".out3.npy"))
+            got = np.load(y)
+            print(f"{name} rel_err {np.abs(got - want).max() / np.abs(want).max():.3g}")
+
+
 def main():
     args = sys.argv[1:]
+    if args and args[0] == "--compare":
+        compare(args[1], args[2])
+        return
     if args and args[0] == "--torchvision":
         import torchvision
         names, out = args[1:-1], args[-1]
