@@ -1,0 +1,34 @@
+// Kiln's neutral form (an ir::Graph plus the arrays of its param, aux and
+// const nodes) written as an ONNX model.
+//
+//   std::string bytes = onnx::to_onnx(g, values);          // opset 17, checked
+//   onnx::save_model("net.onnx", g, values);
+//   onnx::Model back = onnx::Model::load("net.onnx");      // runs like g
+//
+// The graph's types are concrete, so the model has fixed shapes (no
+// symbolic batch dim); Reshape targets are written as the shapes the graph
+// inferred. Inputs, params, aux states and constants keep their node names
+// (params, aux and consts become initializers, the running statistics of
+// BatchNorm included), op outputs are named after their node ("name" for
+// output 0, "name:k" after). Ops are written in inference semantics
+// (BatchNorm with its moving statistics, Dropout as Identity), one ONNX op
+// or a short chain each (frontend/formats/onnx/export.cc lists them); a Kiln
+// op without an ONNX form is NotSupported naming the op and the node. The
+// result passes onnx::checker::check_model and strict shape inference
+// (InternalError otherwise: a bug in the exporter).
+#pragma once
+
+#include <string>
+
+#include "frontend/formats/named_arrays.h"
+#include "ir/graph.h"
+
+namespace kiln::onnx {
+
+inline constexpr int kExportOpset = 17;
+
+// ValueError listing param/aux/const nodes `values` lacks; `opset` in [13, 17].
+std::string to_onnx(const ir::Graph& g, const ArrayMap& values, int opset = kExportOpset);
+void save_model(const std::string& path, const ir::Graph& g, const ArrayMap& values, int opset = kExportOpset);
+
+}  // namespace kiln::onnx
