@@ -1,6 +1,7 @@
 #include "frontend/nn/export_onnx.h"
 
 #include "frontend/cached_op.h"
+#include "frontend/nn/symbol_block.h"
 
 namespace kiln::nn {
 
@@ -13,8 +14,14 @@ void export_onnx(const HybridBlock& block, const std::string& path, int opset) {
   ArrayMap values;
   for (const auto& [id, p] : t->params) values.emplace(t->graph.node(id).name, p.data(t->device));
   for (const auto& [id, a] : t->consts) values.emplace(t->graph.node(id).name, a);
+  // An imported model keeps its input names.
+  onnx::NameMap input_names;
+  if (const auto* imported = dynamic_cast<const SymbolBlock*>(&block)) {
+    for (size_t k = 0; k < t->inputs.size() && k < imported->input_names().size(); ++k)
+      input_names[t->graph.node(t->inputs[k]).name] = imported->input_names()[k];
+  }
   try {
-    onnx::save_model(path, t->graph, values, opset);
+    onnx::save_model(path, t->graph, values, opset, input_names);
   } catch (Error& e) {
     e.add_context(fmt::format("{}: export_onnx('{}')", block.display_name(), path));
     throw;

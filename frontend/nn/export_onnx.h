@@ -6,7 +6,7 @@
 //
 // The graph is the one traced for the last input signature (as export_model
 // writes MXNet files), with the parameters' current values; shapes are those
-// of that call. ValueError when the block was not hybridized and run;
+// of that call; a SymbolBlock's inputs keep their names. ValueError when the block was not hybridized and run;
 // NotSupported naming the node for ops without an ONNX form.
 #pragma once
 

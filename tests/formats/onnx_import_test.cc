@@ -95,6 +95,11 @@ TEST(OnnxImport, SymbolBlockImportsOnnxAndHybridizes) {
   EXPECT_CONTAINS(error_of<ValueError>([&] { nn::SymbolBlock::imports(path, {"data"}); }),
                   "input 'x' of the model is not among the inputs given (data)");
   EXPECT_CONTAINS(error_of<NotSupported>([&] { net.symbol(); }), "is an ONNX model");
+  // Hybridized before its first call: the graph is imported (and its shape
+  // arithmetic folded) while the forward is traced.
+  auto fresh = nn::SymbolBlock::imports(path, {"x"});
+  fresh.hybridize();
+  EXPECT_LT(relative_error(fresh(x), want), 1e-5);
 }
 
 TEST(OnnxImport, InputTypesAreCheckedAgainstTheFile) {

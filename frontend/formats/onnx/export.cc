@@ -52,8 +52,9 @@ void set_type(pb::ValueInfoProto* v, const std::string& name, const TensorType& 
 
 class Writer {
  public:
-  Writer(const ir::Graph& g, int opset) : g_(g), opset_(opset) {
+  Writer(const ir::Graph& g, int opset, const NameMap& input_names) : g_(g), opset_(opset), input_names_(input_names) {
     for (const ir::Node& n : g.nodes()) used_.insert(n.name);
+    for (auto& [_, name] : input_names) used_.insert(name);
   }
 
   int opset() const { return opset_; }
@@ -63,6 +64,8 @@ class Writer {
 
   std::string value(ir::Entry e) const {
     const ir::Node& n = g_.node(e.node);
+    if (n.kind == ir::NodeKind::kInput)
+      if (auto it = input_names_.find(n.name); it != input_names_.end()) return it->second;
     return e.index == 0 ? n.name : fmt::format("{}:{}", n.name, e.index);
   }
   std::string in(const ir::Node& n, size_t i) const { return value(n.inputs.at(i)); }
@@ -111,6 +114,7 @@ class Writer {
  private:
   const ir::Graph& g_;
   int opset_;
+  const NameMap& input_names_;
   pb::ModelProto model_;
   std::set<std::string> used_;
 };
@@ -175,6 +179,14 @@ void write_leaky_relu(Writer& w, const ir::Node& n) {
     attr(w.node("LeakyRelu", {w.in(n, 0)}, {w.out(n)}, n.name), "alpha", a.slope);
   } else if (a.act_type == LeakyType::kElu) {
     attr(w.node("Elu", {w.in(n, 0)}, {w.out(n)}, n.name), "alpha", a.slope);
+  } else if (a.act_type == LeakyType::kPrelu) {
+    // Kiln's slope is per channel (axis 1); ONNX broadcasts it from the right.
+    const int rank = w.in_type(n, 0).shape.ndim();
+    std::vector<int64_t> dims{w.in_type(n, 1).shape.size()};
+    for (int d = 2; d < rank; ++d) dims.push_back(1);
+    std::string slope = w.fresh(n.name + "/slope");
+    w.node("Reshape", {w.in(n, 1), w.int64s(n.name + "/slope_shape", dims)}, {slope}, n.name);
+    w.node("PRelu", {w.in(n, 0), slope}, {w.out(n)}, n.name);
   } else {
     unsupported(n, "this LeakyReLU act_type");
   }
@@ -216,7 +228,10 @@ void write_pooling(Writer& w, const ir::Node& n) {
     w.node(type == PoolType::kMax ? "GlobalMaxPool" : "GlobalAveragePool", {w.in(n, 0)}, {w.out(n)}, n.name);
     return;
   }
-  if (a.pooling_convention != "valid") unsupported(n, fmt::format("pooling_convention '{}'", a.pooling_convention));
+  // "full" (ceil) rounding is in the geometry's right pads, which max pooling
+  // may write out as pads; an average would count them.
+  if (a.pooling_convention != "valid" && type != PoolType::kMax)
+    unsupported(n, fmt::format("average pooling with pooling_convention '{}'", a.pooling_convention));
   WindowGeometry geo = pooling_geometry(a, w.in_type(n, 0).shape);
   pb::NodeProto* p = w.node(type == PoolType::kMax ? "MaxPool" : "AveragePool", {w.in(n, 0)}, {w.out(n)}, n.name);
   std::vector<int64_t> kernel, stride, pads;
@@ -373,10 +388,10 @@ const std::map<OpId, WriteFn>& writers() {
 
 }  // namespace
 
-std::string to_onnx(const ir::Graph& g, const ArrayMap& values, int opset) {
+std::string to_onnx(const ir::Graph& g, const ArrayMap& values, int opset, const NameMap& input_names) {
   KILN_CHECK(opset >= 13 && opset <= kMaxOpset, ValueError, "ONNX export: opset {} is not in [13, {}]", opset, kMaxOpset);
   (void)mxnet::prefixed_params(g, values);  // ValueError listing the params `values` lacks
-  Writer w(g, opset);
+  Writer w(g, opset, input_names);
   pb::ModelProto& m = w.model();
   m.set_ir_version(8);
   m.set_producer_name("kiln");
@@ -387,7 +402,7 @@ std::string to_onnx(const ir::Graph& g, const ArrayMap& values, int opset) {
   w.graph().set_name("kiln");
   for (const ir::Node& n : g.nodes()) {
     switch (n.kind) {
-      case ir::NodeKind::kInput: set_type(w.graph().add_input(), n.name, n.types[0]); break;
+      case ir::NodeKind::kInput: set_type(w.graph().add_input(), w.value({static_cast<ir::NodeId>(&n - g.nodes().data()), 0}), n.types[0]); break;
       case ir::NodeKind::kParam:
       case ir::NodeKind::kAux:
       case ir::NodeKind::kConst: w.initializer(n.name, values.at(n.name)); break;
@@ -418,8 +433,9 @@ std::string to_onnx(const ir::Graph& g, const ArrayMap& values, int opset) {
   return m.SerializeAsString();
 }
 
-void save_model(const std::string& path, const ir::Graph& g, const ArrayMap& values, int opset) {
-  mxnet::write_text_file(path, to_onnx(g, values, opset));
+void save_model(const std::string& path, const ir::Graph& g, const ArrayMap& values, int opset,
+                const NameMap& input_names) {
+  mxnet::write_text_file(path, to_onnx(g, values, opset, input_names));
 }
 
 }  // namespace kiln::onnx

@@ -18,6 +18,7 @@
 // (InternalError otherwise: a bug in the exporter).
 #pragma once
 
+#include <map>
 #include <string>
 
 #include "frontend/formats/named_arrays.h"
@@ -28,7 +29,10 @@ namespace kiln::onnx {
 inline constexpr int kExportOpset = 17;
 
 // ValueError listing param/aux/const nodes `values` lacks; `opset` in [13, 17].
-std::string to_onnx(const ir::Graph& g, const ArrayMap& values, int opset = kExportOpset);
-void save_model(const std::string& path, const ir::Graph& g, const ArrayMap& values, int opset = kExportOpset);
+// `input_names` renames input nodes (node name -> name in the file).
+using NameMap = std::map<std::string, std::string, std::less<>>;
+std::string to_onnx(const ir::Graph& g, const ArrayMap& values, int opset = kExportOpset, const NameMap& input_names = {});
+void save_model(const std::string& path, const ir::Graph& g, const ArrayMap& values, int opset = kExportOpset,
+                const NameMap& input_names = {});
 
 }  // namespace kiln::onnx

@@ -11,7 +11,9 @@
 #include <fmt/ranges.h>
 
 #include "frontend/formats/onnx/model_state.h"
+#include "frontend/autograd.h"
 #include "frontend/graph_eval.h"
+#include "frontend/trace.h"
 
 namespace kiln::onnx {
 
@@ -192,6 +194,10 @@ Imported Model::to_graph(std::span<const TensorType> input_types, std::span<cons
   }
   KILN_CHECK(known.empty() || known.size() == input_types.size(), ValueError, "{}: {} known input values for {} inputs",
              st.source, known.size(), input_types.size());
+  // Folding computes real values at import, also when the graph is built
+  // inside a traced or recorded forward (a hybridized SymbolBlock's first call).
+  trace::Suspend no_trace;
+  autograd::Pause no_record;
   return build_graph(st, input_types, known);
 }
 

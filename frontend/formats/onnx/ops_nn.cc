@@ -294,6 +294,26 @@ void convert_elu(NodeContext& n) {
                         LeakyReLUAttrs{.act_type = LeakyType::kElu, .slope = n.attr_float("alpha", 1.0)}));
 }
 
+// PRelu: Kiln's per-channel prelu when the slope is one per channel (or one
+// in all), else max(0, x) + slope * min(0, x), exact either way.
+void convert_prelu(NodeContext& n) {
+  const Shape& x = n.shape(0);
+  const Shape& s = n.shape(1);
+  int64_t channels = x.ndim() >= 2 ? x[1] : 1;
+  bool per_channel = s.size() == 1;
+  if (!per_channel && x.ndim() >= 2 && s.size() == channels && s.ndim() <= x.ndim() - 1) {
+    per_channel = s[0] == channels || (s.ndim() == x.ndim() && s[1] == channels);  // [C,1..] or [1,C,1..]
+  }
+  if (per_channel) {
+    ir::Entry gamma = n.op1(OpId::kReshape, {n.input(1)}, ReshapeAttrs{.shape = IntTuple{s.size()}});
+    n.set_output(0, n.op1(OpId::kLeakyReLU, {n.input(0), gamma}, LeakyReLUAttrs{.act_type = LeakyType::kPrelu}));
+    return;
+  }
+  ir::Entry in = n.input(0);
+  ir::Entry neg = n.op1(OpId::kNegative, {n.op1(OpId::kRelu, {n.op1(OpId::kNegative, {in})})});
+  n.set_output(0, n.op1(OpId::kBroadcastAdd, {n.op1(OpId::kRelu, {in}), n.op1(OpId::kBroadcastMul, {n.input(1), neg})}));
+}
+
 // HardSigmoid: max(0, min(1, alpha x + beta)).
 ir::Entry hard_sigmoid(NodeContext& n, ir::Entry x, double alpha, double beta) {
   ir::Entry y = n.op1(OpId::kMulScalar, {x}, ScalarAttrs{.scalar = alpha});
@@ -377,6 +397,7 @@ KILN_ONNX_CONVERTER("Relu", convert_relu);
 KILN_ONNX_CONVERTER("Sigmoid", convert_sigmoid);
 KILN_ONNX_CONVERTER("Tanh", convert_tanh);
 KILN_ONNX_CONVERTER("LeakyRelu", convert_leaky_relu);
+KILN_ONNX_CONVERTER("PRelu", convert_prelu);
 KILN_ONNX_CONVERTER("Elu", convert_elu);
 KILN_ONNX_CONVERTER("HardSigmoid", convert_hard_sigmoid);
 KILN_ONNX_CONVERTER("HardSwish", convert_hard_swish);
