@@ -69,6 +69,15 @@ void convert_cast(NodeContext& n) {
 
 void convert_where(NodeContext& n) { n.set_output(0, n.op1(OpId::kWhere, {n.input(0), n.input(1), n.input(2)})); }
 
+// Comparisons: Kiln's give 1/0 in the inputs' dtype, ONNX's bool.
+template <OpId kId>
+void convert_compare(NodeContext& n) {
+  KILN_CHECK(n.type(0).dtype == n.type(1).dtype, TypeError, "inputs of different dtypes: {} and {}",
+             dtype_name(n.type(0).dtype), dtype_name(n.type(1).dtype));
+  ir::Entry y = n.op1(kId, {n.input(0), n.input(1)});
+  n.set_output(0, n.op1(OpId::kCast, {y}, CastAttrs{.dtype = DType::kBool}));
+}
+
 // Sum, Max, Min, Mean of any number of inputs, broadcasting pairwise.
 template <OpId kId>
 void convert_variadic(NodeContext& n) {
@@ -93,6 +102,11 @@ KILN_ONNX_CONVERTER("Reciprocal", convert_reciprocal);
 KILN_ONNX_CONVERTER("Clip", convert_clip);
 KILN_ONNX_CONVERTER("Cast", convert_cast);
 KILN_ONNX_CONVERTER("Where", convert_where);
+KILN_ONNX_CONVERTER("Equal", convert_compare<OpId::kBroadcastEqual>);
+KILN_ONNX_CONVERTER("Greater", convert_compare<OpId::kBroadcastGreater>);
+KILN_ONNX_CONVERTER("GreaterOrEqual", convert_compare<OpId::kBroadcastGreaterEqual>);
+KILN_ONNX_CONVERTER("Less", convert_compare<OpId::kBroadcastLesser>);
+KILN_ONNX_CONVERTER("LessOrEqual", convert_compare<OpId::kBroadcastLesserEqual>);
 KILN_ONNX_CONVERTER("Sum", convert_variadic<OpId::kBroadcastAdd>);
 KILN_ONNX_CONVERTER("Mean", convert_variadic<OpId::kBroadcastAdd>);
 KILN_ONNX_CONVERTER("Max", convert_variadic<OpId::kBroadcastMaximum>);

@@ -3,6 +3,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 
 #include "frontend/formats/onnx/node_context.h"
@@ -314,6 +315,21 @@ void convert_prelu(NodeContext& n) {
   n.set_output(0, n.op1(OpId::kBroadcastAdd, {n.op1(OpId::kRelu, {in}), n.op1(OpId::kBroadcastMul, {n.input(1), neg})}));
 }
 
+void convert_softplus(NodeContext& n) {
+  n.set_output(0, n.op1(OpId::kActivation, {n.input(0)}, ActivationAttrs{.act_type = ActType::kSoftrelu}));
+}
+void convert_softsign(NodeContext& n) {
+  n.set_output(0, n.op1(OpId::kActivation, {n.input(0)}, ActivationAttrs{.act_type = ActType::kSoftsign}));
+}
+
+// Selu with ONNX's default alpha and gamma, which Kiln's selu fixes.
+void convert_selu(NodeContext& n) {
+  double alpha = n.attr_float("alpha", kSeluAlpha), gamma = n.attr_float("gamma", kSeluLambda);
+  if (std::abs(alpha - kSeluAlpha) > 1e-6 || std::abs(gamma - kSeluLambda) > 1e-6)  // float attributes
+    n.unsupported(fmt::format("alpha {} and gamma {} other than SELU's own", alpha, gamma));
+  n.set_output(0, n.op1(OpId::kLeakyReLU, {n.input(0)}, LeakyReLUAttrs{.act_type = LeakyType::kSelu}));
+}
+
 // HardSigmoid: max(0, min(1, alpha x + beta)).
 ir::Entry hard_sigmoid(NodeContext& n, ir::Entry x, double alpha, double beta) {
   ir::Entry y = n.op1(OpId::kMulScalar, {x}, ScalarAttrs{.scalar = alpha});
@@ -398,6 +414,9 @@ KILN_ONNX_CONVERTER("Sigmoid", convert_sigmoid);
 KILN_ONNX_CONVERTER("Tanh", convert_tanh);
 KILN_ONNX_CONVERTER("LeakyRelu", convert_leaky_relu);
 KILN_ONNX_CONVERTER("PRelu", convert_prelu);
+KILN_ONNX_CONVERTER("Softplus", convert_softplus);
+KILN_ONNX_CONVERTER("Softsign", convert_softsign);
+KILN_ONNX_CONVERTER("Selu", convert_selu);
 KILN_ONNX_CONVERTER("Elu", convert_elu);
 KILN_ONNX_CONVERTER("HardSigmoid", convert_hard_sigmoid);
 KILN_ONNX_CONVERTER("HardSwish", convert_hard_swish);
