@@ -4,6 +4,7 @@
 // graph is built, so every target shape is computed here and emitted as a
 // fixed Reshape.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <numeric>
@@ -13,6 +14,7 @@
 #include "frontend/formats/onnx/node_context.h"
 #include "frontend/nd_init.h"
 #include "ir/ops/matrix.h"
+#include "ir/ops/elemwise.h"
 #include "ir/ops/reduce.h"
 
 namespace kiln::onnx {
@@ -305,6 +307,85 @@ void convert_reduce(NodeContext& n) {
   n.set_output(0, n.op1(kId, {n.input(0)}, a));
 }
 
+// ArgMax/ArgMin: Kiln's give the first extremum in the input's dtype; ONNX int64.
+template <OpId kId>
+void convert_arg_reduce(NodeContext& n) {
+  if (n.attr_int("select_last_index", 0) != 0) n.unsupported("select_last_index 1");
+  int axis = normalize_onnx_axis(n, n.attr_int("axis", 0), n.shape(0).ndim());
+  ir::Entry y = n.op1(kId, {n.input(0)}, ArgReduceAttrs{.axis = axis, .keepdims = n.attr_int("keepdims", 1) != 0});
+  n.set_output(0, n.op1(OpId::kCast, {y}, CastAttrs{.dtype = DType::kInt64}));
+}
+
+// The reductions ONNX composes: SumSquare, L1, L2, LogSum, LogSumExp.
+template <OpId kInner, OpId kOuter>
+void convert_composed_reduce(NodeContext& n) {
+  const int rank = n.shape(0).ndim();
+  std::optional<std::vector<int64_t>> axes = axes_of(n, 18);
+  ReduceAttrs a{.keepdims = n.attr_int("keepdims", 1) != 0};
+  if (axes && !axes->empty()) {
+    IntTuple norm;
+    for (int64_t x : *axes) norm.push_back(normalize_onnx_axis(n, x, rank));
+    a.axis = norm;
+  }
+  ir::Entry y = n.input(0);
+  if (kInner != OpId::kCopy) y = n.op1(kInner, {y});
+  y = n.op1(OpId::kSum, {y}, a);
+  if (kOuter != OpId::kCopy) y = n.op1(kOuter, {y});
+  n.set_output(0, y);
+}
+
+// Range is computed at import (its inputs are scalars known then, or it is refused).
+void convert_range(NodeContext& n) {
+  double start = n.known_doubles(0, "start").at(0), limit = n.known_doubles(1, "limit").at(0),
+         delta = n.known_doubles(2, "delta").at(0);
+  KILN_CHECK(delta != 0, ValueError, "delta is 0");
+  double count = std::max(0.0, std::ceil((limit - start) / delta));
+  KILN_CHECK(count <= static_cast<double>(kMaxImportElements), ValueError, "Range of {} elements is too large", count);
+  std::vector<double> v;
+  for (int64_t i = 0; i < static_cast<int64_t>(count); ++i) v.push_back(start + static_cast<double>(i) * delta);
+  n.set_known(0, nd::array(v, Shape{static_cast<int64_t>(v.size())}).astype(n.type(0).dtype));
+}
+
+void convert_cast_like(NodeContext& n) {
+  DType to = n.type(1).dtype;
+  n.set_output(0, to == n.type(0).dtype ? n.input(0) : n.op1(OpId::kCast, {n.input(0)}, CastAttrs{.dtype = to}));
+}
+
+// DepthToSpace / SpaceToDepth on [N, C, H, W]: Reshape, Transpose, Reshape.
+void convert_depth_to_space(NodeContext& n) {
+  const Shape& x = n.shape(0);
+  KILN_CHECK(x.ndim() == 4, ShapeError, "expected [N,C,H,W], got {}", x);
+  int64_t b = n.attr_int("blocksize", 0), N = x[0], C = x[1], H = x[2], W = x[3];
+  KILN_CHECK(b > 0 && C % (b * b) == 0, ShapeError, "blocksize {} does not divide the {} channels of {} into b*b", b, C, x);
+  bool crd = n.attr_string("mode", "DCR") == "CRD";
+  ir::Entry y = reshape_to(n, n.input(0), crd ? std::vector<int64_t>{N, C / (b * b), b, b, H, W}
+                                              : std::vector<int64_t>{N, b, b, C / (b * b), H, W});
+  IntTuple perm = crd ? IntTuple{0, 1, 4, 2, 5, 3} : IntTuple{0, 3, 4, 1, 5, 2};
+  y = n.op1(OpId::kTranspose, {y}, TransposeAttrs{.axes = perm});
+  n.set_output(0, reshape_to(n, y, {N, C / (b * b), H * b, W * b}));
+}
+
+void convert_space_to_depth(NodeContext& n) {
+  const Shape& x = n.shape(0);
+  KILN_CHECK(x.ndim() == 4, ShapeError, "expected [N,C,H,W], got {}", x);
+  int64_t b = n.attr_int("blocksize", 0), N = x[0], C = x[1], H = x[2], W = x[3];
+  KILN_CHECK(b > 0 && H % b == 0 && W % b == 0, ShapeError, "blocksize {} does not divide H and W of {}", b, x);
+  ir::Entry y = reshape_to(n, n.input(0), {N, C, H / b, b, W / b, b});
+  y = n.op1(OpId::kTranspose, {y}, TransposeAttrs{.axes = IntTuple{0, 3, 5, 1, 2, 4}});
+  n.set_output(0, reshape_to(n, y, {N, C * b * b, H / b, W / b}));
+}
+
+KILN_ONNX_CONVERTER("ArgMax", convert_arg_reduce<OpId::kArgmax>);
+KILN_ONNX_CONVERTER("ArgMin", convert_arg_reduce<OpId::kArgmin>);
+KILN_ONNX_CONVERTER("ReduceSumSquare", (convert_composed_reduce<OpId::kSquare, OpId::kCopy>));
+KILN_ONNX_CONVERTER("ReduceL1", (convert_composed_reduce<OpId::kAbs, OpId::kCopy>));
+KILN_ONNX_CONVERTER("ReduceL2", (convert_composed_reduce<OpId::kSquare, OpId::kSqrt>));
+KILN_ONNX_CONVERTER("ReduceLogSum", (convert_composed_reduce<OpId::kCopy, OpId::kLog>));
+KILN_ONNX_CONVERTER("ReduceLogSumExp", (convert_composed_reduce<OpId::kExp, OpId::kLog>));
+KILN_ONNX_CONVERTER("Range", convert_range);
+KILN_ONNX_CONVERTER("CastLike", convert_cast_like);
+KILN_ONNX_CONVERTER("DepthToSpace", convert_depth_to_space);
+KILN_ONNX_CONVERTER("SpaceToDepth", convert_space_to_depth);
 KILN_ONNX_CONVERTER("Shape", convert_shape);
 KILN_ONNX_CONVERTER("Size", convert_size);
 KILN_ONNX_CONVERTER("Constant", convert_constant);
