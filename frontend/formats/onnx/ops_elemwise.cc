@@ -78,6 +78,22 @@ void convert_compare(NodeContext& n) {
   n.set_output(0, n.op1(OpId::kCast, {y}, CastAttrs{.dtype = DType::kBool}));
 }
 
+// Logic on bool tensors through uint8 arithmetic: And = a * b, Or = max(a, b),
+// Xor = (a != b), Not = (a == 0).
+ir::Entry as_u8(NodeContext& n, size_t i) {
+  KILN_CHECK(n.type(i).dtype == DType::kBool, TypeError, "input {} must be bool, got {}", i, dtype_name(n.type(i).dtype));
+  return n.op1(OpId::kCast, {n.input(i)}, CastAttrs{.dtype = DType::kUint8});
+}
+template <OpId kId>
+void convert_logic(NodeContext& n) {
+  ir::Entry y = n.op1(kId, {as_u8(n, 0), as_u8(n, 1)});
+  n.set_output(0, n.op1(OpId::kCast, {y}, CastAttrs{.dtype = DType::kBool}));
+}
+void convert_not(NodeContext& n) {
+  ir::Entry y = n.op1(OpId::kEqualScalar, {as_u8(n, 0)}, ScalarAttrs{.scalar = 0});
+  n.set_output(0, n.op1(OpId::kCast, {y}, CastAttrs{.dtype = DType::kBool}));
+}
+
 // Sum, Max, Min, Mean of any number of inputs, broadcasting pairwise.
 template <OpId kId>
 void convert_variadic(NodeContext& n) {
@@ -102,6 +118,10 @@ KILN_ONNX_CONVERTER("Reciprocal", convert_reciprocal);
 KILN_ONNX_CONVERTER("Clip", convert_clip);
 KILN_ONNX_CONVERTER("Cast", convert_cast);
 KILN_ONNX_CONVERTER("Where", convert_where);
+KILN_ONNX_CONVERTER("And", convert_logic<OpId::kBroadcastMul>);
+KILN_ONNX_CONVERTER("Or", convert_logic<OpId::kBroadcastMaximum>);
+KILN_ONNX_CONVERTER("Xor", convert_logic<OpId::kBroadcastNotEqual>);
+KILN_ONNX_CONVERTER("Not", convert_not);
 KILN_ONNX_CONVERTER("Equal", convert_compare<OpId::kBroadcastEqual>);
 KILN_ONNX_CONVERTER("Greater", convert_compare<OpId::kBroadcastGreater>);
 KILN_ONNX_CONVERTER("GreaterOrEqual", convert_compare<OpId::kBroadcastGreaterEqual>);

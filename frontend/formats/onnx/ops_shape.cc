@@ -375,6 +375,24 @@ void convert_space_to_depth(NodeContext& n) {
   n.set_output(0, reshape_to(n, y, {N, C * b * b, H / b, W / b}));
 }
 
+// Trilu: where(mask, x, 0) with the mask of the last two axes made at import
+// (kept: j - i >= k for the upper triangle, j - i <= k for the lower).
+void convert_trilu(NodeContext& n) {
+  const Shape& x = n.shape(0);
+  KILN_CHECK(x.ndim() >= 2, ShapeError, "expected at least 2 axes, got {}", x);
+  int64_t k = n.has_input(1) ? n.known_ints(1, "k").at(0) : 0;
+  bool upper = n.attr_int("upper", 1) != 0;
+  const int64_t rows = x[x.ndim() - 2], cols = x[x.ndim() - 1];
+  KILN_CHECK(rows * cols <= kMaxImportElements, ValueError, "a {}x{} mask is too large", rows, cols);
+  std::vector<uint8_t> mask(static_cast<size_t>(rows * cols));
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j) mask[static_cast<size_t>(i * cols + j)] = upper ? j - i >= k : j - i <= k;
+  ir::Entry m = n.constant(nd::array(mask, Shape{rows, cols}));
+  ir::Entry zero = n.constant(nd::full(Shape{}, 0.0, {x.ndim() ? n.type(0).dtype : DType::kFloat32, Device::cpu(0)}));
+  n.set_output(0, n.op1(OpId::kWhere, {m, n.input(0), zero}));
+}
+
+KILN_ONNX_CONVERTER("Trilu", convert_trilu);
 KILN_ONNX_CONVERTER("ArgMax", convert_arg_reduce<OpId::kArgmax>);
 KILN_ONNX_CONVERTER("ArgMin", convert_arg_reduce<OpId::kArgmin>);
 KILN_ONNX_CONVERTER("ReduceSumSquare", (convert_composed_reduce<OpId::kSquare, OpId::kCopy>));
