@@ -14,6 +14,7 @@
 #include "frontend/formats/onnx/node_context.h"
 #include "frontend/nd_init.h"
 #include "ir/ops/matrix.h"
+#include "ir/ops/nn.h"
 #include "ir/ops/elemwise.h"
 #include "ir/ops/reduce.h"
 
@@ -375,6 +376,37 @@ void convert_space_to_depth(NodeContext& n) {
   n.set_output(0, reshape_to(n, y, {N, C * b * b, H / b, W / b}));
 }
 
+// GatherElements as Kiln's pick, once per index along `axis` (at most
+// kMaxGatherElementsPicks), concatenated; data is first cut to the
+// indices' extent on the other axes.
+constexpr int64_t kMaxGatherElementsPicks = 256;
+
+void convert_gather_elements(NodeContext& n) {
+  const Shape& x = n.shape(0);
+  const Shape& idx = n.shape(1);
+  KILN_CHECK(x.ndim() == idx.ndim() && x.ndim() >= 1, ShapeError, "data {} and indices {} differ in rank", x, idx);
+  int axis = normalize_onnx_axis(n, n.attr_int("axis", 0), x.ndim());
+  ir::Entry data = n.input(0);
+  for (int d = 0; d < x.ndim(); ++d) {
+    if (d == axis || idx[d] == x[d]) continue;
+    KILN_CHECK(idx[d] < x[d], ShapeError, "indices {} exceed data {} on axis {}", idx, x, d);
+    data = n.op1(OpId::kSliceAxis, {data}, SliceAxisAttrs{.axis = d, .begin = 0, .end = idx[d]});
+  }
+  const int64_t picks = idx[axis];
+  if (picks > kMaxGatherElementsPicks) n.unsupported(fmt::format("{} indices along axis {} (at most {})", picks, axis, kMaxGatherElementsPicks));
+  ir::Entry indices = n.input(1);
+  std::vector<ir::Entry> parts;
+  for (int64_t k = 0; k < picks; ++k) {
+    ir::Entry one = picks == 1 ? indices : n.op1(OpId::kSliceAxis, {indices}, SliceAxisAttrs{.axis = axis, .begin = k, .end = k + 1});
+    parts.push_back(n.op1(OpId::kPick, {data, one}, PickAttrs{.axis = axis, .keepdims = true, .mode = TakeMode::kWrap}));
+  }
+  if (parts.size() == 1) {
+    n.set_output(0, parts[0]);
+    return;
+  }
+  n.set_output(0, n.op(OpId::kConcat, parts, OpAttrs::make(ConcatAttrs{.num_args = static_cast<int>(parts.size()), .dim = axis})).front());
+}
+
 // Trilu: where(mask, x, 0) with the mask of the last two axes made at import
 // (kept: j - i >= k for the upper triangle, j - i <= k for the lower).
 void convert_trilu(NodeContext& n) {
@@ -393,6 +425,7 @@ void convert_trilu(NodeContext& n) {
 }
 
 KILN_ONNX_CONVERTER("Trilu", convert_trilu);
+KILN_ONNX_CONVERTER("GatherElements", convert_gather_elements);
 KILN_ONNX_CONVERTER("ArgMax", convert_arg_reduce<OpId::kArgmax>);
 KILN_ONNX_CONVERTER("ArgMin", convert_arg_reduce<OpId::kArgmin>);
 KILN_ONNX_CONVERTER("ReduceSumSquare", (convert_composed_reduce<OpId::kSquare, OpId::kCopy>));
