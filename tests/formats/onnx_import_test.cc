@@ -179,6 +179,17 @@ TEST(OnnxImportErrors, UnsupportedOpNamesOpNodeAndOpset) {
   EXPECT_EQ(old.opset(), onnx::kUpgradeOpset);
 }
 
+TEST(OnnxImportErrors, OpsOfOtherDomainsAreNamed) {
+  ::onnx::ModelProto m = one_node_model("FancyOp", 13);
+  m.mutable_graph()->mutable_node(0)->set_domain("com.example");
+  auto* o = m.add_opset_import();
+  o->set_domain("com.example");
+  o->set_version(1);
+  onnx::Model model = onnx::Model::parse(m.SerializeAsString(), "custom.onnx");
+  EXPECT_CONTAINS(error_of<NotSupported>([&] { model.to_graph(std::vector<TensorType>{{Shape{2, 3}, DType::kFloat32}}); }),
+                  "custom.onnx: ONNX node 'node0' (FancyOp, opset 13): op domain 'com.example' is not supported");
+}
+
 TEST(OnnxImportErrors, TheCheckerRejectsDanglingInputs) {
   ::onnx::ModelProto m = one_node_model("Relu", 13);
   m.mutable_graph()->mutable_node(0)->set_input(0, "nothing");

@@ -407,6 +407,36 @@ void convert_gather_elements(NodeContext& n) {
   n.set_output(0, n.op(OpId::kConcat, parts, OpAttrs::make(ConcatAttrs{.num_args = static_cast<int>(parts.size()), .dim = axis})).front());
 }
 
+// Tile: per repeated axis a length-1 axis before it, broadcast to the
+// repeat count and merged (repeats known at import).
+void convert_tile(NodeContext& n) {
+  const Shape& x = n.shape(0);
+  std::vector<int64_t> repeats = n.known_ints(1, "repeats");
+  KILN_CHECK(repeats.size() == static_cast<size_t>(x.ndim()), ValueError, "repeats [{}] for rank {}",
+             fmt::join(repeats, ","), x.ndim());
+  std::vector<int64_t> split, wide, out;
+  for (int d = 0; d < x.ndim(); ++d) {
+    int64_t r = repeats[static_cast<size_t>(d)];
+    KILN_CHECK(r >= 0, ValueError, "negative repeat {}", r);
+    if (r != 1) {
+      split.push_back(1);
+      wide.push_back(r);
+    }
+    split.push_back(x[d]);
+    wide.push_back(x[d]);
+    out.push_back(x[d] * r);
+  }
+  KILN_CHECK(split.size() <= static_cast<size_t>(Shape::kMaxNdim), NotSupported, "tiling {} axes of rank {} needs more than {} dims",
+             split.size() - static_cast<size_t>(x.ndim()), x.ndim(), Shape::kMaxNdim);
+  if (Shape(out).size() == 0) {
+    n.set_known(0, NDArray::empty(Shape(out), {n.type(0).dtype, Device::cpu(0)}));
+    return;
+  }
+  ir::Entry y = reshape_to(n, n.input(0), split);
+  if (Shape(wide) != Shape(split)) y = n.op1(OpId::kBroadcastTo, {y}, BroadcastToAttrs{.shape = Shape(wide)});
+  n.set_output(0, reshape_to(n, y, out));
+}
+
 // Trilu: where(mask, x, 0) with the mask of the last two axes made at import
 // (kept: j - i >= k for the upper triangle, j - i <= k for the lower).
 void convert_trilu(NodeContext& n) {
@@ -425,6 +455,7 @@ void convert_trilu(NodeContext& n) {
 }
 
 KILN_ONNX_CONVERTER("Trilu", convert_trilu);
+KILN_ONNX_CONVERTER("Tile", convert_tile);
 KILN_ONNX_CONVERTER("GatherElements", convert_gather_elements);
 KILN_ONNX_CONVERTER("ArgMax", convert_arg_reduce<OpId::kArgmax>);
 KILN_ONNX_CONVERTER("ArgMin", convert_arg_reduce<OpId::kArgmin>);
