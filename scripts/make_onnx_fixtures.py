@@ -21,6 +21,8 @@ file at another batch size). Models:
                and LayerNorm (decomposed at 13, LayerNormalization at 17),
                heads split by x.view(n, t, 2, 4): batched MatMul, Transpose,
                Softmax, shape subgraphs
+  ffn_op13     LayerNorm, Linear, GELU (exported as Div-Erf-Add-Mul-Mul), Linear,
+               residual, over [N, 4, 8]
   mlp_external the MLP with its weights in mlp_external.bin (external data)
   --torchvision NAME... OUT_DIR  torchvision classification models (random
                weights, opset 13, batch 2/3 at 224x224): large, not committed
@@ -64,6 +66,17 @@ class Cnn(nn.Module):
         x = nn.functional.avg_pool2d(x, 2)
         x = x.view(x.size(0), -1)
         return torch.softmax(self.fc(x), dim=1)
+
+
+class FeedForward(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.norm = nn.LayerNorm(8)
+        self.fc1 = nn.Linear(8, 16)
+        self.fc2 = nn.Linear(16, 8)
+
+    def forward(self, x):
+        return x + self.fc2(nn.functional.gelu(self.fc1(self.norm(x))))
 
 
 class Attention(nn.Module):
@@ -150,6 +163,8 @@ def main():
     for opset in (13, 17):
         torch.manual_seed(opset)
         export(Attention(), f"attn_op{opset}", (1, 4, 8), opset, out)
+    torch.manual_seed(5)
+    export(FeedForward(), "ffn_op13", (1, 4, 8), 13, out)
     torch.manual_seed(1)
     export(Mlp(), "mlp_external", (1, 8), 13, out, external=True)
 

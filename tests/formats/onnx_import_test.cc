@@ -54,7 +54,7 @@ TEST_P(OnnxFixture, MatchesPyTorchAtTwoBatchSizes) {
 
 INSTANTIATE_TEST_SUITE_P(PyTorchExports, OnnxFixture,
                          testing::Values("mlp_op13", "mlp_external", "cnn_op9", "cnn_op13", "cnn_op17", "attn_op13",
-                                         "attn_op17"));
+                                         "attn_op17", "ffn_op13"));
 
 // PyTorch's x.view(x.size(0), -1) exports as Shape -> Gather -> Unsqueeze ->
 // Concat -> Reshape: with the input's shape known it folds to one Reshape.

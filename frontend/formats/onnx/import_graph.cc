@@ -6,6 +6,7 @@
 
 #include "frontend/formats/onnx/model_state.h"
 #include "frontend/formats/onnx/node_context.h"
+#include "frontend/formats/onnx/patterns.h"
 #include "frontend/graph_eval.h"
 
 namespace kiln::onnx {
@@ -53,7 +54,7 @@ class GraphBuilder {
 
   Imported run() {
     const pb::GraphProto& g = st_.proto.graph();
-    for (const pb::NodeProto& node : g.node()) convert(node);
+    for (const pb::NodeProto& node : fuse_patterns(g, st_.initializers)) convert(node);
     std::vector<ir::Entry> outputs;
     for (const pb::ValueInfoProto& v : g.output()) outputs.push_back(entry_of(v.name(), out_.graph, out_.consts));
     out_.graph.set_outputs(std::move(outputs));

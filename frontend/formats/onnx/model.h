@@ -19,7 +19,9 @@
 // are refused. A model parsed from bytes has no folder and refuses external
 // data.
 //
-// to_graph converts the nodes in file order, each through the converter of
+// to_graph converts the nodes in file order (after folding multi-node
+// patterns Kiln has one op for, frontend/formats/onnx/patterns.h: GELU),
+// each through the converter of
 // its op type for the model's opset (frontend/formats/onnx/ops_*.cc), to
 // Kiln ops; a node whose inputs are all known at import (Shape of a typed
 // input, Constant, initializers, and ops on those such as Gather, Concat,

@@ -330,6 +330,13 @@ void convert_selu(NodeContext& n) {
   n.set_output(0, n.op1(OpId::kLeakyReLU, {n.input(0)}, LeakyReLUAttrs{.act_type = LeakyType::kSelu}));
 }
 
+// Gelu (exact, with erf): what frontend/formats/onnx/patterns.cc makes of
+// the Div-Erf-Add-Mul-Mul that exporters write before opset 20.
+void convert_gelu(NodeContext& n) {
+  if (n.attr_string("approximate", "none") != "none") n.unsupported("approximate GELU");
+  n.set_output(0, n.op1(OpId::kLeakyReLU, {n.input(0)}, LeakyReLUAttrs{.act_type = LeakyType::kGelu}));
+}
+
 // HardSigmoid: max(0, min(1, alpha x + beta)).
 ir::Entry hard_sigmoid(NodeContext& n, ir::Entry x, double alpha, double beta) {
   ir::Entry y = n.op1(OpId::kMulScalar, {x}, ScalarAttrs{.scalar = alpha});
@@ -414,6 +421,7 @@ KILN_ONNX_CONVERTER("Sigmoid", convert_sigmoid);
 KILN_ONNX_CONVERTER("Tanh", convert_tanh);
 KILN_ONNX_CONVERTER("LeakyRelu", convert_leaky_relu);
 KILN_ONNX_CONVERTER("PRelu", convert_prelu);
+KILN_ONNX_CONVERTER("Gelu", convert_gelu);
 KILN_ONNX_CONVERTER("Softplus", convert_softplus);
 KILN_ONNX_CONVERTER("Softsign", convert_softsign);
 KILN_ONNX_CONVERTER("Selu", convert_selu);
