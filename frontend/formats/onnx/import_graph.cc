@@ -1,8 +1,8 @@
 // ONNX graph -> ir::Graph: the walk over the nodes, the values, folding of
 // nodes known at import, and NodeContext (contracts: model.h, node_context.h).
-#include <fmt/ranges.h>
-
 #include <unordered_map>
+
+#include <fmt/ranges.h>
 
 #include "frontend/formats/onnx/model_state.h"
 #include "frontend/formats/onnx/node_context.h"
