@@ -22,6 +22,9 @@
 #ifndef KILN_LLVM_VERSION
 #define KILN_LLVM_VERSION ""
 #endif
+#ifndef KILN_ONNX_VERSION
+#define KILN_ONNX_VERSION ""
+#endif
 #ifndef KILN_MPI_VERSION
 #define KILN_MPI_VERSION ""
 #endif
@@ -76,6 +79,7 @@ void print_info() {
   line("cuda", cuda_version());
   line("llvm", or_no(KILN_LLVM_VERSION));
   line("mpi", or_no(KILN_MPI_VERSION));
+  line("onnx", or_no(KILN_ONNX_VERSION));
   line("openmp", openmp_version());
   line("threads per device", std::to_string(eng.cpu_threads(Device::cpu(0))));
   line("devices", devices());
