@@ -102,6 +102,22 @@ TEST(OnnxImport, SymbolBlockImportsOnnxAndHybridizes) {
   EXPECT_LT(relative_error(fresh(x), want), 1e-5);
 }
 
+// Several inputs are bound by name, in the order the block is given them.
+TEST(OnnxImport, SymbolBlockBindsInputsByName) {
+  fs::path dir = fs::path(KILN_ONNX_TESTDATA) / "node" / "test_sub";
+  if (!fs::is_directory(dir)) GTEST_SKIP() << dir << " is missing (Debian's libonnx-testdata)";
+  NDArray x = onnx::load_tensor_file((dir / "test_data_set_0" / "input_0.pb").string());
+  NDArray y = onnx::load_tensor_file((dir / "test_data_set_0" / "input_1.pb").string());
+  NDArray want = onnx::load_tensor_file((dir / "test_data_set_0" / "output_0.pb").string());  // x - y
+  auto net = nn::SymbolBlock::imports((dir / "model.onnx").string(), {"y", "x"});
+  std::vector<NDArray> in{y, x};
+  std::vector<NDArray> out = net(std::span<const NDArray>(in));
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(relative_error(out[0], want), 0.0);
+  EXPECT_CONTAINS(error_of<ValueError>([&] { nn::SymbolBlock::imports((dir / "model.onnx").string(), {"x", "y", "z"}); }),
+                  "'z' is not an input of the model (inputs: x, y)");
+}
+
 TEST(OnnxImport, InputTypesAreCheckedAgainstTheFile) {
   onnx::Model m = onnx::Model::load((kData / "cnn_op13.onnx").string());
   EXPECT_CONTAINS(error_of<ShapeError>([&] { m.to_graph(std::vector<TensorType>{{Shape{2, 4, 8, 8}, DType::kFloat32}}); }),
