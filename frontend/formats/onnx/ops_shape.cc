@@ -437,6 +437,55 @@ void convert_tile(NodeContext& n) {
   n.set_output(0, reshape_to(n, y, out));
 }
 
+// Moves the last axis of `y` (rank `rank`) to `axis`.
+ir::Entry last_axis_to(NodeContext& n, ir::Entry y, int axis, int rank) {
+  if (axis == rank - 1) return y;
+  IntTuple perm;
+  for (int d = 0; d < rank - 1; ++d) {
+    if (d == axis) perm.push_back(rank - 1);
+    perm.push_back(d);
+  }
+  return n.op1(OpId::kTranspose, {y}, TransposeAttrs{.axes = perm});
+}
+
+// OneHot: Kiln's one_hot (classes on the last axis, then moved to `axis`);
+// negative indices count from depth.
+void convert_one_hot(NodeContext& n) {
+  double depth = n.known_doubles(1, "depth").at(0);
+  std::vector<double> values = n.known_doubles(2, "values");
+  KILN_CHECK(values.size() == 2, ValueError, "values holds {} entries, expected [off, on]", values.size());
+  const int rank = n.shape(0).ndim() + 1;
+  int axis = normalize_onnx_axis(n, n.attr_int("axis", -1), rank);
+  ir::Entry idx = n.input(0);
+  ir::Entry negative = n.op1(OpId::kLesserScalar, {idx}, ScalarAttrs{.scalar = 0});
+  idx = n.op1(OpId::kBroadcastAdd, {idx, n.op1(OpId::kMulScalar, {negative}, ScalarAttrs{.scalar = std::trunc(depth)})});
+  ir::Entry y = n.op1(OpId::kOneHot, {idx}, OneHotAttrs{.depth = static_cast<int64_t>(depth), .on_value = values[1],
+                                                          .off_value = values[0], .dtype = n.type(2).dtype});
+  n.set_output(0, last_axis_to(n, y, axis, rank));
+}
+
+// Hardmax: one-hot of the (first) argmax along `axis` (before opset 13:
+// of the input coerced to 2-D at `axis`).
+void convert_hardmax(NodeContext& n) {
+  const Shape& x = n.shape(0);
+  const DType dtype = n.type(0).dtype;
+  ir::Entry in = n.input(0);
+  if (n.opset() < 13) {
+    int axis = normalize_onnx_axis(n, n.attr_int("axis", 1), x.ndim());
+    int64_t rows = 1;
+    for (int d = 0; d < axis; ++d) rows *= x[d];
+    int64_t cols = rows == 0 ? 0 : x.size() / rows;
+    ir::Entry arg = n.op1(OpId::kArgmax, {reshape_to(n, in, {rows, cols})}, ArgReduceAttrs{.axis = 1});
+    ir::Entry y = n.op1(OpId::kOneHot, {arg}, OneHotAttrs{.depth = cols, .dtype = dtype});
+    n.set_output(0, reshape_to(n, y, x.to_vector()));
+    return;
+  }
+  int axis = normalize_onnx_axis(n, n.attr_int("axis", -1), x.ndim());
+  ir::Entry arg = n.op1(OpId::kArgmax, {in}, ArgReduceAttrs{.axis = axis});
+  ir::Entry y = n.op1(OpId::kOneHot, {arg}, OneHotAttrs{.depth = x[axis], .dtype = dtype});
+  n.set_output(0, last_axis_to(n, y, axis, x.ndim()));
+}
+
 // Trilu: where(mask, x, 0) with the mask of the last two axes made at import
 // (kept: j - i >= k for the upper triangle, j - i <= k for the lower).
 void convert_trilu(NodeContext& n) {
@@ -455,6 +504,8 @@ void convert_trilu(NodeContext& n) {
 }
 
 KILN_ONNX_CONVERTER("Trilu", convert_trilu);
+KILN_ONNX_CONVERTER("OneHot", convert_one_hot);
+KILN_ONNX_CONVERTER("Hardmax", convert_hardmax);
 KILN_ONNX_CONVERTER("Tile", convert_tile);
 KILN_ONNX_CONVERTER("GatherElements", convert_gather_elements);
 KILN_ONNX_CONVERTER("ArgMax", convert_arg_reduce<OpId::kArgmax>);
