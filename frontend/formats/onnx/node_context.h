@@ -128,6 +128,13 @@ bool register_converter(std::string_view op_type, ConvertFn fn);
 // "edge", "reflect"); frontend/formats/onnx/ops_pad.cc.
 ir::Entry pad(NodeContext& n, ir::Entry x, const std::vector<int64_t>& pads, const std::string& mode, double value);
 
+// Shared by converters: `e` reshaped to `dims` (no op when it has them);
+// frontend/formats/onnx/ops_shape.cc.
+ir::Entry reshape_to(NodeContext& n, ir::Entry e, const std::vector<int64_t>& dims);
+// Shared by converters: axes from the attribute (before `input_since_opset`)
+// or from the optional input `input` (known at import); nullopt when absent.
+std::optional<std::vector<int64_t>> axes_of(NodeContext& n, int input_since_opset, size_t input = 1);
+
 // Shared by converters: `axis` in [-rank, rank) made non-negative (IndexError naming the node otherwise).
 int normalize_onnx_axis(const NodeContext& n, int64_t axis, int rank);
 

@@ -243,11 +243,6 @@ void convert_gemm(NodeContext& n) {
   n.set_output(0, y);
 }
 
-ir::Entry reshaped(NodeContext& n, ir::Entry e, const std::vector<int64_t>& dims) {
-  if (n.entry_type(e).shape == Shape(dims)) return e;
-  return n.op1(OpId::kReshape, {e}, ReshapeAttrs{.shape = IntTuple(dims)});
-}
-
 // NumPy matmul: 1-D operands gain (then lose) an axis, batch dims broadcast.
 void convert_matmul(NodeContext& n) {
   Shape a = n.shape(0), b = n.shape(1);
@@ -270,15 +265,15 @@ void convert_matmul(NodeContext& n) {
     std::vector<int64_t> full = batch.to_vector();
     full.push_back(r);
     full.push_back(c);
-    e = reshaped(n, e, dims);
+    e = reshape_to(n, e, dims);
     if (Shape(dims) != Shape(full)) e = n.op1(OpId::kBroadcastTo, {e}, BroadcastToAttrs{.shape = Shape(full)});
-    return reshaped(n, e, {nb, r, c});
+    return reshape_to(n, e, {nb, r, c});
   };
   ir::Entry y = n.op1(OpId::kBatchDot, {batched(ea, av, m, k), batched(eb, bv, k, cols)}, DotAttrs{});
   std::vector<int64_t> out = batch.to_vector();
   if (!a_vec) out.push_back(m);
   out.push_back(cols);
-  n.set_output(0, reshaped(n, y, out));
+  n.set_output(0, reshape_to(n, y, out));
 }
 
 void convert_relu(NodeContext& n) { n.set_output(0, n.op1(OpId::kRelu, {n.input(0)})); }
@@ -365,9 +360,9 @@ void convert_softmax_like(NodeContext& n, OpId id) {
   int axis = normalize_onnx_axis(n, n.attr_int("axis", 1), x.ndim());
   int64_t rows = 1, cols = 1;
   for (int d = 0; d < x.ndim(); ++d) (d < axis ? rows : cols) *= x[d];
-  ir::Entry y = reshaped(n, n.input(0), {rows, cols});
+  ir::Entry y = reshape_to(n, n.input(0), {rows, cols});
   y = n.op1(id, {y}, SoftmaxAttrs{.axis = -1});
-  n.set_output(0, reshaped(n, y, x.to_vector()));
+  n.set_output(0, reshape_to(n, y, x.to_vector()));
 }
 void convert_softmax(NodeContext& n) { convert_softmax_like(n, OpId::kSoftmax); }
 void convert_log_softmax(NodeContext& n) { convert_softmax_like(n, OpId::kLogSoftmax); }

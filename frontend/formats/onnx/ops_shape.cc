@@ -1,8 +1,8 @@
-// ONNX converters of shape and layout ops (Shape, Constant, ConstantOfShape,
-// Reshape, Flatten, Transpose, Concat, Squeeze, Unsqueeze, Gather, Slice,
-// Split, Expand, Identity) and of the reductions. Shapes are concrete when a
-// graph is built, so every target shape is computed here and emitted as a
-// fixed Reshape.
+// ONNX converters of shape and layout ops (Shape, Size, Constant,
+// ConstantOfShape, Range, Reshape, Flatten, Transpose, Concat, Squeeze,
+// Unsqueeze, Slice, Split, Expand, Tile, DepthToSpace, SpaceToDepth,
+// Identity, CastLike). Shapes are concrete when a graph is built, so every
+// target shape is computed here and emitted as a fixed Reshape.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -25,10 +25,23 @@ NDArray int64_vector(const std::vector<int64_t>& v) {
   return nd::array(v, Shape{static_cast<int64_t>(v.size())});
 }
 
+}  // namespace
+
 ir::Entry reshape_to(NodeContext& n, ir::Entry e, const std::vector<int64_t>& dims) {
   if (n.entry_type(e).shape == Shape(dims)) return e;
   return n.op1(OpId::kReshape, {e}, ReshapeAttrs{.shape = IntTuple(dims)});
 }
+
+std::optional<std::vector<int64_t>> axes_of(NodeContext& n, int input_since_opset, size_t input) {
+  if (n.opset() < input_since_opset) {
+    if (!n.has_attr("axes")) return std::nullopt;
+    return n.attr_ints("axes");
+  }
+  if (!n.has_input(input)) return std::nullopt;
+  return n.known_ints(input, "axes");
+}
+
+namespace {
 
 void convert_shape(NodeContext& n) {
   const Shape& x = n.shape(0);
@@ -147,16 +160,6 @@ void convert_concat(NodeContext& n) {
   n.set_output(0, n.op(OpId::kConcat, in, OpAttrs::make(ConcatAttrs{.num_args = static_cast<int>(in.size()), .dim = axis})).front());
 }
 
-// Axes from the attribute (before opset 13) or the optional input.
-std::optional<std::vector<int64_t>> axes_of(NodeContext& n, int input_since_opset, size_t input = 1) {
-  if (n.opset() < input_since_opset) {
-    if (!n.has_attr("axes")) return std::nullopt;
-    return n.attr_ints("axes");
-  }
-  if (!n.has_input(input)) return std::nullopt;
-  return n.known_ints(input, "axes");
-}
-
 void convert_squeeze(NodeContext& n) {
   const Shape& x = n.shape(0);
   std::optional<std::vector<int64_t>> axes = axes_of(n, 13);
@@ -192,13 +195,6 @@ void convert_unsqueeze(NodeContext& n) {
   int src = 0;
   for (int d = 0; d < rank; ++d) dims.push_back(inserted[static_cast<size_t>(d)] ? 1 : x[src++]);
   n.set_output(0, reshape_to(n, n.input(0), dims));
-}
-
-void convert_gather(NodeContext& n) {
-  int axis = normalize_onnx_axis(n, n.attr_int("axis", 0), n.shape(0).ndim());
-  KILN_CHECK(is_integral(n.type(1).dtype), TypeError, "indices must be integers, got {}", dtype_name(n.type(1).dtype));
-  // wrap: ONNX's negative indices count from the end (out-of-range ones are an error in ONNX).
-  n.set_output(0, n.op1(OpId::kTake, {n.input(0), n.input(1)}, TakeAttrs{.axis = axis, .mode = TakeMode::kWrap}));
 }
 
 void convert_slice(NodeContext& n) {
@@ -288,53 +284,6 @@ void convert_expand(NodeContext& n) {
 
 void convert_identity(NodeContext& n) { n.set_output(0, n.input(0)); }
 
-// ReduceX: axes as an attribute, or (ReduceSum from opset 13) an optional input.
-template <OpId kId>
-void convert_reduce(NodeContext& n) {
-  const int rank = n.shape(0).ndim();
-  bool axes_input = n.op_type() == "ReduceSum" && n.opset() >= 13;
-  std::optional<std::vector<int64_t>> axes = axes_of(n, axes_input ? 13 : 18);
-  bool keepdims = n.attr_int("keepdims", 1) != 0;
-  if ((!axes || axes->empty()) && n.attr_int("noop_with_empty_axes", 0) != 0) {
-    n.set_output(0, n.input(0));
-    return;
-  }
-  ReduceAttrs a{.keepdims = keepdims};
-  if (axes && !axes->empty()) {
-    IntTuple norm;
-    for (int64_t x : *axes) norm.push_back(normalize_onnx_axis(n, x, rank));
-    a.axis = norm;
-  }
-  n.set_output(0, n.op1(kId, {n.input(0)}, a));
-}
-
-// ArgMax/ArgMin: Kiln's give the first extremum in the input's dtype; ONNX int64.
-template <OpId kId>
-void convert_arg_reduce(NodeContext& n) {
-  if (n.attr_int("select_last_index", 0) != 0) n.unsupported("select_last_index 1");
-  int axis = normalize_onnx_axis(n, n.attr_int("axis", 0), n.shape(0).ndim());
-  ir::Entry y = n.op1(kId, {n.input(0)}, ArgReduceAttrs{.axis = axis, .keepdims = n.attr_int("keepdims", 1) != 0});
-  n.set_output(0, n.op1(OpId::kCast, {y}, CastAttrs{.dtype = DType::kInt64}));
-}
-
-// The reductions ONNX composes: SumSquare, L1, L2, LogSum, LogSumExp.
-template <OpId kInner, OpId kOuter>
-void convert_composed_reduce(NodeContext& n) {
-  const int rank = n.shape(0).ndim();
-  std::optional<std::vector<int64_t>> axes = axes_of(n, 18);
-  ReduceAttrs a{.keepdims = n.attr_int("keepdims", 1) != 0};
-  if (axes && !axes->empty()) {
-    IntTuple norm;
-    for (int64_t x : *axes) norm.push_back(normalize_onnx_axis(n, x, rank));
-    a.axis = norm;
-  }
-  ir::Entry y = n.input(0);
-  if (kInner != OpId::kCopy) y = n.op1(kInner, {y});
-  y = n.op1(OpId::kSum, {y}, a);
-  if (kOuter != OpId::kCopy) y = n.op1(kOuter, {y});
-  n.set_output(0, y);
-}
-
 // Range is computed at import (its inputs are scalars known then, or it is refused).
 void convert_range(NodeContext& n) {
   double start = n.known_doubles(0, "start").at(0), limit = n.known_doubles(1, "limit").at(0),
@@ -376,37 +325,6 @@ void convert_space_to_depth(NodeContext& n) {
   n.set_output(0, reshape_to(n, y, {N, C * b * b, H / b, W / b}));
 }
 
-// GatherElements as Kiln's pick, once per index along `axis` (at most
-// kMaxGatherElementsPicks), concatenated; data is first cut to the
-// indices' extent on the other axes.
-constexpr int64_t kMaxGatherElementsPicks = 256;
-
-void convert_gather_elements(NodeContext& n) {
-  const Shape& x = n.shape(0);
-  const Shape& idx = n.shape(1);
-  KILN_CHECK(x.ndim() == idx.ndim() && x.ndim() >= 1, ShapeError, "data {} and indices {} differ in rank", x, idx);
-  int axis = normalize_onnx_axis(n, n.attr_int("axis", 0), x.ndim());
-  ir::Entry data = n.input(0);
-  for (int d = 0; d < x.ndim(); ++d) {
-    if (d == axis || idx[d] == x[d]) continue;
-    KILN_CHECK(idx[d] < x[d], ShapeError, "indices {} exceed data {} on axis {}", idx, x, d);
-    data = n.op1(OpId::kSliceAxis, {data}, SliceAxisAttrs{.axis = d, .begin = 0, .end = idx[d]});
-  }
-  const int64_t picks = idx[axis];
-  if (picks > kMaxGatherElementsPicks) n.unsupported(fmt::format("{} indices along axis {} (at most {})", picks, axis, kMaxGatherElementsPicks));
-  ir::Entry indices = n.input(1);
-  std::vector<ir::Entry> parts;
-  for (int64_t k = 0; k < picks; ++k) {
-    ir::Entry one = picks == 1 ? indices : n.op1(OpId::kSliceAxis, {indices}, SliceAxisAttrs{.axis = axis, .begin = k, .end = k + 1});
-    parts.push_back(n.op1(OpId::kPick, {data, one}, PickAttrs{.axis = axis, .keepdims = true, .mode = TakeMode::kWrap}));
-  }
-  if (parts.size() == 1) {
-    n.set_output(0, parts[0]);
-    return;
-  }
-  n.set_output(0, n.op(OpId::kConcat, parts, OpAttrs::make(ConcatAttrs{.num_args = static_cast<int>(parts.size()), .dim = axis})).front());
-}
-
 // Tile: per repeated axis a length-1 axis before it, broadcast to the
 // repeat count and merged (repeats known at import).
 void convert_tile(NodeContext& n) {
@@ -437,84 +355,7 @@ void convert_tile(NodeContext& n) {
   n.set_output(0, reshape_to(n, y, out));
 }
 
-// Moves the last axis of `y` (rank `rank`) to `axis`.
-ir::Entry last_axis_to(NodeContext& n, ir::Entry y, int axis, int rank) {
-  if (axis == rank - 1) return y;
-  IntTuple perm;
-  for (int d = 0; d < rank - 1; ++d) {
-    if (d == axis) perm.push_back(rank - 1);
-    perm.push_back(d);
-  }
-  return n.op1(OpId::kTranspose, {y}, TransposeAttrs{.axes = perm});
-}
-
-// OneHot: Kiln's one_hot (classes on the last axis, then moved to `axis`);
-// negative indices count from depth.
-void convert_one_hot(NodeContext& n) {
-  double depth = n.known_doubles(1, "depth").at(0);
-  std::vector<double> values = n.known_doubles(2, "values");
-  KILN_CHECK(values.size() == 2, ValueError, "values holds {} entries, expected [off, on]", values.size());
-  const int rank = n.shape(0).ndim() + 1;
-  int axis = normalize_onnx_axis(n, n.attr_int("axis", -1), rank);
-  ir::Entry idx = n.input(0);
-  ir::Entry negative = n.op1(OpId::kLesserScalar, {idx}, ScalarAttrs{.scalar = 0});
-  idx = n.op1(OpId::kBroadcastAdd, {idx, n.op1(OpId::kMulScalar, {negative}, ScalarAttrs{.scalar = std::trunc(depth)})});
-  ir::Entry y = n.op1(OpId::kOneHot, {idx}, OneHotAttrs{.depth = static_cast<int64_t>(depth), .on_value = values[1],
-                                                          .off_value = values[0], .dtype = n.type(2).dtype});
-  n.set_output(0, last_axis_to(n, y, axis, rank));
-}
-
-// Hardmax: one-hot of the (first) argmax along `axis` (before opset 13:
-// of the input coerced to 2-D at `axis`).
-void convert_hardmax(NodeContext& n) {
-  const Shape& x = n.shape(0);
-  const DType dtype = n.type(0).dtype;
-  ir::Entry in = n.input(0);
-  if (n.opset() < 13) {
-    int axis = normalize_onnx_axis(n, n.attr_int("axis", 1), x.ndim());
-    int64_t rows = 1;
-    for (int d = 0; d < axis; ++d) rows *= x[d];
-    int64_t cols = rows == 0 ? 0 : x.size() / rows;
-    ir::Entry arg = n.op1(OpId::kArgmax, {reshape_to(n, in, {rows, cols})}, ArgReduceAttrs{.axis = 1});
-    ir::Entry y = n.op1(OpId::kOneHot, {arg}, OneHotAttrs{.depth = cols, .dtype = dtype});
-    n.set_output(0, reshape_to(n, y, x.to_vector()));
-    return;
-  }
-  int axis = normalize_onnx_axis(n, n.attr_int("axis", -1), x.ndim());
-  ir::Entry arg = n.op1(OpId::kArgmax, {in}, ArgReduceAttrs{.axis = axis});
-  ir::Entry y = n.op1(OpId::kOneHot, {arg}, OneHotAttrs{.depth = x[axis], .dtype = dtype});
-  n.set_output(0, last_axis_to(n, y, axis, x.ndim()));
-}
-
-// Trilu: where(mask, x, 0) with the mask of the last two axes made at import
-// (kept: j - i >= k for the upper triangle, j - i <= k for the lower).
-void convert_trilu(NodeContext& n) {
-  const Shape& x = n.shape(0);
-  KILN_CHECK(x.ndim() >= 2, ShapeError, "expected at least 2 axes, got {}", x);
-  int64_t k = n.has_input(1) ? n.known_ints(1, "k").at(0) : 0;
-  bool upper = n.attr_int("upper", 1) != 0;
-  const int64_t rows = x[x.ndim() - 2], cols = x[x.ndim() - 1];
-  KILN_CHECK(rows * cols <= kMaxImportElements, ValueError, "a {}x{} mask is too large", rows, cols);
-  std::vector<uint8_t> mask(static_cast<size_t>(rows * cols));
-  for (int64_t i = 0; i < rows; ++i)
-    for (int64_t j = 0; j < cols; ++j) mask[static_cast<size_t>(i * cols + j)] = upper ? j - i >= k : j - i <= k;
-  ir::Entry m = n.constant(nd::array(mask, Shape{rows, cols}));
-  ir::Entry zero = n.constant(nd::full(Shape{}, 0.0, {x.ndim() ? n.type(0).dtype : DType::kFloat32, Device::cpu(0)}));
-  n.set_output(0, n.op1(OpId::kWhere, {m, n.input(0), zero}));
-}
-
-KILN_ONNX_CONVERTER("Trilu", convert_trilu);
-KILN_ONNX_CONVERTER("OneHot", convert_one_hot);
-KILN_ONNX_CONVERTER("Hardmax", convert_hardmax);
 KILN_ONNX_CONVERTER("Tile", convert_tile);
-KILN_ONNX_CONVERTER("GatherElements", convert_gather_elements);
-KILN_ONNX_CONVERTER("ArgMax", convert_arg_reduce<OpId::kArgmax>);
-KILN_ONNX_CONVERTER("ArgMin", convert_arg_reduce<OpId::kArgmin>);
-KILN_ONNX_CONVERTER("ReduceSumSquare", (convert_composed_reduce<OpId::kSquare, OpId::kCopy>));
-KILN_ONNX_CONVERTER("ReduceL1", (convert_composed_reduce<OpId::kAbs, OpId::kCopy>));
-KILN_ONNX_CONVERTER("ReduceL2", (convert_composed_reduce<OpId::kSquare, OpId::kSqrt>));
-KILN_ONNX_CONVERTER("ReduceLogSum", (convert_composed_reduce<OpId::kCopy, OpId::kLog>));
-KILN_ONNX_CONVERTER("ReduceLogSumExp", (convert_composed_reduce<OpId::kExp, OpId::kLog>));
 KILN_ONNX_CONVERTER("Range", convert_range);
 KILN_ONNX_CONVERTER("CastLike", convert_cast_like);
 KILN_ONNX_CONVERTER("DepthToSpace", convert_depth_to_space);
@@ -529,16 +370,10 @@ KILN_ONNX_CONVERTER("Transpose", convert_transpose);
 KILN_ONNX_CONVERTER("Concat", convert_concat);
 KILN_ONNX_CONVERTER("Squeeze", convert_squeeze);
 KILN_ONNX_CONVERTER("Unsqueeze", convert_unsqueeze);
-KILN_ONNX_CONVERTER("Gather", convert_gather);
 KILN_ONNX_CONVERTER("Slice", convert_slice);
 KILN_ONNX_CONVERTER("Split", convert_split);
 KILN_ONNX_CONVERTER("Expand", convert_expand);
 KILN_ONNX_CONVERTER("Identity", convert_identity);
-KILN_ONNX_CONVERTER("ReduceMean", convert_reduce<OpId::kMean>);
-KILN_ONNX_CONVERTER("ReduceSum", convert_reduce<OpId::kSum>);
-KILN_ONNX_CONVERTER("ReduceMax", convert_reduce<OpId::kMax>);
-KILN_ONNX_CONVERTER("ReduceMin", convert_reduce<OpId::kMin>);
-KILN_ONNX_CONVERTER("ReduceProd", convert_reduce<OpId::kProd>);
 
 }  // namespace
 }  // namespace kiln::onnx
