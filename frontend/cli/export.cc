@@ -7,7 +7,8 @@
 // on zeros of the given shapes (--shape NAME=D0,D1,..., once per input, in
 // the order the model takes them; float32), and the traced graph is written
 // by nn::export_onnx: fixed shapes, the opset asked for (13 to 17, default
-// 17), checked by libonnx before it is written.
+// 17), checked by libonnx before it is written; --dynamic-batch makes dim 0
+// of the inputs and outputs the symbol N.
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -25,6 +26,7 @@ struct ExportOptions {
   std::string model_file, params_file, output;
   std::vector<std::string> shapes;  // NAME=D0,D1,...
   int opset = onnx::kExportOpset;
+  bool dynamic_batch = false;
 };
 
 void run_export(const ExportOptions& opt) {
@@ -44,8 +46,8 @@ void run_export(const ExportOptions& opt) {
   auto net = nn::SymbolBlock::imports(opt.model_file, names, opt.params_file);
   net.hybridize();
   for (NDArray& y : net(std::span<const NDArray>(inputs))) y.wait_to_read();
-  nn::export_onnx(net, opt.output, opt.opset);
-  std::printf("wrote %s (ONNX opset %d)\n", opt.output.c_str(), opt.opset);
+  nn::export_onnx(net, opt.output, {.opset = opt.opset, .dynamic_batch = opt.dynamic_batch});
+  std::printf("wrote %s (ONNX opset %d%s)\n", opt.output.c_str(), opt.opset, opt.dynamic_batch ? ", batch N" : "");
 }
 
 }  // namespace
@@ -58,6 +60,7 @@ void add_export_command(CLI::App& app) {
   cmd->add_option("--shape", opt->shapes, "An input's shape, NAME=D0,D1,... (once per input)")->required();
   cmd->add_option("--output,-o", opt->output, "The .onnx file to write")->required();
   cmd->add_option("--opset", opt->opset, "ONNX opset, 13 to 17 (default 17)");
+  cmd->add_flag("--dynamic-batch", opt->dynamic_batch, "Write dim 0 of the inputs and outputs as the symbol N");
   cmd->callback([opt] { run_export(*opt); });
 }
 

@@ -3,6 +3,7 @@
 //   net.hybridize();
 //   net(x);                                     // traces the graph
 //   nn::export_onnx(net, "net.onnx");           // opset 17; onnx::Model::load reads it back
+//   nn::export_onnx(net, "any_batch.onnx", {.dynamic_batch = true});   // dim 0 is "N"
 //
 // The graph is the one traced for the last input signature (as export_model
 // writes MXNet files), with the parameters' current values; shapes are those
@@ -17,6 +18,7 @@
 
 namespace kiln::nn {
 
-void export_onnx(const HybridBlock& block, const std::string& path, int opset = onnx::kExportOpset);
+// options.input_names is filled here for a SymbolBlock (its input names).
+void export_onnx(const HybridBlock& block, const std::string& path, onnx::ExportOptions options = {});
 
 }  // namespace kiln::nn

@@ -52,6 +52,18 @@ TEST_P(OnnxExport, ReimportsToTheSameOutputs) {
   std::vector<NDArray> got = m.run(std::span<const NDArray>(&x, 1));
   ASSERT_EQ(got.size(), 1u);
   EXPECT_LE(max_abs_diff(got[0], want), 1e-6) << c.model;
+
+  // With a dynamic batch the file runs at another batch size too.
+  nn::export_onnx(net, path.string(), {.dynamic_batch = true});
+  onnx::Model any = onnx::Model::load(path.string());
+  fs::remove(path);
+  EXPECT_EQ(any.inputs()[0].dim_params[0], "N");
+  Shape bigger = c.input;
+  bigger[0] += 2;
+  NDArray x2 = nd::random::normal(bigger);
+  NDArray want2 = net(x2);
+  got = any.run(std::span<const NDArray>(&x2, 1));
+  EXPECT_LE(max_abs_diff(got[0], want2), 1e-6) << c.model << " at batch " << bigger[0];
 }
 
 INSTANTIATE_TEST_SUITE_P(Zoo, OnnxExport,

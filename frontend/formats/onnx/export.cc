@@ -5,6 +5,7 @@
 #include <onnx/shape_inference/implementation.h>
 
 #include <map>
+#include <optional>
 #include <set>
 
 #include <fmt/ranges.h>
@@ -42,22 +43,28 @@ int32_t onnx_dtype(DType t) {
   return pb::TensorProto::UNDEFINED;
 }
 
-void set_type(pb::ValueInfoProto* v, const std::string& name, const TensorType& t) {
+// `batch_symbol` non-empty: dim 0 is that symbol.
+void set_type(pb::ValueInfoProto* v, const std::string& name, const TensorType& t, const std::string& batch_symbol = {}) {
   v->set_name(name);
   auto* tt = v->mutable_type()->mutable_tensor_type();
   tt->set_elem_type(onnx_dtype(t.dtype));
   auto* shape = tt->mutable_shape();
-  for (int64_t d : t.shape) shape->add_dim()->set_dim_value(d);
+  for (int d = 0; d < t.shape.ndim(); ++d) {
+    if (d == 0 && !batch_symbol.empty()) shape->add_dim()->set_dim_param(batch_symbol);
+    else shape->add_dim()->set_dim_value(t.shape[d]);
+  }
 }
 
 class Writer {
  public:
-  Writer(const ir::Graph& g, int opset, const NameMap& input_names) : g_(g), opset_(opset), input_names_(input_names) {
+  Writer(const ir::Graph& g, int opset, const NameMap& input_names, std::optional<int64_t> batch)
+      : g_(g), opset_(opset), batch_(batch), input_names_(input_names) {
     for (const ir::Node& n : g.nodes()) used_.insert(n.name);
     for (auto& [_, name] : input_names) used_.insert(name);
   }
 
   int opset() const { return opset_; }
+  std::optional<int64_t> batch() const { return batch_; }  // set under dynamic_batch
   pb::GraphProto& graph() { return *model_.mutable_graph(); }
   pb::ModelProto& model() { return model_; }
   const ir::Graph& g() const { return g_; }
@@ -114,6 +121,7 @@ class Writer {
  private:
   const ir::Graph& g_;
   int opset_;
+  std::optional<int64_t> batch_;
   const NameMap& input_names_;
   pb::ModelProto model_;
   std::set<std::string> used_;
@@ -291,7 +299,14 @@ void write_dot(Writer& w, const ir::Node& n) {
 
 // Layout ops: the target is the shape the graph inferred.
 void write_reshape(Writer& w, const ir::Node& n) {
-  w.node("Reshape", {w.in(n, 0), w.int64s(n.name + "/shape", n.types[0].shape.to_vector())}, {w.out(n)}, n.name);
+  std::vector<int64_t> dims = n.types[0].shape.to_vector();
+  if (w.batch()) {
+    const Shape& in = w.in_type(n, 0).shape;
+    if (dims.empty() || in.ndim() == 0 || dims[0] != *w.batch() || in[0] != *w.batch())
+      unsupported(n, fmt::format("a dynamic batch through a Reshape from {} to {}", in, n.types[0].shape));
+    dims[0] = 0;  // ONNX: copy the input's dim 0
+  }
+  w.node("Reshape", {w.in(n, 0), w.int64s(n.name + "/shape", dims)}, {w.out(n)}, n.name);
 }
 
 void write_transpose(Writer& w, const ir::Node& n) {
@@ -388,10 +403,19 @@ const std::map<OpId, WriteFn>& writers() {
 
 }  // namespace
 
-std::string to_onnx(const ir::Graph& g, const ArrayMap& values, int opset, const NameMap& input_names) {
+std::string to_onnx(const ir::Graph& g, const ArrayMap& values, const ExportOptions& options) {
+  const int opset = options.opset;
+  std::optional<int64_t> batch;
+  std::vector<ir::NodeId> inputs = g.nodes_of_kind(ir::NodeKind::kInput);
+  if (options.dynamic_batch) {
+    KILN_CHECK(!inputs.empty() && g.node(inputs[0]).types[0].shape.ndim() > 0, ValueError,
+               "ONNX export: a dynamic batch needs an input with a dim 0");
+    batch = g.node(inputs[0]).types[0].shape[0];
+  }
+  const std::string batch_symbol = batch ? "N" : "";
   KILN_CHECK(opset >= 13 && opset <= kMaxOpset, ValueError, "ONNX export: opset {} is not in [13, {}]", opset, kMaxOpset);
   (void)mxnet::prefixed_params(g, values);  // ValueError listing the params `values` lacks
-  Writer w(g, opset, input_names);
+  Writer w(g, opset, options.input_names, batch);
   pb::ModelProto& m = w.model();
   m.set_ir_version(8);
   m.set_producer_name("kiln");
@@ -402,7 +426,14 @@ std::string to_onnx(const ir::Graph& g, const ArrayMap& values, int opset, const
   w.graph().set_name("kiln");
   for (const ir::Node& n : g.nodes()) {
     switch (n.kind) {
-      case ir::NodeKind::kInput: set_type(w.graph().add_input(), w.value({static_cast<ir::NodeId>(&n - g.nodes().data()), 0}), n.types[0]); break;
+      case ir::NodeKind::kInput: {
+        KILN_CHECK(!batch || (n.types[0].shape.ndim() > 0 && n.types[0].shape[0] == *batch), NotSupported,
+                   "ONNX export: input '{}' {} does not start with the batch ({}) of a dynamic batch", n.name,
+                   n.types[0].shape, *batch);
+        set_type(w.graph().add_input(), w.value({static_cast<ir::NodeId>(&n - g.nodes().data()), 0}), n.types[0],
+                 batch_symbol);
+        break;
+      }
       case ir::NodeKind::kParam:
       case ir::NodeKind::kAux:
       case ir::NodeKind::kConst: w.initializer(n.name, values.at(n.name)); break;
@@ -421,7 +452,10 @@ std::string to_onnx(const ir::Graph& g, const ArrayMap& values, int opset, const
       w.node("Identity", {name}, {copy}, name);
       name = copy;
     }
-    set_type(w.graph().add_output(), name, g.type(e));
+    KILN_CHECK(!batch || (g.type(e).shape.ndim() > 0 && g.type(e).shape[0] == *batch), NotSupported,
+               "ONNX export: output '{}' {} does not start with the batch ({}) of a dynamic batch", name,
+               g.type(e).shape, *batch);
+    set_type(w.graph().add_output(), name, g.type(e), batch_symbol);
   }
   try {
     pb::checker::check_model(m);
@@ -433,9 +467,8 @@ std::string to_onnx(const ir::Graph& g, const ArrayMap& values, int opset, const
   return m.SerializeAsString();
 }
 
-void save_model(const std::string& path, const ir::Graph& g, const ArrayMap& values, int opset,
-                const NameMap& input_names) {
-  mxnet::write_text_file(path, to_onnx(g, values, opset, input_names));
+void save_model(const std::string& path, const ir::Graph& g, const ArrayMap& values, const ExportOptions& options) {
+  mxnet::write_text_file(path, to_onnx(g, values, options));
 }
 
 }  // namespace kiln::onnx

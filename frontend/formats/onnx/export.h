@@ -5,9 +5,12 @@
 //   onnx::save_model("net.onnx", g, values);
 //   onnx::Model back = onnx::Model::load("net.onnx");      // runs like g
 //
-// The graph's types are concrete, so the model has fixed shapes (no
-// symbolic batch dim); Reshape targets are written as the shapes the graph
-// inferred. Inputs, params, aux states and constants keep their node names
+// The graph's types are concrete, so the model has fixed shapes, unless
+// ExportOptions::dynamic_batch makes dim 0 of every input and output the
+// symbol "N" (the graph must keep the batch on axis 0: every Reshape keeps
+// its input's dim 0, and every output starts with the batch; NotSupported
+// naming the node otherwise). Reshape targets are written as the shapes the
+// graph inferred (dim 0 as "copy" under dynamic_batch). Inputs, params, aux states and constants keep their node names
 // (params, aux and consts become initializers, the running statistics of
 // BatchNorm included), op outputs are named after their node ("name" for
 // output 0, "name:k" after). Ops are written in inference semantics
@@ -28,11 +31,17 @@ namespace kiln::onnx {
 
 inline constexpr int kExportOpset = 17;
 
-// ValueError listing param/aux/const nodes `values` lacks; `opset` in [13, 17].
-// `input_names` renames input nodes (node name -> name in the file).
 using NameMap = std::map<std::string, std::string, std::less<>>;
-std::string to_onnx(const ir::Graph& g, const ArrayMap& values, int opset = kExportOpset, const NameMap& input_names = {});
-void save_model(const std::string& path, const ir::Graph& g, const ArrayMap& values, int opset = kExportOpset,
-                const NameMap& input_names = {});
+
+struct ExportOptions {
+  int opset = kExportOpset;  // 13 to 17
+  NameMap input_names;       // input node name -> name in the file
+  bool dynamic_batch = false;
+};
+
+// ValueError listing param/aux/const nodes `values` lacks, or for an opset
+// outside [13, 17].
+std::string to_onnx(const ir::Graph& g, const ArrayMap& values, const ExportOptions& options = {});
+void save_model(const std::string& path, const ir::Graph& g, const ArrayMap& values, const ExportOptions& options = {});
 
 }  // namespace kiln::onnx
