@@ -11,6 +11,11 @@ if(NOT KILN_TSAN)
   find_package(dnnl REQUIRED)
   find_package(OpenMP REQUIRED)
   find_package(CLI11 REQUIRED)
+  # ONNX import (frontend/formats/onnx/): Debian's libonnx-dev, whose CMake
+  # targets (onnx, onnx_proto; they define ONNX_ML and ONNX_NAMESPACE) name
+  # protobuf::libprotobuf without finding it, so Protobuf comes first.
+  find_package(Protobuf REQUIRED)
+  find_package(ONNX REQUIRED)
 endif()
 
 set(KILN_WARNINGS -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers)

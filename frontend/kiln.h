@@ -4,6 +4,8 @@
 #include "frontend/autograd.h"
 #include "frontend/cached_op.h"
 #include "frontend/check_hybridize.h"
+#include "frontend/formats/mxnet/export.h"
+#include "frontend/formats/mxnet/params_io.h"
 #include "frontend/invoke.h"
 #include "frontend/kvstore.h"
 #include "frontend/nd.h"

@@ -123,7 +123,7 @@ std::vector<EpochStats> train_fashion_mnist(const TrainConfig& cfg,
     auto loaded = checkpoints->load_newest(note, [&](const train::Checkpoint& c, const std::string& path) {
       state = train::decode_training(c, path, params, trainer, train_loader);
       std::string src = fmt::format("{}: section 'metrics'", path);
-      const nn::NamedArrays& m = c.section("metrics", path);
+      const NamedArrays& m = c.section("metrics", path);
       for (const char* entry : {"loss_sum", "correct_sum"}) {
         const NDArray& a = train::read_entry(m, entry, src);
         KILN_CHECK(a.is_none() || (is_floating(a.dtype()) && a.size() == 1), IOError,
@@ -134,7 +134,7 @@ std::vector<EpochStats> train_fashion_mnist(const TrainConfig& cfg,
       resumed_correct = train::read_entry(m, "correct_sum", src);
       resumed_seen = train::read_i64(m, "seen", src);
       if (scaler && c.has("loss_scaler")) {
-        const nn::NamedArrays& ls = c.section("loss_scaler", path);
+        const NamedArrays& ls = c.section("loss_scaler", path);
         const std::string ls_src = fmt::format("{}: section 'loss_scaler'", path);
         resumed_scaler = amp::LossScaler::State{train::read_f64(ls, "scale", ls_src),
                                                 train::read_i64(ls, "clean_steps", ls_src),

@@ -5,7 +5,9 @@ after changing this script). Standard library only.
   python3 scripts/make_fuzz_seeds.py
 
 symbol_json/ and params/ also hold real MXNet exports copied from
-tests/data/mxnet-models (not written here).
+tests/data/mxnet-models (not written here); onnx/ holds models copied from
+tests/data/onnx (PyTorch exports) and from Debian's libonnx-testdata
+(node/test_conv_with_strides_padding, node/test_reshape_negative_dim).
 """
 import gzip
 import hashlib

@@ -23,6 +23,9 @@
 #ifndef KILN_LLVM_VERSION
 #define KILN_LLVM_VERSION ""
 #endif
+#ifndef KILN_ONNX_VERSION
+#define KILN_ONNX_VERSION ""
+#endif
 #ifndef KILN_MPI_VERSION
 #define KILN_MPI_VERSION ""
 #endif
@@ -77,6 +80,7 @@ void print_info() {
   line("cuda", cuda_version());
   line("llvm", or_no(KILN_LLVM_VERSION));
   line("mpi", or_no(KILN_MPI_VERSION));
+  line("onnx", or_no(KILN_ONNX_VERSION));
   line("openmp", openmp_version());
   line("cpu", cpu::features().model);
   line("cpu 16-bit float flags", cpu::low_precision_flags());

@@ -1,5 +1,7 @@
-// kiln inspect: what an MXNet symbol file (or a graph dump) holds, in text
-// or as a picture.
+// kiln inspect: what a model file (MXNet symbol JSON or ONNX, told by
+// content) or a graph dump holds, in text or as a picture.
+//
+//   kiln inspect model.onnx [--shape x=1,3,224,224]   # opset, producer, inputs, ops, parameters
 //
 //   kiln inspect model-symbol.json
 //   kiln inspect model-symbol.json --shape data=1,3,112,112 --dot model.dot
@@ -31,9 +33,11 @@
 
 #include "frontend/atomic_file.h"
 #include "frontend/cached_op.h"
-#include "frontend/nn/export.h"
+#include "frontend/formats/model_format.h"
+#include "frontend/formats/mxnet/export.h"
+#include "frontend/formats/mxnet/symbol_json.h"
+#include "frontend/formats/onnx/model.h"
 #include "frontend/viz/graph_svg.h"
-#include "ir/symbol_json.h"
 #include "passes/dot.h"
 #include "passes/pass.h"
 
@@ -85,11 +89,11 @@ std::string dot_escape(std::string_view s) {
 // The untyped picture (no --shape): inputs and ops as Graphviz nodes;
 // variables that are not inputs are folded into the label of the op that
 // reads them.
-std::string to_dot(const ir::Symbol& s, const std::vector<std::string>& inputs) {
-  auto is_input = [&](const ir::SymbolNode& n) { return std::ranges::find(inputs, n.name) != inputs.end(); };
+std::string to_dot(const mxnet::Symbol& s, const std::vector<std::string>& inputs) {
+  auto is_input = [&](const mxnet::SymbolNode& n) { return std::ranges::find(inputs, n.name) != inputs.end(); };
   std::string out = "digraph kiln {\n  rankdir=TB;\n  node [fontname=\"Helvetica\", fontsize=10];\n";
   for (size_t i = 0; i < s.nodes.size(); ++i) {
-    const ir::SymbolNode& n = s.nodes[i];
+    const mxnet::SymbolNode& n = s.nodes[i];
     if (n.is_variable() && !is_input(n)) continue;
     // Lines joined by Graphviz's \n escape, each escaped on its own.
     std::string label = n.is_variable() ? dot_escape(n.name) : dot_escape(n.op) + "\\n" + dot_escape(n.name);
@@ -97,8 +101,8 @@ std::string to_dot(const ir::Symbol& s, const std::vector<std::string>& inputs) 
                        n.is_variable() ? ", style=filled, fillcolor=\"#dde8f5\"" : "");
   }
   for (size_t i = 0; i < s.nodes.size(); ++i) {
-    for (const ir::SymbolEntry& e : s.nodes[i].inputs) {
-      const ir::SymbolNode& src = s.nodes[static_cast<size_t>(e.node)];
+    for (const mxnet::SymbolEntry& e : s.nodes[i].inputs) {
+      const mxnet::SymbolNode& src = s.nodes[static_cast<size_t>(e.node)];
       if (src.is_variable() && !is_input(src)) continue;
       out += fmt::format("  n{} -> n{};\n", e.node, i);
     }
@@ -154,6 +158,65 @@ void inspect_ir_text(const std::string& text, const InspectOptions& opt) {
   write_graph_pictures(g, opt);
 }
 
+std::string dims_text(const onnx::ValueInfo& v) {
+  if (!v.has_shape) return "?";
+  std::vector<std::string> dims;
+  for (size_t d = 0; d < v.dims.size(); ++d)
+    dims.push_back(v.dims[d] >= 0 ? std::to_string(v.dims[d]) : v.dim_params[d].empty() ? "?" : v.dim_params[d]);
+  return fmt::format("{}[{}]", dtype_short_name(v.dtype), fmt::join(dims, ","));
+}
+
+void inspect_onnx(const InspectOptions& opt) {
+  onnx::Model m = onnx::Model::load(opt.symbol_file);
+  std::printf("%s: ONNX IR %lld, opset %lld, producer %s, %lld nodes\n", opt.symbol_file.c_str(),
+              static_cast<long long>(m.ir_version()), static_cast<long long>(m.opset()),
+              m.producer().empty() ? "(none)" : m.producer().c_str(), static_cast<long long>(m.num_nodes()));
+  std::map<std::string, TensorType> given;
+  for (const std::string& text : opt.shapes) {
+    auto [name, shape] = parse_shape_option(text);
+    given[name] = {shape, DType::kFloat32};
+  }
+  std::vector<TensorType> types;
+  for (const onnx::ValueInfo& v : m.inputs()) {
+    std::printf("input %s %s\n", v.name.c_str(), dims_text(v).c_str());
+    if (auto it = given.find(v.name); it != given.end()) types.push_back({it->second.shape, v.dtype});
+  }
+  KILN_CHECK(given.empty() || types.size() == m.inputs().size(), ValueError,
+             "kiln inspect: give --shape for every input of the model, or none");
+  std::string ops;
+  for (auto& [op, count] : m.op_counts()) ops += fmt::format("{}{} x{}", ops.empty() ? "" : ", ", op, count);
+  std::printf("ops: %s\n", ops.c_str());
+  int64_t params = 0, aux = 0, values = 0, consts = 0;
+  for (auto& [name, a] : m.initializers()) {
+    if (!m.is_param(name)) {
+      ++consts;
+      continue;
+    }
+    (m.is_aux(name) ? aux : params) += 1;
+    values += a.size();
+  }
+  std::printf("parameters: %lld (%lld learned, %lld aux), %lld values; %lld integer initializers\n",
+              static_cast<long long>(params + aux), static_cast<long long>(params), static_cast<long long>(aux),
+              static_cast<long long>(values), static_cast<long long>(consts));
+  std::printf("outputs:");
+  std::optional<onnx::Imported> im;
+  if (!types.empty()) im = m.to_graph(types);
+  for (size_t i = 0; i < m.outputs().size(); ++i) {
+    const onnx::ValueInfo& v = m.outputs()[i];
+    std::string t = dims_text(v);
+    if (im) {
+      const TensorType& got = im->graph.type(im->graph.outputs()[i]);
+      t = fmt::format("{}{}", dtype_short_name(got.dtype), got.shape);
+    }
+    std::printf(" %s %s", v.name.c_str(), t.c_str());
+  }
+  std::printf("\n");
+  if (im) std::printf("kiln graph: %lld ops\n", static_cast<long long>(im->graph.num_ops()));
+  KILN_CHECK(im || (opt.svg_file.empty() && opt.dot_file.empty()), ValueError,
+             "kiln inspect: --svg and --dot of an ONNX model need --shape for every input");
+  if (im) write_graph_pictures(im->graph, opt);
+}
+
 // Kiln's IR text starts with "graph {"; MXNet's files with "{".
 bool is_ir_text(const std::string& text) {
   size_t first = text.find_first_not_of(" \t\r\n");
@@ -171,8 +234,12 @@ void run_inspect(const InspectOptions& opt) {
     std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
     if (is_ir_text(text)) return inspect_ir_text(text, opt);
   }
-  ir::Symbol s = ir::load_symbol_json(opt.symbol_file);
-  ir::TypeMap types;
+  if (formats::detect_model_format(opt.symbol_file) == formats::ModelFormat::kOnnx) {
+    KILN_CHECK(opt.params_file.empty(), ValueError, "kiln inspect: --params is for MXNet models (ONNX holds its weights)");
+    return inspect_onnx(opt);
+  }
+  mxnet::Symbol s = mxnet::load_symbol_json(opt.symbol_file);
+  mxnet::TypeMap types;
   std::vector<std::string> inputs;
   for (const std::string& text : opt.shapes) {
     auto [name, shape] = parse_shape_option(text);
@@ -182,17 +249,17 @@ void run_inspect(const InspectOptions& opt) {
   if (inputs.empty()) {
     // Without --shape: the variables nothing tells the shape of are the inputs.
     for (size_t i = 0; i < s.nodes.size(); ++i) {
-      if (s.nodes[i].is_variable() && !s.nodes[i].is_label && !ir::variable_shape_hint(s, static_cast<int32_t>(i)))
+      if (s.nodes[i].is_variable() && !s.nodes[i].is_label && !mxnet::variable_shape_hint(s, static_cast<int32_t>(i)))
         inputs.push_back(s.nodes[i].name);
     }
   }
   if (!opt.params_file.empty()) {
-    for (auto& [name, a] : nn::load_symbol_params(opt.params_file, s, inputs)) types[name] = {a.shape(), a.dtype()};
+    for (auto& [name, a] : mxnet::load_symbol_params(opt.params_file, s, inputs)) types[name] = {a.shape(), a.dtype()};
   }
 
   size_t variables = 0;
   std::map<std::string, int> op_counts;
-  for (const ir::SymbolNode& n : s.nodes) {
+  for (const mxnet::SymbolNode& n : s.nodes) {
     if (n.is_variable()) {
       ++variables;
     } else {
@@ -208,16 +275,16 @@ void run_inspect(const InspectOptions& opt) {
   std::printf("ops: %s\n", ops.c_str());
 
   std::optional<ir::Graph> g;
-  if (!opt.shapes.empty()) g = ir::to_graph(s, types, inputs);
+  if (!opt.shapes.empty()) g = mxnet::to_graph(s, types, inputs);
 
   std::printf("\n%5s  %-40s %-20s %s\n", "node", "name", "op", g ? "output shapes" : "inputs");
   for (size_t i = 0; i < s.nodes.size(); ++i) {
-    const ir::SymbolNode& n = s.nodes[i];
+    const mxnet::SymbolNode& n = s.nodes[i];
     std::string what;
     if (g) {
       if (auto id = g->find(n.name)) what = types_text(g->node(*id).types);
     } else {
-      for (const ir::SymbolEntry& e : n.inputs)
+      for (const mxnet::SymbolEntry& e : n.inputs)
         what += fmt::format("{}{}", what.empty() ? "" : ", ", s.nodes[static_cast<size_t>(e.node)].name);
     }
     std::string op = !n.is_variable()                                    ? n.op
@@ -232,7 +299,7 @@ void run_inspect(const InspectOptions& opt) {
   int64_t args = 0, aux = 0, arg_values = 0, aux_values = 0;
   bool all_known = true;
   for (size_t i = 0; i < s.nodes.size(); ++i) {
-    const ir::SymbolNode& n = s.nodes[i];
+    const mxnet::SymbolNode& n = s.nodes[i];
     if (!n.is_variable() || n.is_label || std::ranges::find(inputs, n.name) != inputs.end()) continue;
     (n.is_aux ? aux : args) += 1;
     std::optional<Shape> shape;
@@ -241,7 +308,7 @@ void run_inspect(const InspectOptions& opt) {
     } else if (auto t = types.find(n.name); t != types.end()) {
       shape = t->second.shape;
     } else {
-      shape = ir::variable_shape_hint(s, static_cast<int32_t>(i));
+      shape = mxnet::variable_shape_hint(s, static_cast<int32_t>(i));
       for (int d = 0; shape && d < shape->ndim(); ++d)
         if ((*shape)[d] == 0) shape.reset();
     }
@@ -260,7 +327,7 @@ void run_inspect(const InspectOptions& opt) {
     std::printf("; value counts need --shape or --params\n");
   }
   std::printf("outputs:");
-  for (const ir::SymbolEntry& e : s.heads) {
+  for (const mxnet::SymbolEntry& e : s.heads) {
     std::string name = s.nodes[static_cast<size_t>(e.node)].name;
     std::printf(" %s%s", name.c_str(), e.index > 0 ? fmt::format("#{}", e.index).c_str() : "");
     if (g) {
@@ -293,8 +360,8 @@ void run_inspect(const InspectOptions& opt) {
 void add_inspect_command(CLI::App& app) {
   auto opt = std::make_shared<InspectOptions>();
   CLI::App* cmd =
-      app.add_subcommand("inspect", "Describe an MXNet symbol file or a graph dump (ops, shapes, parameters, picture)");
-  cmd->add_option("symbol", opt->symbol_file, "The *-symbol.json file, or a KILN_DUMP_GRAPHS .txt dump")->required();
+      app.add_subcommand("inspect", "Describe a model file (MXNet symbol JSON or ONNX) or a graph dump (ops, shapes, parameters, picture)");
+  cmd->add_option("model", opt->symbol_file, "The *-symbol.json or *.onnx file, or a KILN_DUMP_GRAPHS .txt dump")->required();
   cmd->add_option("--shape", opt->shapes, "An input's shape, NAME=D0,D1,... (repeat per input)");
   cmd->add_option("--params", opt->params_file, "The matching .params file (parameter shapes)");
   cmd->add_option("--dot", opt->dot_file, "Write the graph in Graphviz dot form to FILE");

@@ -28,6 +28,7 @@ void add_bench_command(CLI::App& app);  // bench.cc
 void add_train_command(CLI::App& app);  // train.cc
 void add_inspect_command(CLI::App& app);  // inspect.cc
 void add_run_command(CLI::App& app);      // run.cc
+void add_export_command(CLI::App& app);   // export.cc
 void add_example_command(CLI::App& app);  // example.cc
 void add_plot_command(CLI::App& app);     // plot.cc
 void add_profile_command(CLI::App& app);  // profile.cc
@@ -43,6 +44,7 @@ int main(int argc, char** argv) {
   kiln::cli::add_train_command(app);
   kiln::cli::add_inspect_command(app);
   kiln::cli::add_run_command(app);
+  kiln::cli::add_export_command(app);
   kiln::cli::add_example_command(app);
   kiln::cli::add_plot_command(app);
   kiln::cli::add_profile_command(app);

@@ -11,7 +11,7 @@
 #include <fmt/ranges.h>
 
 #include "frontend/cached_op.h"
-#include "frontend/nn/export.h"
+#include "frontend/formats/mxnet/export.h"
 #include "frontend/trace.h"
 
 namespace kiln::nn {
@@ -288,7 +288,7 @@ std::pair<std::string, std::string> HybridBlock::export_model(const std::string&
   // Captured constants: variables in the JSON, values in the params file.
   for (const auto& [id, a] : t->consts) values.emplace(t->graph.node(id).name, a);
   try {
-    return export_graph(prefix, epoch, t->graph, values);
+    return mxnet::export_graph(prefix, epoch, t->graph, values);
   } catch (Error& e) {
     e.add_context(fmt::format("{}: export_model('{}')", display_name(), prefix));
     throw;

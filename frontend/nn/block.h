@@ -169,7 +169,7 @@ class Block {
   HookHandle register_forward_hook(ForwardHook hook);
 
   // Writes the parameters under their structural names in MXNet's NDArray
-  // list format (frontend/nn/params_io.h); atomically (temp file + rename).
+  // list format (frontend/formats/mxnet/params_io.h); atomically (temp file + rename).
   // Values are read when written, so this waits for pending writes.
   void save_parameters(const std::string& path) const;
   // Loads values by structural name ("arg:"/"aux:" prefixes are stripped).

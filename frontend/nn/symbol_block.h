@@ -1,5 +1,7 @@
-// SymbolBlock: a model loaded from MXNet's symbol JSON (and params file),
-// run as a HybridBlock (Gluon's SymbolBlock.imports).
+// SymbolBlock: a model loaded from a file, MXNet's symbol JSON (and params
+// file) or ONNX, run as a HybridBlock (Gluon's SymbolBlock.imports).
+//
+//   auto net = nn::SymbolBlock::imports("resnet18.onnx", {"x"});  // weights are in the file
 //
 //   auto net = nn::SymbolBlock::imports("lenet-symbol.json", {"data"}, "lenet-0001.params");
 //   NDArray y = net(nd::ones({1, 1, 28, 28}));                  // one input, one output
@@ -19,10 +21,20 @@
 // one, shapes come from `__shape__` hints and the ops' attributes (unknown
 // dims 0, completed at the first forward), and initialize() draws values.
 //
-// forward builds the typed graph for the call's input types (ir::to_graph;
+// forward builds the typed graph for the call's input types (mxnet::to_graph;
 // cached per list of input types, so a new batch size builds once more) and
 // evaluates it op by op with eval_graph (autograd records it). Inputs come in
 // `input_names` order.
+//
+// ONNX (imports detects the format by content, formats::detect_model_format):
+// the initializers the model learns (floating point) are the parameters, by
+// their ONNX names, BatchNormalization's running statistics aux; a params
+// file is refused (the weights are in the model). `input_names` name the
+// model's graph inputs, every one, in the order forward takes them (empty:
+// the model's own order). The typed graph comes from onnx::Model::to_graph,
+// cached per list of input types; values it computed at import (folded shape
+// arithmetic) are constants of that graph. symbol() and export_model are
+// MXNet-only for now (NotSupported on an ONNX block).
 //
 // A SymbolBlock is a handle like every Block: copies share the state.
 #pragma once
@@ -35,7 +47,8 @@
 
 #include "frontend/nn/block.h"
 #include "ir/graph.h"
-#include "ir/symbol_json.h"
+#include "frontend/formats/mxnet/symbol_json.h"
+#include "frontend/formats/onnx/model.h"
 
 namespace kiln::nn {
 
@@ -43,7 +56,7 @@ class SymbolBlock : public HybridBlock {
  public:
   // Parameters without values (initialize() draws them). ValueError when an
   // input name is not a variable of the symbol.
-  SymbolBlock(ir::Symbol symbol, std::vector<std::string> input_names);
+  SymbolBlock(mxnet::Symbol symbol, std::vector<std::string> input_names);
   SymbolBlock(const SymbolBlock&) = default;
   SymbolBlock& operator=(const SymbolBlock&) = default;
 
@@ -54,7 +67,8 @@ class SymbolBlock : public HybridBlock {
   NDArray forward(const NDArray& x) override;  // one input and one output (ValueError otherwise)
   std::vector<NDArray> forward(std::span<const NDArray> xs) override;
 
-  const ir::Symbol& symbol() const;
+  const mxnet::Symbol& symbol() const;  // NotSupported for an ONNX model
+  const onnx::Model* onnx_model() const;  // null for an MXNet model
   const std::vector<std::string>& input_names() const;
   // The typed graph for inputs of these types (cached); completes the shapes
   // of parameters that were still partly unknown.
@@ -72,8 +86,9 @@ class SymbolBlock : public HybridBlock {
   struct State;
   // Parameters take their shapes and dtypes from `values` when given (and
   // every one must be there), else from the symbol.
-  SymbolBlock(ir::Symbol symbol, std::vector<std::string> input_names,
+  SymbolBlock(mxnet::Symbol symbol, std::vector<std::string> input_names,
               const std::map<std::string, NDArray, std::less<>>* values);
+  SymbolBlock(onnx::Model model, std::vector<std::string> input_names, const std::vector<Device>& devices);
   std::shared_ptr<State> state_;
 };
 

@@ -84,7 +84,7 @@ class Reader {
 
 }  // namespace
 
-void Checkpoint::add(std::string name, nn::NamedArrays arrays, bool required) {
+void Checkpoint::add(std::string name, NamedArrays arrays, bool required) {
   KILN_CHECK(valid_name(name), ValueError,
              "Checkpoint::add: section name '{}' must be 1 to {} characters of [a-z0-9_:]", name,
              kCheckpointMaxNameBytes);
@@ -98,7 +98,7 @@ bool Checkpoint::has(std::string_view name) const {
   return std::any_of(sections.begin(), sections.end(), [&](const CheckpointSection& s) { return s.name == name; });
 }
 
-const nn::NamedArrays& Checkpoint::section(std::string_view name, std::string_view source) const {
+const NamedArrays& Checkpoint::section(std::string_view name, std::string_view source) const {
   for (const CheckpointSection& s : sections) {
     if (s.name == name) return s.arrays;
   }
@@ -125,7 +125,7 @@ void write_checkpoint(const Checkpoint& c, const std::function<void(std::string_
     // The payload's length and crc32 come first in the file: a pass that only counts.
     uint64_t size = 0;
     uint32_t crc = crc32_of({});
-    nn::write_ndarrays(s.arrays, [&](std::string_view bytes) {
+    mxnet::write_ndarrays(s.arrays, [&](std::string_view bytes) {
       size += bytes.size();
       crc = crc32_update(crc, bytes);
     });
@@ -137,7 +137,7 @@ void write_checkpoint(const Checkpoint& c, const std::function<void(std::string_
     put_pod<uint32_t>(h, crc);
     put(h);
     uint64_t written = 0;
-    nn::write_ndarrays(s.arrays, [&](std::string_view bytes) {
+    mxnet::write_ndarrays(s.arrays, [&](std::string_view bytes) {
       written += bytes.size();
       put(bytes);
     });
@@ -228,7 +228,7 @@ Checkpoint parse_checkpoint(std::span<const std::byte> raw, std::string_view nam
   if (r.left() != 0) r.fail(r.pos(), fmt::format("{} unexpected bytes after the end of the checkpoint", r.left()));
   for (Raw& s : raws) {
     std::string source = fmt::format("{}: section '{}' (payload at byte {})", name, s.name, s.at);
-    c.sections.push_back({std::move(s.name), s.required, nn::parse_ndarrays(s.payload, source)});
+    c.sections.push_back({std::move(s.name), s.required, mxnet::parse_ndarrays(s.payload, source)});
   }
   return c;
 }

@@ -5,7 +5,7 @@
 //   c.add("params", {{"0.weight", w}, {"0.bias", b}});
 //   std::string bytes = train::serialize_checkpoint(c);
 //   train::Checkpoint back = train::parse_checkpoint(std::as_bytes(std::span(bytes)), "ckpt-0000000100.kiln");
-//   const nn::NamedArrays& p = back.section("params");   // IOError naming the file when absent
+//   const NamedArrays& p = back.section("params");   // IOError naming the file when absent
 //
 // Format, version 1 (little-endian):
 //   "KILNCKPT" (8 bytes), u32 format version, u32 section count
@@ -13,7 +13,7 @@
 //                u32 flags (bit 0: required), u64 payload length,
 //                u32 zlib crc32 of the payload, the payload
 //   u32 zlib crc32 of every byte before it
-// Every payload is MXNet's NDArray-list format (frontend/nn/params_io.h), the
+// Every payload is MXNet's NDArray-list format (frontend/formats/mxnet/params_io.h), the
 // one array format Kiln writes: scalars are one-element int64/float64 arrays.
 //
 // Extending: new state is a new section, so the version stays 1 while only
@@ -43,7 +43,7 @@
 #include <string_view>
 #include <vector>
 
-#include "frontend/nn/params_io.h"
+#include "frontend/formats/mxnet/params_io.h"
 
 namespace kiln::train {
 
@@ -54,7 +54,7 @@ inline constexpr size_t kCheckpointMaxNameBytes = 64;
 struct CheckpointSection {
   std::string name;
   bool required = true;  // a reader that does not know it must refuse the file
-  nn::NamedArrays arrays;
+  NamedArrays arrays;
 };
 
 struct Checkpoint {
@@ -62,10 +62,10 @@ struct Checkpoint {
   std::vector<CheckpointSection> sections;
 
   // Appends a section (ValueError for a repeated or malformed name).
-  void add(std::string name, nn::NamedArrays arrays, bool required = true);
+  void add(std::string name, NamedArrays arrays, bool required = true);
   bool has(std::string_view name) const;
   // IOError "<source>: no section '<name>' (sections: ...)" when absent.
-  const nn::NamedArrays& section(std::string_view name, std::string_view source = "checkpoint") const;
+  const NamedArrays& section(std::string_view name, std::string_view source = "checkpoint") const;
 };
 
 // The file's bytes, streamed to `put` in consecutive pieces without building

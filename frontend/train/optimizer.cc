@@ -6,7 +6,7 @@
 
 #include "frontend/nd_init.h"
 #include "frontend/nd_optimizer.h"
-#include "frontend/nn/params_io.h"
+#include "frontend/formats/mxnet/params_io.h"
 
 namespace kiln::optim {
 
@@ -30,8 +30,8 @@ void Optimizer::set_learning_rate(double lr) {
   lr_ = lr;
 }
 
-nn::NamedArrays Optimizer::state_arrays() const {
-  nn::NamedArrays arrays;
+NamedArrays Optimizer::state_arrays() const {
+  NamedArrays arrays;
   arrays.emplace_back("optimizer:" + name(), nd::array(std::vector<int64_t>{num_update_}));
   for (const auto& [key, s] : states_) {
     arrays.emplace_back(fmt::format("count:{}", key), nd::array(std::vector<int64_t>{s.count}));
@@ -40,9 +40,9 @@ nn::NamedArrays Optimizer::state_arrays() const {
   return arrays;
 }
 
-void Optimizer::save_states(const std::string& path) const { nn::save_ndarrays(path, state_arrays()); }
+void Optimizer::save_states(const std::string& path) const { mxnet::save_ndarrays(path, state_arrays()); }
 
-void Optimizer::load_state_arrays(const nn::NamedArrays& arrays, std::string_view source, Device device) {
+void Optimizer::load_state_arrays(const NamedArrays& arrays, std::string_view source, Device device) {
   KILN_CHECK(!arrays.empty() && arrays[0].first == "optimizer:" + name(), IOError,
              "{}: not a saved state of optimizer '{}' (first entry is '{}')", source, name(),
              arrays.empty() ? "" : arrays[0].first);
@@ -79,7 +79,7 @@ void Optimizer::load_state_arrays(const nn::NamedArrays& arrays, std::string_vie
 }
 
 void Optimizer::load_states(const std::string& path, Device device) {
-  load_state_arrays(nn::load_ndarrays(path), path, device);
+  load_state_arrays(mxnet::load_ndarrays(path), path, device);
 }
 
 std::vector<NDArray> SGD::create_state(const NDArray& weight) const {

@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "frontend/ndarray.h"
-#include "frontend/nn/params_io.h"
+#include "frontend/formats/mxnet/params_io.h"
 
 namespace kiln::optim {
 
@@ -52,8 +52,8 @@ class Optimizer {
   // The same in memory (checkpoints): the arrays save_states writes, and
   // their loading; `source` names them in errors. A loaded state moves to its
   // weight's device at the key's next update, which checks its shape.
-  nn::NamedArrays state_arrays() const;
-  void load_state_arrays(const nn::NamedArrays& arrays, std::string_view source, Device device = Device::cpu(0));
+  NamedArrays state_arrays() const;
+  void load_state_arrays(const NamedArrays& arrays, std::string_view source, Device device = Device::cpu(0));
 
  protected:
   virtual std::vector<NDArray> create_state(const NDArray& weight) const = 0;

@@ -24,7 +24,7 @@ std::string describe(const NDArray& a) {
 }
 
 // Rows of `cols` int64 values; an empty table is shape [0, cols].
-std::vector<int64_t> read_table(const nn::NamedArrays& arrays, std::string_view entry, int64_t cols,
+std::vector<int64_t> read_table(const NamedArrays& arrays, std::string_view entry, int64_t cols,
                                 std::string_view source) {
   const NDArray& a = read_entry(arrays, entry, source);
   KILN_CHECK(!a.is_none() && a.dtype() == DType::kInt64 && a.ndim() == 2 && a.shape()[1] == cols, IOError,
@@ -58,21 +58,21 @@ NDArray scalar_f64(double v) {
   return a;
 }
 
-const NDArray& read_entry(const nn::NamedArrays& arrays, std::string_view entry, std::string_view source) {
+const NDArray& read_entry(const NamedArrays& arrays, std::string_view entry, std::string_view source) {
   for (const auto& [n, a] : arrays) {
     if (n == entry) return a;
   }
   throw IOError(fmt::format("{}: entry '{}' is missing", source, entry));
 }
 
-int64_t read_i64(const nn::NamedArrays& arrays, std::string_view entry, std::string_view source) {
+int64_t read_i64(const NamedArrays& arrays, std::string_view entry, std::string_view source) {
   const NDArray& a = read_entry(arrays, entry, source);
   KILN_CHECK(!a.is_none() && a.dtype() == DType::kInt64 && a.size() == 1, IOError,
              "{}: entry '{}': expected one int64, found {}", source, entry, describe(a));
   return a.item<int64_t>();
 }
 
-double read_f64(const nn::NamedArrays& arrays, std::string_view entry, std::string_view source) {
+double read_f64(const NamedArrays& arrays, std::string_view entry, std::string_view source) {
   const NDArray& a = read_entry(arrays, entry, source);
   KILN_CHECK(!a.is_none() && a.dtype() == DType::kFloat64 && a.size() == 1, IOError,
              "{}: entry '{}': expected one float64, found {}", source, entry, describe(a));
@@ -82,7 +82,7 @@ double read_f64(const nn::NamedArrays& arrays, std::string_view entry, std::stri
 Checkpoint capture_training(const nn::ParameterDict& params, const Trainer& trainer, const RunPosition& pos,
                             const data::DataLoader& loader) {
   Checkpoint c;
-  nn::NamedArrays p;
+  NamedArrays p;
   for (const auto& [name, param] : params) {
     KILN_CHECK(param.is_initialized(), ValueError,
                "checkpoint: parameter '{}' is not initialized yet (checkpoint after the first step)", name);
@@ -129,7 +129,7 @@ TrainingState decode_training(const Checkpoint& c, std::string_view source, cons
 
   // params: exactly the model's, shapes and dtypes equal.
   std::string src = fmt::format("{}: section 'params'", source);
-  const nn::NamedArrays& saved = c.section("params", source);
+  const NamedArrays& saved = c.section("params", source);
   std::vector<std::string> problems;
   std::set<std::string_view> seen;
   for (const auto& [n, a] : saved) {
@@ -170,7 +170,7 @@ TrainingState decode_training(const Checkpoint& c, std::string_view source, cons
   }
 
   src = fmt::format("{}: section 'trainer'", source);
-  const nn::NamedArrays& t = c.section("trainer", source);
+  const NamedArrays& t = c.section("trainer", source);
   st.position.step = read_i64(t, "step", src);
   st.learning_rate = read_f64(t, "learning_rate", src);
   KILN_CHECK(st.position.step >= 0, IOError, "{}: step {} is negative", src, st.position.step);
@@ -182,7 +182,7 @@ TrainingState decode_training(const Checkpoint& c, std::string_view source, cons
              num_update);
 
   src = fmt::format("{}: section 'rng'", source);
-  const nn::NamedArrays& r = c.section("rng", source);
+  const NamedArrays& r = c.section("rng", source);
   st.random.global_seed = std::bit_cast<uint64_t>(read_i64(r, "random:seed", src));
   std::vector<int64_t> rows = read_table(r, "random:streams", 4, src);
   for (size_t i = 0; i < rows.size(); i += 4) {
@@ -200,7 +200,7 @@ TrainingState decode_training(const Checkpoint& c, std::string_view source, cons
   }
 
   src = fmt::format("{}: section 'data'", source);
-  const nn::NamedArrays& d = c.section("data", source);
+  const NamedArrays& d = c.section("data", source);
   st.position.epoch = read_i64(d, "epoch", src);
   uint64_t seed = std::bit_cast<uint64_t>(read_i64(d, "shuffle_seed", src));
   KILN_CHECK(seed == loader.seed(), IOError,

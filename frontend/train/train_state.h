@@ -58,8 +58,8 @@ Checkpoint capture_training(const nn::ParameterDict& params, const Trainer& trai
 
 struct TrainingState {
   RunPosition position;
-  nn::NamedArrays params;  // in the ParameterDict's order, checked
-  nn::NamedArrays optimizer;
+  NamedArrays params;  // in the ParameterDict's order, checked
+  NamedArrays optimizer;
   double learning_rate = 0;
   nd::random::GeneratorState random;
   nd::DropoutState dropout;
@@ -77,9 +77,9 @@ inline constexpr std::string_view kTrainingSections[] = {"params", "optimizer", 
 // sections: IOError naming `source`, the entry, what was expected and found.
 NDArray scalar_i64(int64_t v);
 NDArray scalar_f64(double v);
-int64_t read_i64(const nn::NamedArrays& arrays, std::string_view entry, std::string_view source);
-double read_f64(const nn::NamedArrays& arrays, std::string_view entry, std::string_view source);
+int64_t read_i64(const NamedArrays& arrays, std::string_view entry, std::string_view source);
+double read_f64(const NamedArrays& arrays, std::string_view entry, std::string_view source);
 // The array named `entry` (may be none); IOError when absent.
-const NDArray& read_entry(const nn::NamedArrays& arrays, std::string_view entry, std::string_view source);
+const NDArray& read_entry(const NamedArrays& arrays, std::string_view entry, std::string_view source);
 
 }  // namespace kiln::train

@@ -8,7 +8,7 @@
 #include "frontend/amp.h"
 #include "frontend/autograd.h"
 #include "frontend/kiln.h"
-#include "frontend/nn/params_io.h"
+#include "frontend/formats/mxnet/params_io.h"
 #include "frontend/train/loss_scaler.h"
 #include "tests/test_util.h"
 
@@ -284,10 +284,10 @@ namespace {
 // 12): written and read back bit for bit.
 TEST(AmpFiles, Float16AndBfloat16ParamsRoundTripBitExact) {
   NDArray x = nd::random::normal({3, 5});
-  nn::NamedArrays arrays = {{"arg:h", x.astype(DType::kFloat16)}, {"arg:b", x.astype(DType::kBfloat16)}};
+  NamedArrays arrays = {{"arg:h", x.astype(DType::kFloat16)}, {"arg:b", x.astype(DType::kBfloat16)}};
   const std::string path = ::testing::TempDir() + "/amp_round_trip.params";
-  nn::save_ndarrays(path, arrays);
-  nn::NamedArrays back = nn::load_ndarrays(path);
+  mxnet::save_ndarrays(path, arrays);
+  NamedArrays back = mxnet::load_ndarrays(path);
   ASSERT_EQ(back.size(), 2u);
   for (size_t i = 0; i < 2; ++i) {
     EXPECT_EQ(back[i].first, arrays[i].first);

@@ -103,7 +103,7 @@ TEST(CheckpointFormat, ReadsTheVersion1GoldenFile) {
   EXPECT_EQ(c.sections[2].name, "extra");
   EXPECT_FALSE(c.sections[2].required);
   EXPECT_TRUE(c.sections[2].arrays.at(0).second.is_none());
-  const nn::NamedArrays& p = c.section("params");
+  const NamedArrays& p = c.section("params");
   ASSERT_EQ(p.size(), 2u);
   EXPECT_EQ(p[0].first, "0.weight");
   EXPECT_EQ(p[0].second.shape(), (Shape{2, 3}));
@@ -116,7 +116,7 @@ TEST(CheckpointFormat, ReadsTheVersion1GoldenFile) {
 }
 
 TEST(CheckpointFormat, ForeignFilesNameWhatWasFound) {
-  std::string params = nn::serialize_ndarrays({{"w", nd::ones({2})}});
+  std::string params = mxnet::serialize_ndarrays({{"w", nd::ones({2})}});
   std::string msg = error_of<IOError>([&] { train::parse_checkpoint(as_span(params), "net.params"); });
   EXPECT_CONTAINS(msg, "net.params: not a Kiln checkpoint: expected the magic \"KILNCKPT\", found \"\\x12\\x01");
   EXPECT_CONTAINS(msg, "at byte 0");
@@ -284,7 +284,7 @@ TEST(CheckpointTraining, EveryPieceOfStateRoundTrips) {
   EXPECT_EQ(s.dropout.drawn, dropout.drawn);
   EXPECT_EQ(s.position.data.batch, 3);
   EXPECT_EQ(s.learning_rate, 0.01);
-  nn::NamedArrays opt = a.trainer->optimizer().state_arrays();
+  NamedArrays opt = a.trainer->optimizer().state_arrays();
   ASSERT_EQ(s.optimizer.size(), opt.size());
   ASSERT_EQ(opt.size(), 1u + 4 * 3);  // type; per parameter a count and two moments
   for (size_t i = 0; i < opt.size(); ++i) {

@@ -251,10 +251,10 @@ TEST(NnParamsFile, GoldenBytes) {
   want += "w";
   put<uint64_t>(want, 1);
   want += "s";
-  nn::NamedArrays arrays{{"w", nd::array(std::vector<float>{1, -2})},
+  NamedArrays arrays{{"w", nd::array(std::vector<float>{1, -2})},
                          {"s", nd::array(std::vector<int64_t>{42}, Shape{})}};
-  EXPECT_EQ(nn::serialize_ndarrays(arrays), want);
-  auto back = nn::parse_ndarrays(want, "golden");
+  EXPECT_EQ(mxnet::serialize_ndarrays(arrays), want);
+  auto back = mxnet::parse_ndarrays(want, "golden");
   ASSERT_EQ(back.size(), 2u);
   EXPECT_EQ(back[1].first, "s");
   EXPECT_EQ(back[1].second.shape(), Shape{});
@@ -264,7 +264,7 @@ TEST(NnParamsFile, GoldenBytes) {
 TEST(NnParamsFile, RoundTripEveryDtypeBitExact) {
   TempDir dir;
   nd::random::seed(1);
-  nn::NamedArrays arrays;
+  NamedArrays arrays;
   arrays.emplace_back("f32", nd::random::normal({3, 4, 5}));
   arrays.emplace_back("f64", nd::random::normal({7}, 0, 1, {.dtype = DType::kFloat64}));
   arrays.emplace_back("f16", nd::random::normal({2, 3}, 0, 1, {.dtype = DType::kFloat16}));
@@ -273,8 +273,8 @@ TEST(NnParamsFile, RoundTripEveryDtypeBitExact) {
   arrays.emplace_back("empty", nd::zeros({0, 3}));
   arrays.emplace_back("none", NDArray());
   std::string path = dir.file("a.params");
-  nn::save_ndarrays(path, arrays);
-  auto back = nn::load_ndarrays(path);
+  mxnet::save_ndarrays(path, arrays);
+  auto back = mxnet::load_ndarrays(path);
   ASSERT_EQ(back.size(), arrays.size());
   for (size_t i = 0; i < arrays.size(); ++i) {
     EXPECT_EQ(back[i].first, arrays[i].first);
@@ -289,7 +289,7 @@ TEST(NnParamsFile, RoundTripEveryDtypeBitExact) {
   // Written atomically: only the final file is left.
   EXPECT_EQ(std::distance(fs::directory_iterator(dir.path()), fs::directory_iterator{}), 1);
   // Unnamed (list) files: a name count of 0.
-  auto list = nn::parse_ndarrays(nn::serialize_ndarrays({{"", nd::ones({1})}}), "list");
+  auto list = mxnet::parse_ndarrays(mxnet::serialize_ndarrays({{"", nd::ones({1})}}), "list");
   EXPECT_EQ(list[0].first, "");
 }
 
@@ -315,7 +315,7 @@ TEST(NnParamsFile, LegacyRecords) {
   put<int32_t>(s, 1);
   put<double>(s, 2.5);
   put<uint64_t>(s, 0);
-  auto a = nn::parse_ndarrays(s, "legacy");
+  auto a = mxnet::parse_ndarrays(s, "legacy");
   ASSERT_EQ(a.size(), 2u);
   EXPECT_EQ(a[0].second.shape(), (Shape{1, 2}));
   EXPECT_EQ(a[0].second.to_vector<float>(), (std::vector<float>{3, 4}));
@@ -326,18 +326,18 @@ TEST(NnParamsFile, LegacyRecords) {
 
 TEST(NnParamsFile, TruncatedAndCorruptFilesThrowIOError) {
   TempDir dir;
-  std::string bytes = nn::serialize_ndarrays({{"0.weight", nd::ones({3, 2})}, {"0.bias", nd::zeros({3})}});
+  std::string bytes = mxnet::serialize_ndarrays({{"0.weight", nd::ones({3, 2})}, {"0.bias", nd::zeros({3})}});
   std::string path = dir.file("t.params");
   // Every proper prefix fails with the source name and a byte offset (a few
   // through files, all in memory).
   for (size_t n : {size_t{0}, size_t{20}, bytes.size() / 2, bytes.size() - 1}) {
     write_bytes(path, bytes.substr(0, n));
-    std::string e = error_of<IOError>([&] { nn::load_ndarrays(path); });
+    std::string e = error_of<IOError>([&] { mxnet::load_ndarrays(path); });
     EXPECT_CONTAINS(e, path);
     EXPECT_CONTAINS(e, "byte");
   }
   for (size_t n = 0; n < bytes.size(); ++n) {
-    std::string e = error_of<IOError>([&] { nn::parse_ndarrays(std::string_view(bytes).substr(0, n), "cut.params"); });
+    std::string e = error_of<IOError>([&] { mxnet::parse_ndarrays(std::string_view(bytes).substr(0, n), "cut.params"); });
     EXPECT_CONTAINS(e, "cut.params");
     EXPECT_CONTAINS(e, "byte");
     if (::testing::Test::HasFailure()) {
@@ -348,7 +348,7 @@ TEST(NnParamsFile, TruncatedAndCorruptFilesThrowIOError) {
   auto corrupt = [&](size_t offset, auto value) {
     std::string b = bytes;
     std::memcpy(b.data() + offset, &value, sizeof value);
-    return error_of<IOError>([&] { nn::parse_ndarrays(b, "corrupt.params"); });
+    return error_of<IOError>([&] { mxnet::parse_ndarrays(b, "corrupt.params"); });
   };
   EXPECT_CONTAINS(corrupt(0, uint64_t{0x113}), "not an MXNet NDArray-list file");
   EXPECT_CONTAINS(corrupt(16, uint64_t{1} << 60), "array count");
@@ -361,10 +361,10 @@ TEST(NnParamsFile, TruncatedAndCorruptFilesThrowIOError) {
   std::string sparse = bytes;
   int32_t one = 1;
   std::memcpy(sparse.data() + 28, &one, 4);
-  EXPECT_CONTAINS(error_of<NotSupported>([&] { nn::parse_ndarrays(sparse, "s.params"); }), "sparse");
+  EXPECT_CONTAINS(error_of<NotSupported>([&] { mxnet::parse_ndarrays(sparse, "s.params"); }), "sparse");
   std::string zip = "PK\x03\x04 and more";
-  EXPECT_CONTAINS(error_of<NotSupported>([&] { nn::parse_ndarrays(zip, "z.params"); }), "npz");
-  EXPECT_CONTAINS(error_of<IOError>([&] { nn::load_ndarrays(dir.file("absent.params")); }), "absent.params");
+  EXPECT_CONTAINS(error_of<NotSupported>([&] { mxnet::parse_ndarrays(zip, "z.params"); }), "npz");
+  EXPECT_CONTAINS(error_of<IOError>([&] { mxnet::load_ndarrays(dir.file("absent.params")); }), "absent.params");
 }
 
 nn::HybridSequential small_net() {
@@ -382,7 +382,7 @@ TEST(NnParamsFile, SaveLoadParametersBitExact) {
   NDArray ya = a(x);
   std::string path = dir.file("net.params");
   a.save_parameters(path);
-  auto names = nn::load_ndarrays(path);
+  auto names = mxnet::load_ndarrays(path);
   ASSERT_EQ(names.size(), 4u);
   EXPECT_EQ(names[0].first, "0.weight");
   EXPECT_EQ(names[3].first, "1.bias");
@@ -407,7 +407,7 @@ TEST(NnParamsFile, SaveLoadParametersBitExact) {
 TEST(NnParamsFile, LoadParametersListsEveryProblem) {
   TempDir dir;
   std::string path = dir.file("bad.params");
-  nn::save_ndarrays(path, {{"0.weight", nd::ones({4, 3})},
+  mxnet::save_ndarrays(path, {{"0.weight", nd::ones({4, 3})},
                            {"0.bias", nd::ones({5})},                              // mis-shaped
                            {"1.bias", nd::ones({2}, {.dtype = DType::kFloat64})},  // wrong dtype
                            {"2.weight", nd::ones({1})},                            // extra
@@ -422,7 +422,7 @@ TEST(NnParamsFile, LoadParametersListsEveryProblem) {
   EXPECT_FALSE(net.collect_params()["0.weight"].is_initialized());  // nothing loaded
 
   // allow_missing and ignore_extra relax those two lists only.
-  nn::save_ndarrays(path, {{"arg:0.weight", nd::ones({4, 3})}, {"aux:0.bias", nd::ones({4})}, {"zzz", nd::ones({1})}});
+  mxnet::save_ndarrays(path, {{"arg:0.weight", nd::ones({4, 3})}, {"aux:0.bias", nd::ones({4})}, {"zzz", nd::ones({1})}});
   EXPECT_CONTAINS(error_of<ValueError>([&] { net.load_parameters(path, Device::cpu(0), true); }), "zzz");
   EXPECT_CONTAINS(error_of<ValueError>([&] { net.load_parameters(path, Device::cpu(0), false, true); }),
                   "1.weight, 1.bias");
@@ -441,13 +441,13 @@ TEST(NnParamsFile, ReadsMxnetFileByteCompatibly) {
   std::string dir = root ? root : "/work/shared/mxnet-models";
   std::string path = dir + "/gluon-lenet-1.4.1/lenet-0001.params";
   if (!fs::exists(path)) GTEST_SKIP() << "no MXNet fixtures at " << dir << " (set KILN_MXNET_MODELS)";
-  auto arrays = nn::load_ndarrays(path);
+  auto arrays = mxnet::load_ndarrays(path);
   ASSERT_EQ(arrays.size(), 8u);
   EXPECT_EQ(arrays[0].second.shape(), (Shape{5, 1, 5, 5}));
   EXPECT_TRUE(arrays[0].first.starts_with("arg:"));
-  EXPECT_EQ(nn::serialize_ndarrays(arrays), read_bytes(path));
+  EXPECT_EQ(mxnet::serialize_ndarrays(arrays), read_bytes(path));
   // The oldest layout (pre-V1 records) loads too.
-  auto legacy = nn::load_ndarrays(dir + "/mtcnn-det1-legacy/det1-0001.params");
+  auto legacy = mxnet::load_ndarrays(dir + "/mtcnn-det1-legacy/det1-0001.params");
   EXPECT_FALSE(legacy.empty());
 }
 

@@ -10,8 +10,8 @@
 #include "frontend/graph_eval.h"
 #include "frontend/invoke.h"
 #include "frontend/nd.h"
-#include "frontend/nn/export.h"
-#include "frontend/nn/params_io.h"
+#include "frontend/formats/mxnet/export.h"
+#include "frontend/formats/mxnet/params_io.h"
 #include "frontend/nn/symbol_block.h"
 #include "ir/ops/conv.h"
 #include "ir/ops/nn.h"
@@ -149,7 +149,7 @@ TEST(SymbolBlock, ParametersSaveLoadAndExportRoundTrip) {
   auto [json, params] = net.export_model(tmp / "copy", 3);
   EXPECT_EQ(params, tmp / "copy-0003.params");
   int args = 0, auxs = 0;
-  for (auto& [name, a] : nn::load_ndarrays(params)) {
+  for (auto& [name, a] : mxnet::load_ndarrays(params)) {
     args += name.starts_with("arg:") ? 1 : 0;
     auxs += name.starts_with("aux:") ? 1 : 0;
   }
@@ -214,7 +214,7 @@ TEST(SymbolBlock, ExportGraphImportsBack) {
   g.set_outputs({act});
 
   nd::random::seed(3);
-  nn::ArrayMap values{
+  ArrayMap values{
       {"fc_weight", nd::random::normal({4, 6})},      {"fc_bias", nd::random::normal({4})},
       {"bn_gamma", nd::random::uniform({4}, 0.5, 2)}, {"bn_beta", nd::random::normal({4})},
       {"bn_moving_mean", nd::random::normal({4})},    {"bn_moving_var", nd::random::uniform({4}, 0.5, 2)}};
@@ -228,7 +228,7 @@ TEST(SymbolBlock, ExportGraphImportsBack) {
   std::vector<float> expected = eval_graph(g, by_node)[0].to_vector<float>();
 
   TempDir tmp;
-  auto [json, params] = nn::export_graph(tmp / "mlp", 0, g, values);
+  auto [json, params] = mxnet::export_graph(tmp / "mlp", 0, g, values);
   EXPECT_EQ(params, tmp / "mlp-0000.params");
   auto net = nn::SymbolBlock::imports(json, {"data"}, params);
   EXPECT_TRUE(net.param("bn_moving_var").is_aux());
@@ -237,9 +237,9 @@ TEST(SymbolBlock, ExportGraphImportsBack) {
   EXPECT_EQ(net.graph_for(std::vector<TensorType>{{Shape{2, 6}, DType::kFloat32}}).to_text(), g.to_text());
 
   // A value missing: nothing is written.
-  nn::ArrayMap partial = values;
+  ArrayMap partial = values;
   partial.erase("bn_beta");
-  EXPECT_CONTAINS(error_of<ValueError>([&] { nn::export_graph(tmp / "bad", 0, g, partial); }), "bn_beta");
+  EXPECT_CONTAINS(error_of<ValueError>([&] { mxnet::export_graph(tmp / "bad", 0, g, partial); }), "bn_beta");
   EXPECT_FALSE(fs::exists(tmp / "bad-symbol.json"));
 }
 
@@ -254,11 +254,11 @@ TEST(SymbolBlock, DottedParameterNames) {
   ir::Entry fc = g.add_op(OpId::kFullyConnected, OpAttrs::make(FullyConnectedAttrs{.num_hidden = 2}),
                           std::vector<ir::Entry>{x, w, b}, "dense0")[0];
   g.set_outputs({g.add_op(OpId::kBroadcastMul, {}, std::vector<ir::Entry>{fc, s}, "scale0")[0]});
-  nn::ArrayMap values{{"features.0.weight", nd::ones({2, 5})},
+  ArrayMap values{{"features.0.weight", nd::ones({2, 5})},
                       {"features.0.bias", nd::zeros({2})},
                       {"output.scale", nd::full({2}, 3.0)}};
   TempDir tmp;
-  auto [json, params] = nn::export_graph(tmp / "dotted", 1, g, values);
+  auto [json, params] = mxnet::export_graph(tmp / "dotted", 1, g, values);
   auto net = nn::SymbolBlock::imports(json, {"data"}, params);
   EXPECT_EQ(net.collect_params().names(),
             (std::vector<std::string>{"features.0.weight", "features.0.bias", "output.scale"}));
@@ -272,7 +272,7 @@ TEST(SymbolBlock, DottedParameterNames) {
 // A Module checkpoint ends in SoftmaxOutput(data, softmax_label): the label
 // is neither an input nor a parameter, and the output is the softmax.
 TEST(SymbolBlock, ModuleCheckpointHead) {
-  ir::Symbol s = ir::parse_symbol_json(R"J({"nodes": [{"op": "null", "name": "data", "inputs": []},
+  mxnet::Symbol s = mxnet::parse_symbol_json(R"J({"nodes": [{"op": "null", "name": "data", "inputs": []},
     {"op": "null", "name": "fc_weight", "inputs": []}, {"op": "null", "name": "fc_bias", "inputs": []},
     {"op": "FullyConnected", "name": "fc", "attrs": {"num_hidden": "4"}, "inputs": [[0, 0, 0], [1, 0, 0], [2, 0, 0]]},
     {"op": "null", "name": "softmax_label", "inputs": []},
@@ -290,33 +290,33 @@ TEST(SymbolBlock, ParamsFileNamesAreCheckedAgainstTheGraph) {
   auto dir = model_dir("mtcnn-det1-legacy");
   ASSERT_TRUE(dir);
   std::string sym = *dir / "det1-symbol.json";
-  nn::NamedArrays good = nn::load_ndarrays(*dir / "det1-0001.params");
+  NamedArrays good = mxnet::load_ndarrays(*dir / "det1-0001.params");
   TempDir tmp;
-  auto with = [&](const std::string& file, nn::NamedArrays arrays) {
-    nn::save_ndarrays(tmp / file, arrays);
+  auto with = [&](const std::string& file, NamedArrays arrays) {
+    mxnet::save_ndarrays(tmp / file, arrays);
     return tmp / file;
   };
   // A name that matches no variable.
-  nn::NamedArrays extra = good;
+  NamedArrays extra = good;
   extra.emplace_back("arg:conv9_weight", nd::zeros({2}));
   std::string e = error_of<ValueError>([&] { nn::SymbolBlock::imports(sym, {"data"}, with("extra.params", extra)); });
   EXPECT_CONTAINS(e, "extra.params");
   EXPECT_CONTAINS(e, "match no variable of the graph: arg:conv9_weight");
   // A data input stored as a parameter; the wrong prefix.
-  nn::NamedArrays data = good;
+  NamedArrays data = good;
   data.emplace_back("arg:data", nd::zeros({1, 3, 12, 12}));
   EXPECT_CONTAINS(error_of<ValueError>([&] { nn::SymbolBlock::imports(sym, {"data"}, with("data.params", data)); }),
                   "data inputs, not parameters: arg:data");
-  nn::NamedArrays wrong = good;
+  NamedArrays wrong = good;
   wrong[0].first = "aux:" + wrong[0].first.substr(4);
   EXPECT_CONTAINS(error_of<ValueError>([&] { nn::SymbolBlock::imports(sym, {"data"}, with("wrong.params", wrong)); }),
                   "wrong prefix");
   // A parameter missing.
-  nn::NamedArrays missing(good.begin() + 1, good.end());
+  NamedArrays missing(good.begin() + 1, good.end());
   e = error_of<ValueError>([&] { nn::SymbolBlock::imports(sym, {"data"}, with("missing.params", missing)); });
   EXPECT_CONTAINS(e, "missing from the params file: " + good[0].first.substr(4));
   // Truncated and wrong-magic files: IOError with the byte offset.
-  std::string bytes = nn::serialize_ndarrays(good);
+  std::string bytes = mxnet::serialize_ndarrays(good);
   for (size_t n : {size_t{0}, size_t{7}, size_t{100}, bytes.size() - 3}) {
     { std::ofstream(tmp / "cut.params", std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(n)); }
     e = error_of<IOError>([&] { nn::SymbolBlock::imports(sym, {"data"}, tmp / "cut.params"); });

@@ -6,7 +6,7 @@
 #include <cstdlib>
 
 #include "ir/ops/fused.h"
-#include "ir/symbol_json.h"
+#include "frontend/formats/mxnet/symbol_json.h"
 #include "passes/fuse_elementwise.h"
 #include "tests/passes/eval_graph.h"
 #include "tests/passes/random_graph.h"
@@ -249,7 +249,7 @@ TEST(FuseElementwise, FusedNodesAreNotExported) {
 }
 )IR");
   try {
-    ir::to_json(g);
+    mxnet::to_json(g);
     FAIL() << "to_json accepted a fused node";
   } catch (const NotSupported& e) {
     EXPECT_NE(std::string(e.what()).find("fuse-elementwise"), std::string::npos) << e.what();

@@ -19,7 +19,7 @@
 #include "frontend/data/fashion_mnist.h"
 #include "frontend/viz/nice_scale.h"
 #include "frontend/viz/train_log.h"
-#include "ir/symbol_json.h"
+#include "frontend/formats/mxnet/symbol_json.h"
 #include "passes/fuse_elementwise.h"
 #include "passes/pass.h"
 #include "tests/viz/svg_check.h"
@@ -143,7 +143,7 @@ TEST(CliPictures, TrainRedrawsItsCurvesEveryEpoch) {
 // det1's typed graph, as kiln inspect builds it.
 ir::Graph det1_graph() {
   std::vector<std::string> inputs{"data"};
-  return ir::to_graph(ir::load_symbol_json(kDet1 + "/det1-symbol.json"), {{"data", {Shape{1, 3, 24, 24}}}}, inputs);
+  return mxnet::to_graph(mxnet::load_symbol_json(kDet1 + "/det1-symbol.json"), {{"data", {Shape{1, 3, 24, 24}}}}, inputs);
 }
 
 TEST(CliPictures, InspectDrawsEveryNodeOfTheGraph) {

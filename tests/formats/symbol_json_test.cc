@@ -11,7 +11,7 @@
 #include "ir/ops/elemwise.h"
 #include "ir/ops/matrix.h"
 #include "ir/ops/nn.h"
-#include "ir/symbol_json.h"
+#include "frontend/formats/mxnet/symbol_json.h"
 #include "tests/test_util.h"
 
 #ifndef KILN_TEST_DATA_DIR
@@ -21,7 +21,8 @@
 #define KILN_EXTRA_MXNET_MODELS ""
 #endif
 
-namespace kiln::ir {
+namespace kiln::mxnet {
+using namespace kiln::ir;
 namespace {
 
 using test::error_of;
@@ -478,4 +479,4 @@ TEST(SymbolJson, SymbolWritesBackAsRead) {
 }
 
 }  // namespace
-}  // namespace kiln::ir
+}  // namespace kiln::mxnet

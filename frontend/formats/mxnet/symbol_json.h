@@ -1,10 +1,10 @@
 // MXNet's symbol JSON (the `*-symbol.json` of an export), read into a
 // validated, untyped Symbol, typed into an ir::Graph, and written back.
 //
-//   ir::Symbol s = ir::load_symbol_json("lenet-symbol.json");
-//   ir::TypeMap types{{"data", {Shape{1, 1, 28, 28}, DType::kFloat32}}};   // params: from the
-//   ir::Graph g = ir::to_graph(s, types, {"data"});                          // map, or deduced
-//   std::string json = ir::to_json(g);      // what MXNet's Symbol.save writes (canonical op names)
+//   mxnet::Symbol s = mxnet::load_symbol_json("lenet-symbol.json");
+//   mxnet::TypeMap types{{"data", {Shape{1, 1, 28, 28}, DType::kFloat32}}};   // params: from the
+//   ir::Graph g = mxnet::to_graph(s, types, {"data"});                          // map, or deduced
+//   std::string json = mxnet::to_json(g);      // what MXNet's Symbol.save writes (canonical op names)
 //
 // Reading (/work/shared/research/mxnet-formats.md §1) accepts every layout
 // MXNet's own reader does: node attributes under `attrs`, `attr` or legacy
@@ -48,7 +48,7 @@
 
 #include "ir/graph.h"
 
-namespace kiln::ir {
+namespace kiln::mxnet {
 
 // Files larger than this are refused (real exports are well under 1 MiB).
 inline constexpr size_t kMaxSymbolJsonBytes = size_t{64} << 20;
@@ -107,7 +107,7 @@ using TypeMap = std::map<std::string, TensorType, std::less<>>;
 // are the file's. Shape and dtype errors are the graph's (ShapeError naming
 // the node and its input types: "node 'conv0': Convolution(f32[2,3], ...)");
 // other errors name the node's index, name and op.
-Graph to_graph(const Symbol& symbol, const TypeMap& types, std::span<const std::string> input_names);
+ir::Graph to_graph(const Symbol& symbol, const TypeMap& types, std::span<const std::string> input_names);
 
 // What the symbol alone tells of variable `node`'s shape (0 = unknown dim):
 // a `__shape__` hint, else the shape its first consumer's attributes imply
@@ -125,10 +125,10 @@ std::optional<Shape> variable_shape_hint(const Symbol& symbol, int32_t node);
 // arrays on one line, no final newline), so text diffs against MXNet's own
 // files. Const nodes are written as variables like params (their values live
 // outside the graph: HybridBlock::export_model writes them as arg:NAME).
-std::string to_json(const Graph& g);
+std::string to_json(const ir::Graph& g);
 // The symbol written back as read: a file MXNet >= 1.0 wrote comes back byte
 // for byte; older files come back upgraded (canonical op names, aux variables
 // added, hidden keys renamed) with mxnet_version 10901.
 std::string to_json(const Symbol& s);
 
-}  // namespace kiln::ir
+}  // namespace kiln::mxnet

@@ -1,8 +1,8 @@
 // MXNet's NDArray-list file (`mx.nd.save`, Gluon's save_parameters, the
 // `-0000.params` of an export), read and written byte-compatibly.
 //
-//   nn::save_ndarrays("net.params", {{"0.weight", w}, {"0.bias", b}});
-//   for (auto& [name, a] : nn::load_ndarrays("net.params")) ...   // arrays on cpu(0)
+//   mxnet::save_ndarrays("net.params", {{"0.weight", w}, {"0.bias", b}});
+//   for (auto& [name, a] : mxnet::load_ndarrays("net.params")) ...   // arrays on cpu(0)
 //
 // Layout (little-endian; /work/shared/research/mxnet-formats.md §2):
 //   u64 0x112, u64 0 (reserved), u64 count, count records, u64 name count
@@ -32,11 +32,9 @@
 #include <utility>
 #include <vector>
 
-#include "frontend/ndarray.h"
+#include "frontend/formats/named_arrays.h"
 
-namespace kiln::nn {
-
-using NamedArrays = std::vector<std::pair<std::string, NDArray>>;
+namespace kiln::mxnet {
 
 void save_ndarrays(const std::string& path, const NamedArrays& arrays);
 NamedArrays load_ndarrays(const std::string& path);
@@ -48,4 +46,4 @@ std::string serialize_ndarrays(const NamedArrays& arrays);
 void write_ndarrays(const NamedArrays& arrays, const std::function<void(std::string_view)>& put);
 NamedArrays parse_ndarrays(std::string_view bytes, std::string_view source);
 
-}  // namespace kiln::nn
+}  // namespace kiln::mxnet

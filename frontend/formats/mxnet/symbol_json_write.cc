@@ -1,11 +1,13 @@
-// Writing MXNet's symbol JSON (contract: ir/symbol_json.h).
+// Writing MXNet's symbol JSON (contract: frontend/formats/mxnet/symbol_json.h).
 #include <algorithm>
 
 #include <nlohmann/json.hpp>
 
-#include "ir/symbol_json.h"
+#include "frontend/formats/mxnet/symbol_json.h"
 
-namespace kiln::ir {
+namespace kiln::mxnet {
+using namespace kiln::ir;  // nodes, entries and graphs of the neutral form
+
 namespace {
 
 using nlohmann::json;
@@ -176,4 +178,4 @@ std::string to_json(const Symbol& s) {
   return write_dmlc(out);
 }
 
-}  // namespace kiln::ir
+}  // namespace kiln::mxnet

@@ -1,6 +1,6 @@
 // Reading MXNet symbol JSON into a Symbol and typing it into an ir::Graph
-// (contract: ir/symbol_json.h; writing: ir/symbol_json_write.cc).
-#include "ir/symbol_json.h"
+// (contract: frontend/formats/mxnet/symbol_json.h; writing: frontend/formats/mxnet/symbol_json_write.cc).
+#include "frontend/formats/mxnet/symbol_json.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -15,7 +15,9 @@
 #include "ir/ops/matrix.h"
 #include "ir/ops/nn.h"
 
-namespace kiln::ir {
+namespace kiln::mxnet {
+using namespace kiln::ir;  // nodes, entries and graphs of the neutral form
+
 namespace {
 
 using nlohmann::json;
@@ -696,4 +698,4 @@ Graph to_graph(const Symbol& s, const TypeMap& types, std::span<const std::strin
   return g;
 }
 
-}  // namespace kiln::ir
+}  // namespace kiln::mxnet

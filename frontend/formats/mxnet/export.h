@@ -2,9 +2,9 @@
 // pair, whose params file names each array `arg:NAME` (a learned parameter)
 // or `aux:NAME` (an aux state such as BatchNorm's moving_mean).
 //
-//   nn::export_graph("model", 0, g, values);   // model-symbol.json, model-0000.params
-//   ir::Symbol s = ir::load_symbol_json("model-symbol.json");
-//   auto params = nn::load_symbol_params("model-0000.params", s, {"data"});   // name -> NDArray
+//   mxnet::export_graph("model", 0, g, values);   // model-symbol.json, model-0000.params
+//   mxnet::Symbol s = mxnet::load_symbol_json("model-symbol.json");
+//   auto params = mxnet::load_symbol_params("model-0000.params", s, {"data"});   // name -> NDArray
 //
 // Loading strips the prefixes (files saved without them, by save_parameters,
 // load too) and checks every name against the symbol's variables: names that
@@ -19,14 +19,11 @@
 #include <span>
 #include <string>
 
-#include "frontend/ndarray.h"
-#include "frontend/nn/params_io.h"
+#include "frontend/formats/mxnet/params_io.h"
 #include "ir/graph.h"
-#include "ir/symbol_json.h"
+#include "frontend/formats/mxnet/symbol_json.h"
 
-namespace kiln::nn {
-
-using ArrayMap = std::map<std::string, NDArray, std::less<>>;
+namespace kiln::mxnet {
 
 // The arrays of g's param and aux nodes, in graph order, named "arg:NAME" /
 // "aux:NAME". ValueError listing the params `values` lacks.
@@ -34,18 +31,18 @@ NamedArrays prefixed_params(const ir::Graph& g, const ArrayMap& values);
 void save_graph_params(const std::string& path, const ir::Graph& g, const ArrayMap& values);
 
 // The params file for `symbol` by variable name (see above).
-ArrayMap load_symbol_params(const std::string& path, const ir::Symbol& symbol,
+ArrayMap load_symbol_params(const std::string& path, const mxnet::Symbol& symbol,
                             std::span<const std::string> input_names);
 // The same on NamedArrays already read; `source` names them in errors.
-ArrayMap match_symbol_params(NamedArrays arrays, std::string_view source, const ir::Symbol& symbol,
+ArrayMap match_symbol_params(NamedArrays arrays, std::string_view source, const mxnet::Symbol& symbol,
                              std::span<const std::string> input_names);
 
 // Writes `text` to `path` (IOError naming it on failure).
 void write_text_file(const std::string& path, std::string_view text);
 
-// "PREFIX-symbol.json" (ir::to_json) and "PREFIX-EPOCH.params" (4 digits), as
+// "PREFIX-symbol.json" (mxnet::to_json) and "PREFIX-EPOCH.params" (4 digits), as
 // Gluon's HybridBlock.export writes them; returns the two paths.
 std::pair<std::string, std::string> export_graph(const std::string& prefix, int epoch, const ir::Graph& g,
                                                  const ArrayMap& values);
 
-}  // namespace kiln::nn
+}  // namespace kiln::mxnet

@@ -1,11 +1,11 @@
-#include "frontend/nn/export.h"
+#include "frontend/formats/mxnet/export.h"
 
 #include <fstream>
 #include <set>
 
 #include <fmt/ranges.h>
 
-namespace kiln::nn {
+namespace kiln::mxnet {
 
 NamedArrays prefixed_params(const ir::Graph& g, const ArrayMap& values) {
   NamedArrays out;
@@ -28,7 +28,7 @@ void save_graph_params(const std::string& path, const ir::Graph& g, const ArrayM
   save_ndarrays(path, prefixed_params(g, values));
 }
 
-ArrayMap match_symbol_params(NamedArrays arrays, std::string_view source, const ir::Symbol& symbol,
+ArrayMap match_symbol_params(NamedArrays arrays, std::string_view source, const Symbol& symbol,
                              std::span<const std::string> input_names) {
   std::set<std::string, std::less<>> inputs(input_names.begin(), input_names.end());
   ArrayMap out;
@@ -72,7 +72,7 @@ ArrayMap match_symbol_params(NamedArrays arrays, std::string_view source, const 
   return out;
 }
 
-ArrayMap load_symbol_params(const std::string& path, const ir::Symbol& symbol,
+ArrayMap load_symbol_params(const std::string& path, const Symbol& symbol,
                             std::span<const std::string> input_names) {
   return match_symbol_params(load_ndarrays(path), path, symbol, input_names);
 }
@@ -91,9 +91,9 @@ std::pair<std::string, std::string> export_graph(const std::string& prefix, int 
   std::string json_path = prefix + "-symbol.json";
   std::string params_path = fmt::format("{}-{:04d}.params", prefix, epoch);
   NamedArrays arrays = prefixed_params(g, values);  // checks before anything is written
-  write_text_file(json_path, ir::to_json(g));
+  write_text_file(json_path, mxnet::to_json(g));
   save_ndarrays(params_path, arrays);
   return {json_path, params_path};
 }
 
-}  // namespace kiln::nn
+}  // namespace kiln::mxnet

@@ -1,0 +1,136 @@
+// ONNX converters of elementwise ops: arithmetic with broadcasting, unary
+// math, Clip, Cast, Where, variadic Sum/Max/Min/Mean.
+#include <limits>
+
+#include "frontend/formats/onnx/node_context.h"
+#include "frontend/formats/onnx/tensor.h"
+#include "ir/ops/elemwise.h"
+#include "ir/ops/nn.h"
+
+namespace kiln::onnx {
+namespace {
+
+template <OpId kId>
+void convert_binary(NodeContext& n) {
+  KILN_CHECK(n.type(0).dtype == n.type(1).dtype, TypeError, "inputs of different dtypes: {} and {}",
+             dtype_name(n.type(0).dtype), dtype_name(n.type(1).dtype));
+  n.set_output(0, n.op1(kId, {n.input(0), n.input(1)}));
+}
+
+template <OpId kId>
+void convert_unary(NodeContext& n) {
+  n.set_output(0, n.op1(kId, {n.input(0)}));
+}
+
+void convert_reciprocal(NodeContext& n) {
+  n.set_output(0, n.op1(OpId::kRDivScalar, {n.input(0)}, ScalarAttrs{.scalar = 1.0}));
+}
+
+void convert_pow(NodeContext& n) {
+  if (n.type(0).dtype != n.type(1).dtype)
+    n.unsupported(fmt::format("an exponent of dtype {} with a base of dtype {}", dtype_name(n.type(1).dtype),
+                              dtype_name(n.type(0).dtype)));
+  n.set_output(0, n.op1(OpId::kBroadcastPower, {n.input(0), n.input(1)}));
+}
+
+// Clip: bounds as attributes before opset 11, as optional inputs after.
+void convert_clip(NodeContext& n) {
+  const double lowest = std::numeric_limits<float>::lowest(), highest = std::numeric_limits<float>::max();
+  if (!is_floating(n.type(0).dtype)) n.unsupported(fmt::format("Clip of {}", dtype_name(n.type(0).dtype)));
+  if (n.opset() < 11) {
+    ClipAttrs a{.a_min = n.attr_float("min", lowest), .a_max = n.attr_float("max", highest)};
+    n.set_output(0, n.op1(OpId::kClip, {n.input(0)}, a));
+    return;
+  }
+  bool lo_known = !n.has_input(1) || n.is_known(1), hi_known = !n.has_input(2) || n.is_known(2);
+  if (lo_known && hi_known) {
+    ClipAttrs a{.a_min = n.has_input(1) ? n.known_doubles(1, "min").at(0) : lowest,
+                .a_max = n.has_input(2) ? n.known_doubles(2, "max").at(0) : highest};
+    n.set_output(0, n.op1(OpId::kClip, {n.input(0)}, a));
+    return;
+  }
+  // Bounds computed from data: min(max(x, lo), hi), the same where lo <= hi.
+  ir::Entry y = n.input(0);
+  if (n.has_input(1)) y = n.op1(OpId::kBroadcastMaximum, {y, n.input(1)});
+  if (n.has_input(2)) y = n.op1(OpId::kBroadcastMinimum, {y, n.input(2)});
+  n.set_output(0, y);
+}
+
+void convert_cast(NodeContext& n) {
+  auto to = static_cast<int32_t>(n.attr_int("to", 0));
+  std::optional<DType> dtype = dtype_from_onnx(to);
+  if (!dtype) n.unsupported(fmt::format("Cast to {}", onnx_dtype_name(to)));
+  if (*dtype == n.type(0).dtype) {
+    n.set_output(0, n.input(0));
+    return;
+  }
+  n.set_output(0, n.op1(OpId::kCast, {n.input(0)}, CastAttrs{.dtype = *dtype}));
+}
+
+void convert_where(NodeContext& n) { n.set_output(0, n.op1(OpId::kWhere, {n.input(0), n.input(1), n.input(2)})); }
+
+// Comparisons: Kiln's give 1/0 in the inputs' dtype, ONNX's bool.
+template <OpId kId>
+void convert_compare(NodeContext& n) {
+  KILN_CHECK(n.type(0).dtype == n.type(1).dtype, TypeError, "inputs of different dtypes: {} and {}",
+             dtype_name(n.type(0).dtype), dtype_name(n.type(1).dtype));
+  ir::Entry y = n.op1(kId, {n.input(0), n.input(1)});
+  n.set_output(0, n.op1(OpId::kCast, {y}, CastAttrs{.dtype = DType::kBool}));
+}
+
+// Logic on bool tensors through uint8 arithmetic: And = a * b, Or = max(a, b),
+// Xor = (a != b), Not = (a == 0).
+ir::Entry as_u8(NodeContext& n, size_t i) {
+  KILN_CHECK(n.type(i).dtype == DType::kBool, TypeError, "input {} must be bool, got {}", i, dtype_name(n.type(i).dtype));
+  return n.op1(OpId::kCast, {n.input(i)}, CastAttrs{.dtype = DType::kUint8});
+}
+template <OpId kId>
+void convert_logic(NodeContext& n) {
+  ir::Entry y = n.op1(kId, {as_u8(n, 0), as_u8(n, 1)});
+  n.set_output(0, n.op1(OpId::kCast, {y}, CastAttrs{.dtype = DType::kBool}));
+}
+void convert_not(NodeContext& n) {
+  ir::Entry y = n.op1(OpId::kEqualScalar, {as_u8(n, 0)}, ScalarAttrs{.scalar = 0});
+  n.set_output(0, n.op1(OpId::kCast, {y}, CastAttrs{.dtype = DType::kBool}));
+}
+
+// Sum, Max, Min, Mean of any number of inputs, broadcasting pairwise.
+template <OpId kId>
+void convert_variadic(NodeContext& n) {
+  ir::Entry y = n.input(0);
+  for (size_t i = 1; i < n.num_inputs(); ++i) y = n.op1(kId, {y, n.input(i)});
+  if (n.op_type() == "Mean" && n.num_inputs() > 1)
+    y = n.op1(OpId::kDivScalar, {y}, ScalarAttrs{.scalar = static_cast<double>(n.num_inputs())});
+  n.set_output(0, y);
+}
+
+KILN_ONNX_CONVERTER("Add", convert_binary<OpId::kBroadcastAdd>);
+KILN_ONNX_CONVERTER("Sub", convert_binary<OpId::kBroadcastSub>);
+KILN_ONNX_CONVERTER("Mul", convert_binary<OpId::kBroadcastMul>);
+KILN_ONNX_CONVERTER("Div", convert_binary<OpId::kBroadcastDiv>);
+KILN_ONNX_CONVERTER("Pow", convert_pow);
+KILN_ONNX_CONVERTER("Exp", convert_unary<OpId::kExp>);
+KILN_ONNX_CONVERTER("Log", convert_unary<OpId::kLog>);
+KILN_ONNX_CONVERTER("Sqrt", convert_unary<OpId::kSqrt>);
+KILN_ONNX_CONVERTER("Abs", convert_unary<OpId::kAbs>);
+KILN_ONNX_CONVERTER("Neg", convert_unary<OpId::kNegative>);
+KILN_ONNX_CONVERTER("Reciprocal", convert_reciprocal);
+KILN_ONNX_CONVERTER("Clip", convert_clip);
+KILN_ONNX_CONVERTER("Cast", convert_cast);
+KILN_ONNX_CONVERTER("Where", convert_where);
+KILN_ONNX_CONVERTER("And", convert_logic<OpId::kBroadcastMul>);
+KILN_ONNX_CONVERTER("Or", convert_logic<OpId::kBroadcastMaximum>);
+KILN_ONNX_CONVERTER("Xor", convert_logic<OpId::kBroadcastNotEqual>);
+KILN_ONNX_CONVERTER("Not", convert_not);
+KILN_ONNX_CONVERTER("Equal", convert_compare<OpId::kBroadcastEqual>);
+KILN_ONNX_CONVERTER("Greater", convert_compare<OpId::kBroadcastGreater>);
+KILN_ONNX_CONVERTER("GreaterOrEqual", convert_compare<OpId::kBroadcastGreaterEqual>);
+KILN_ONNX_CONVERTER("Less", convert_compare<OpId::kBroadcastLesser>);
+KILN_ONNX_CONVERTER("LessOrEqual", convert_compare<OpId::kBroadcastLesserEqual>);
+KILN_ONNX_CONVERTER("Sum", convert_variadic<OpId::kBroadcastAdd>);
+KILN_ONNX_CONVERTER("Mean", convert_variadic<OpId::kBroadcastAdd>);
+KILN_ONNX_CONVERTER("Max", convert_variadic<OpId::kBroadcastMaximum>);
+KILN_ONNX_CONVERTER("Min", convert_variadic<OpId::kBroadcastMinimum>);
+
+}  // namespace
+}  // namespace kiln::onnx

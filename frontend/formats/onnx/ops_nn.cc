@@ -1,0 +1,432 @@
+// ONNX converters of the neural-network ops: Conv, BatchNormalization,
+// pooling, Gemm, MatMul, activations, Softmax/LogSoftmax, Dropout.
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "frontend/formats/onnx/node_context.h"
+#include "frontend/nd_init.h"
+#include "ir/ops/conv.h"
+#include "ir/ops/elemwise.h"
+#include "ir/ops/linalg.h"
+#include "ir/ops/matrix.h"
+#include "ir/ops/nn.h"
+#include "ir/ops/reduce.h"
+
+namespace kiln::onnx {
+namespace {
+
+// The pads [begin..., end...] of a window op from pads / auto_pad.
+std::vector<int64_t> window_pads(NodeContext& n, const Shape& in, const Shape& kernel, const Shape& stride,
+                                 const Shape& dilate) {
+  const int nsp = kernel.ndim();
+  std::string auto_pad = n.attr_string("auto_pad", "NOTSET");
+  std::vector<int64_t> pads(static_cast<size_t>(2 * nsp), 0);
+  if (auto_pad == "NOTSET") {
+    pads = n.attr_ints("pads", pads);
+    KILN_CHECK(pads.size() == static_cast<size_t>(2 * nsp), ValueError, "pads [{}] has {} entries, expected {}",
+               fmt::join(pads, ","), pads.size(), 2 * nsp);
+  } else if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+    for (int i = 0; i < nsp; ++i) {
+      int64_t x = in[2 + i], s = stride[i];
+      int64_t out = (x + s - 1) / s;
+      int64_t total = std::max<int64_t>(0, (out - 1) * s + (kernel[i] - 1) * dilate[i] + 1 - x);
+      int64_t small = total / 2, large = total - small;
+      pads[static_cast<size_t>(i)] = auto_pad == "SAME_UPPER" ? small : large;
+      pads[static_cast<size_t>(i + nsp)] = auto_pad == "SAME_UPPER" ? large : small;
+    }
+  } else if (auto_pad != "VALID") {
+    throw ValueError(fmt::format("auto_pad '{}' is not NOTSET, SAME_UPPER, SAME_LOWER or VALID", auto_pad));
+  }
+  for (int64_t p : pads) KILN_CHECK(p >= 0, ValueError, "negative pads [{}]", fmt::join(pads, ","));
+  return pads;
+}
+
+bool symmetric(const std::vector<int64_t>& pads) {
+  const size_t nsp = pads.size() / 2;
+  for (size_t i = 0; i < nsp; ++i)
+    if (pads[i] != pads[i + nsp]) return false;
+  return true;
+}
+
+// Kiln's window ops pad both sides alike: asymmetric pads are written out
+// (with `value`, which the window op then sees as data) and the op pads 0.
+// Returns the op's symmetric pad.
+Shape apply_pads(NodeContext& n, ir::Entry& x, const std::vector<int64_t>& pads, double value) {
+  const size_t nsp = pads.size() / 2;
+  if (symmetric(pads)) return Shape(std::vector<int64_t>(pads.begin(), pads.begin() + static_cast<long>(nsp)));
+  std::vector<int64_t> full(2 * (nsp + 2), 0);
+  for (size_t i = 0; i < nsp; ++i) {
+    full[2 + i] = pads[i];
+    full[nsp + 4 + i] = pads[nsp + i];
+  }
+  x = pad(n, x, full, "constant", value);
+  return Shape(std::vector<int64_t>(nsp, 0));
+}
+
+Shape shape_attr(const NodeContext& n, std::string_view name, int nsp, int64_t dflt) {
+  std::vector<int64_t> v = n.attr_ints(name, std::vector<int64_t>(static_cast<size_t>(nsp), dflt));
+  KILN_CHECK(v.size() == static_cast<size_t>(nsp), ValueError, "{} [{}] has {} entries, expected {}", name,
+             fmt::join(v, ","), v.size(), nsp);
+  return Shape(v);
+}
+
+void convert_conv(NodeContext& n) {
+  const Shape& x = n.shape(0);
+  const Shape& w = n.shape(1);
+  KILN_CHECK(x.ndim() >= 3 && x.ndim() <= 5 && w.ndim() == x.ndim(), ShapeError,
+             "expected data [N,C,spatial...] with 1 to 3 spatial axes and a weight of the same rank, got {} and {}", x, w);
+  const int nsp = x.ndim() - 2;
+  Shape kernel(std::vector<int64_t>(w.begin() + 2, w.end()));
+  if (n.has_attr("kernel_shape")) {
+    Shape k = shape_attr(n, "kernel_shape", nsp, 1);
+    KILN_CHECK(k == kernel, ShapeError, "kernel_shape {} does not match the weight {}", k, w);
+  }
+  ConvolutionAttrs a{.kernel = kernel,
+                     .stride = shape_attr(n, "strides", nsp, 1),
+                     .dilate = shape_attr(n, "dilations", nsp, 1),
+                     .num_filter = static_cast<int>(w[0]),
+                     .num_group = static_cast<int>(n.attr_int("group", 1)),
+                     .no_bias = !n.has_input(2)};
+  ir::Entry data = n.input(0);
+  a.pad = apply_pads(n, data, window_pads(n, x, a.kernel, a.stride, a.dilate), 0.0);
+  std::vector<ir::Entry> in{data, n.input(1)};
+  if (n.has_input(2)) in.push_back(n.input(2));
+  n.set_output(0, n.op(OpId::kConvolution, in, OpAttrs::make(a)).front());
+}
+
+// ConvTranspose is the data gradient of the convolution it transposes
+// (weight [C_in, C_out/group, k...] is that convolution's weight): computed
+// unpadded at full size s (in - 1) + (k - 1) d + 1 + output_padding, then
+// cropped by pads (given, or derived from output_shape / auto_pad), then
+// the bias added.
+void convert_conv_transpose(NodeContext& n) {
+  const Shape& x = n.shape(0);
+  const Shape& w = n.shape(1);
+  KILN_CHECK(x.ndim() >= 3 && x.ndim() <= 5 && w.ndim() == x.ndim(), ShapeError,
+             "expected data [N,C,spatial...] with 1 to 3 spatial axes and a weight of the same rank, got {} and {}", x, w);
+  const int nsp = x.ndim() - 2;
+  const int64_t group = n.attr_int("group", 1);
+  Shape kernel(std::vector<int64_t>(w.begin() + 2, w.end()));
+  Shape stride = shape_attr(n, "strides", nsp, 1), dilate = shape_attr(n, "dilations", nsp, 1);
+  Shape out_pad = shape_attr(n, "output_padding", nsp, 0);
+  Shape full{x[0], w[1] * group};
+  for (int i = 0; i < nsp; ++i) full.push_back(stride[i] * (x[2 + i] - 1) + (kernel[i] - 1) * dilate[i] + 1 + out_pad[i]);
+  std::vector<int64_t> pads(static_cast<size_t>(2 * nsp), 0);
+  std::string auto_pad = n.attr_string("auto_pad", "NOTSET");
+  if (n.has_attr("output_shape") || auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+    std::vector<int64_t> want = n.attr_ints("output_shape");
+    if (want.empty())
+      for (int i = 0; i < nsp; ++i) want.push_back(x[2 + i] * stride[i]);
+    if (want.size() == static_cast<size_t>(nsp + 2)) want.erase(want.begin(), want.begin() + 2);
+    KILN_CHECK(want.size() == static_cast<size_t>(nsp), ValueError, "output_shape [{}] has {} entries, expected {}",
+               fmt::join(want, ","), want.size(), nsp);
+    for (int i = 0; i < nsp; ++i) {
+      // Negative totals (an output_shape past the full output) pad with zeros; halves round down as ONNX's.
+      int64_t total = full[2 + i] - want[static_cast<size_t>(i)];
+      int64_t small = total >= 0 ? total / 2 : -((-total + 1) / 2), large = total - small;
+      pads[static_cast<size_t>(i)] = auto_pad == "SAME_UPPER" ? small : large;
+      pads[static_cast<size_t>(i + nsp)] = auto_pad == "SAME_UPPER" ? large : small;
+    }
+  } else if (auto_pad == "NOTSET") {
+    pads = n.attr_ints("pads", pads);
+  }
+  KILN_CHECK(pads.size() == static_cast<size_t>(2 * nsp), ValueError, "pads [{}] has {} entries, expected {}",
+             fmt::join(pads, ","), pads.size(), 2 * nsp);
+  ConvolutionBackwardDataAttrs a;
+  a.kernel = kernel;
+  a.stride = stride;
+  a.dilate = dilate;
+  a.num_filter = static_cast<int>(w[0]);
+  a.num_group = static_cast<int>(group);
+  a.no_bias = true;
+  a.data_shape = full;
+  ir::Entry y = n.op1(OpId::kConvolutionBackwardData, {n.input(0), n.input(1)}, a);
+  std::vector<int64_t> crop(static_cast<size_t>(2 * (nsp + 2)), 0);
+  for (int i = 0; i < nsp; ++i) {
+    crop[static_cast<size_t>(2 + i)] = -pads[static_cast<size_t>(i)];
+    crop[static_cast<size_t>(nsp + 4 + i)] = -pads[static_cast<size_t>(i + nsp)];
+  }
+  y = pad(n, y, crop, "constant", 0.0);
+  if (n.has_input(2)) {
+    std::vector<int64_t> bias_shape{1, full[1]};
+    bias_shape.resize(static_cast<size_t>(x.ndim()), 1);
+    ir::Entry b = n.op1(OpId::kReshape, {n.input(2)}, ReshapeAttrs{.shape = IntTuple(bias_shape)});
+    y = n.op1(OpId::kBroadcastAdd, {y, b});
+  }
+  n.set_output(0, y);
+}
+
+void convert_batch_norm(NodeContext& n) {
+  if (n.opset() >= 14) n.require_attr_int("training_mode", 0, "training-mode statistics");
+  if (n.num_outputs() > 1 && n.has_output(1)) n.unsupported("training-mode outputs (running mean and variance)");
+  if (n.opset() < 9) n.require_attr_int("spatial", 1, "per-activation statistics");
+  BatchNormAttrs a{.eps = n.attr_float("epsilon", 1e-5),
+                   .momentum = static_cast<float>(n.attr_float("momentum", 0.9)),
+                   .fix_gamma = false,
+                   .use_global_stats = true};
+  std::vector<ir::Entry> in;
+  for (size_t i = 0; i < 5; ++i) in.push_back(n.input(i));
+  n.set_output(0, n.op(OpId::kBatchNorm, in, OpAttrs::make(a)).front());
+}
+
+void convert_pool(NodeContext& n, std::string pool_type) {
+  const Shape& x = n.shape(0);
+  KILN_CHECK(x.ndim() >= 3 && x.ndim() <= 5, ShapeError, "expected data [N,C,spatial...] with 1 to 3 spatial axes, got {}", x);
+  const int nsp = x.ndim() - 2;
+  if (n.has_output(1)) n.unsupported("the Indices output");
+  n.require_attr_int("storage_order", 0, "column-major indices");
+  Shape dilate = shape_attr(n, "dilations", nsp, 1);
+  for (int64_t d : dilate) {
+    if (d != 1) n.unsupported(fmt::format("dilations {}", dilate));
+  }
+  PoolingAttrs a{.kernel = shape_attr(n, "kernel_shape", nsp, 1),
+                 .pool_type = std::move(pool_type),
+                 .pooling_convention = n.attr_int("ceil_mode", 0) ? "full" : "valid",
+                 .stride = shape_attr(n, "strides", nsp, 1)};
+  std::vector<int64_t> pads = window_pads(n, x, a.kernel, a.stride, dilate);
+  ir::Entry data = n.input(0);
+  if (a.pool_type == "avg") {
+    a.count_include_pad = n.attr_int("count_include_pad", 0) != 0;
+    if (!symmetric(pads) && !*a.count_include_pad) {
+      // Averages over the input elements only: sum pooling of the zero-padded
+      // data divided by sum pooling of the zero-padded ones.
+      a.pool_type = "sum";
+      a.count_include_pad.reset();
+      a.pad = apply_pads(n, data, pads, 0.0);
+      std::vector<int64_t> plane{1, 1};
+      for (int i = 2; i < x.ndim(); ++i) plane.push_back(x[i]);
+      ir::Entry ones = n.constant(nd::ones(Shape(plane)));
+      apply_pads(n, ones, pads, 0.0);
+      ir::Entry sum = n.op1(OpId::kPooling, {data}, a);
+      n.set_output(0, n.op1(OpId::kBroadcastDiv, {sum, n.op1(OpId::kPooling, {ones}, a)}));
+      return;
+    }
+  }
+  a.pad = apply_pads(n, data, pads, a.pool_type == "max" ? -std::numeric_limits<double>::infinity() : 0.0);
+  n.set_output(0, n.op1(OpId::kPooling, {data}, a));
+}
+
+void convert_max_pool(NodeContext& n) { convert_pool(n, "max"); }
+void convert_average_pool(NodeContext& n) { convert_pool(n, "avg"); }
+
+void convert_global_pool(NodeContext& n, const char* pool_type) {
+  KILN_CHECK(n.shape(0).ndim() >= 3, ShapeError, "expected data [N,C,spatial...], got {}", n.shape(0));
+  n.set_output(0, n.op1(OpId::kPooling, {n.input(0)}, PoolingAttrs{.pool_type = pool_type, .global_pool = true}));
+}
+void convert_global_average_pool(NodeContext& n) { convert_global_pool(n, "avg"); }
+void convert_global_max_pool(NodeContext& n) { convert_global_pool(n, "max"); }
+
+ir::Entry scaled(NodeContext& n, ir::Entry e, double s) {
+  return s == 1.0 ? e : n.op1(OpId::kMulScalar, {e}, ScalarAttrs{.scalar = s});
+}
+
+void convert_gemm(NodeContext& n) {
+  double alpha = n.attr_float("alpha", 1.0), beta = n.attr_float("beta", 1.0);
+  bool ta = n.attr_int("transA", 0) != 0, tb = n.attr_int("transB", 0) != 0;
+  KILN_CHECK(n.shape(0).ndim() == 2 && n.shape(1).ndim() == 2, ShapeError, "expected matrices A and B, got {} and {}",
+             n.shape(0), n.shape(1));
+  const int64_t cols = tb ? n.shape(1)[0] : n.shape(1)[1];
+  bool fc_bias = !n.has_input(2) || (n.shape(2).ndim() == 1 && n.shape(2)[0] == cols);
+  if (alpha == 1.0 && (beta == 1.0 || !n.has_input(2)) && !ta && tb && fc_bias) {
+    // A Linear layer: FullyConnected, which the passes fuse and plan like Kiln's own Dense.
+    FullyConnectedAttrs a{.num_hidden = static_cast<int>(cols), .no_bias = !n.has_input(2), .flatten = false};
+    std::vector<ir::Entry> in{n.input(0), n.input(1)};
+    if (n.has_input(2)) in.push_back(n.input(2));
+    n.set_output(0, n.op(OpId::kFullyConnected, in, OpAttrs::make(a)).front());
+    return;
+  }
+  ir::Entry y = scaled(n, n.op1(OpId::kDot, {n.input(0), n.input(1)}, DotAttrs{.transpose_a = ta, .transpose_b = tb}), alpha);
+  if (n.has_input(2) && beta != 0.0) y = n.op1(OpId::kBroadcastAdd, {y, scaled(n, n.input(2), beta)});
+  n.set_output(0, y);
+}
+
+// NumPy matmul: 1-D operands gain (then lose) an axis, batch dims broadcast.
+void convert_matmul(NodeContext& n) {
+  Shape a = n.shape(0), b = n.shape(1);
+  KILN_CHECK(a.ndim() >= 1 && b.ndim() >= 1, ShapeError, "MatMul of a scalar: {} and {}", a, b);
+  ir::Entry ea = n.input(0), eb = n.input(1);
+  if (b.ndim() <= 2 && a.ndim() >= 1) {
+    // [..., k] x [k] or [..., m, k] x [k, n]: one dot over the flattened leading dims.
+    ir::Entry y = n.op1(OpId::kDot, {ea, eb}, DotAttrs{});
+    n.set_output(0, y);
+    return;
+  }
+  std::vector<int64_t> av = a.to_vector(), bv = b.to_vector();
+  bool a_vec = av.size() == 1;
+  if (a_vec) av.insert(av.begin(), 1);
+  std::vector<int64_t> a_batch(av.begin(), av.end() - 2), b_batch(bv.begin(), bv.end() - 2);
+  Shape batch = broadcast_shapes(Shape(a_batch), Shape(b_batch), "MatMul batch dims");
+  int64_t nb = batch.size(), m = av[av.size() - 2], k = av.back(), k2 = bv[bv.size() - 2], cols = bv.back();
+  KILN_CHECK(k == k2, ShapeError, "MatMul: {} and {} do not agree on k", a, b);
+  auto batched = [&](ir::Entry e, std::vector<int64_t> dims, int64_t r, int64_t c) {
+    std::vector<int64_t> full = batch.to_vector();
+    full.push_back(r);
+    full.push_back(c);
+    e = reshape_to(n, e, dims);
+    if (Shape(dims) != Shape(full)) e = n.op1(OpId::kBroadcastTo, {e}, BroadcastToAttrs{.shape = Shape(full)});
+    return reshape_to(n, e, {nb, r, c});
+  };
+  ir::Entry y = n.op1(OpId::kBatchDot, {batched(ea, av, m, k), batched(eb, bv, k, cols)}, DotAttrs{});
+  std::vector<int64_t> out = batch.to_vector();
+  if (!a_vec) out.push_back(m);
+  out.push_back(cols);
+  n.set_output(0, reshape_to(n, y, out));
+}
+
+void convert_relu(NodeContext& n) { n.set_output(0, n.op1(OpId::kRelu, {n.input(0)})); }
+void convert_sigmoid(NodeContext& n) { n.set_output(0, n.op1(OpId::kSigmoid, {n.input(0)})); }
+void convert_tanh(NodeContext& n) { n.set_output(0, n.op1(OpId::kTanh, {n.input(0)})); }
+
+void convert_leaky_relu(NodeContext& n) {
+  n.set_output(0, n.op1(OpId::kLeakyReLU, {n.input(0)},
+                        LeakyReLUAttrs{.act_type = LeakyType::kLeaky, .slope = n.attr_float("alpha", 0.01)}));
+}
+
+void convert_elu(NodeContext& n) {
+  n.set_output(0, n.op1(OpId::kLeakyReLU, {n.input(0)},
+                        LeakyReLUAttrs{.act_type = LeakyType::kElu, .slope = n.attr_float("alpha", 1.0)}));
+}
+
+// PRelu: Kiln's per-channel prelu when the slope is one per channel (or one
+// in all), else max(0, x) + slope * min(0, x), exact either way.
+void convert_prelu(NodeContext& n) {
+  const Shape& x = n.shape(0);
+  const Shape& s = n.shape(1);
+  int64_t channels = x.ndim() >= 2 ? x[1] : 1;
+  bool per_channel = s.size() == 1;
+  if (!per_channel && x.ndim() >= 2 && s.size() == channels && s.ndim() <= x.ndim() - 1) {
+    per_channel = s[0] == channels || (s.ndim() == x.ndim() && s[1] == channels);  // [C,1..] or [1,C,1..]
+  }
+  if (per_channel) {
+    ir::Entry gamma = n.op1(OpId::kReshape, {n.input(1)}, ReshapeAttrs{.shape = IntTuple{s.size()}});
+    n.set_output(0, n.op1(OpId::kLeakyReLU, {n.input(0), gamma}, LeakyReLUAttrs{.act_type = LeakyType::kPrelu}));
+    return;
+  }
+  ir::Entry in = n.input(0);
+  ir::Entry neg = n.op1(OpId::kNegative, {n.op1(OpId::kRelu, {n.op1(OpId::kNegative, {in})})});
+  n.set_output(0, n.op1(OpId::kBroadcastAdd, {n.op1(OpId::kRelu, {in}), n.op1(OpId::kBroadcastMul, {n.input(1), neg})}));
+}
+
+void convert_softplus(NodeContext& n) {
+  n.set_output(0, n.op1(OpId::kActivation, {n.input(0)}, ActivationAttrs{.act_type = ActType::kSoftrelu}));
+}
+void convert_softsign(NodeContext& n) {
+  n.set_output(0, n.op1(OpId::kActivation, {n.input(0)}, ActivationAttrs{.act_type = ActType::kSoftsign}));
+}
+
+// Selu with ONNX's default alpha and gamma, which Kiln's selu fixes.
+void convert_selu(NodeContext& n) {
+  double alpha = n.attr_float("alpha", kSeluAlpha), gamma = n.attr_float("gamma", kSeluLambda);
+  if (std::abs(alpha - kSeluAlpha) > 1e-6 || std::abs(gamma - kSeluLambda) > 1e-6)  // float attributes
+    n.unsupported(fmt::format("alpha {} and gamma {} other than SELU's own", alpha, gamma));
+  n.set_output(0, n.op1(OpId::kLeakyReLU, {n.input(0)}, LeakyReLUAttrs{.act_type = LeakyType::kSelu}));
+}
+
+// Gelu (exact, with erf): what frontend/formats/onnx/patterns.cc makes of
+// the Div-Erf-Add-Mul-Mul that exporters write before opset 20.
+void convert_gelu(NodeContext& n) {
+  if (n.attr_string("approximate", "none") != "none") n.unsupported("approximate GELU");
+  n.set_output(0, n.op1(OpId::kLeakyReLU, {n.input(0)}, LeakyReLUAttrs{.act_type = LeakyType::kGelu}));
+}
+
+// HardSigmoid: max(0, min(1, alpha x + beta)).
+ir::Entry hard_sigmoid(NodeContext& n, ir::Entry x, double alpha, double beta) {
+  ir::Entry y = n.op1(OpId::kMulScalar, {x}, ScalarAttrs{.scalar = alpha});
+  y = n.op1(OpId::kPlusScalar, {y}, ScalarAttrs{.scalar = beta});
+  return n.op1(OpId::kClip, {y}, ClipAttrs{.a_min = 0, .a_max = 1});
+}
+
+void convert_hard_sigmoid(NodeContext& n) {
+  n.set_output(0, hard_sigmoid(n, n.input(0), n.attr_float("alpha", 0.2), n.attr_float("beta", 0.5)));
+}
+
+void convert_hard_swish(NodeContext& n) {
+  ir::Entry x = n.input(0);
+  n.set_output(0, n.op1(OpId::kBroadcastMul, {x, hard_sigmoid(n, x, 1.0 / 6.0, 0.5)}));
+}
+
+// Softmax/LogSoftmax: from opset 13 along one axis (default -1); before,
+// over the input coerced to 2-D at `axis` (default 1).
+void convert_softmax_like(NodeContext& n, OpId id) {
+  const Shape& x = n.shape(0);
+  if (n.opset() >= 13) {
+    int axis = normalize_onnx_axis(n, n.attr_int("axis", -1), x.ndim());
+    n.set_output(0, n.op1(id, {n.input(0)}, SoftmaxAttrs{.axis = axis}));
+    return;
+  }
+  int axis = normalize_onnx_axis(n, n.attr_int("axis", 1), x.ndim());
+  int64_t rows = 1, cols = 1;
+  for (int d = 0; d < x.ndim(); ++d) (d < axis ? rows : cols) *= x[d];
+  ir::Entry y = reshape_to(n, n.input(0), {rows, cols});
+  y = n.op1(id, {y}, SoftmaxAttrs{.axis = -1});
+  n.set_output(0, reshape_to(n, y, x.to_vector()));
+}
+void convert_softmax(NodeContext& n) { convert_softmax_like(n, OpId::kSoftmax); }
+void convert_log_softmax(NodeContext& n) { convert_softmax_like(n, OpId::kLogSoftmax); }
+
+// LayerNormalization (opset 17) over the axes from `axis` on, in Kiln ops:
+// d = x - mean(x); y = d / sqrt(mean(d^2) + epsilon) * scale + bias. The
+// decomposition older exporters write (ReduceMean, Sub, Pow, Sqrt, Div, ...)
+// imports op by op.
+void convert_layer_norm(NodeContext& n) {
+  const Shape& x = n.shape(0);
+  int axis = normalize_onnx_axis(n, n.attr_int("axis", -1), x.ndim());
+  IntTuple axes;
+  for (int d = axis; d < x.ndim(); ++d) axes.push_back(d);
+  ReduceAttrs mean_attrs{.axis = axes, .keepdims = true};
+  ir::Entry in = n.input(0);
+  ir::Entry mean = n.op1(OpId::kMean, {in}, mean_attrs);
+  ir::Entry d = n.op1(OpId::kBroadcastSub, {in, mean});
+  ir::Entry var = n.op1(OpId::kMean, {n.op1(OpId::kSquare, {d})}, mean_attrs);
+  ir::Entry std = n.op1(OpId::kSqrt, {n.op1(OpId::kPlusScalar, {var}, ScalarAttrs{.scalar = n.attr_float("epsilon", 1e-5)})});
+  ir::Entry y = n.op1(OpId::kBroadcastMul, {n.op1(OpId::kBroadcastDiv, {d, std}), n.input(1)});
+  if (n.has_input(2)) y = n.op1(OpId::kBroadcastAdd, {y, n.input(2)});
+  n.set_output(0, y);
+  n.set_output(1, mean);
+  if (n.has_output(2)) n.set_output(2, n.op1(OpId::kRDivScalar, {std}, ScalarAttrs{.scalar = 1.0}));
+}
+
+// Dropout at inference is the identity (its mask, when asked for, all true).
+void convert_dropout(NodeContext& n) {
+  if (n.opset() >= 12 && n.has_input(2) && n.known_ints(2, "training_mode") != std::vector<int64_t>{0})
+    n.unsupported("training_mode true");
+  if (n.opset() < 7) n.require_attr_int("is_test", 1, "training mode");
+  n.set_output(0, n.input(0));
+  if (n.has_output(1)) {
+    NDArray mask = NDArray::empty(n.shape(0), {DType::kBool, Device::cpu(0)});
+    std::fill_n(static_cast<bool*>(mask.data()), mask.size(), true);
+    n.set_known(1, mask);
+  }
+}
+
+KILN_ONNX_CONVERTER("Conv", convert_conv);
+KILN_ONNX_CONVERTER("ConvTranspose", convert_conv_transpose);
+KILN_ONNX_CONVERTER("BatchNormalization", convert_batch_norm);
+KILN_ONNX_CONVERTER("MaxPool", convert_max_pool);
+KILN_ONNX_CONVERTER("AveragePool", convert_average_pool);
+KILN_ONNX_CONVERTER("GlobalAveragePool", convert_global_average_pool);
+KILN_ONNX_CONVERTER("GlobalMaxPool", convert_global_max_pool);
+KILN_ONNX_CONVERTER("Gemm", convert_gemm);
+KILN_ONNX_CONVERTER("MatMul", convert_matmul);
+KILN_ONNX_CONVERTER("Relu", convert_relu);
+KILN_ONNX_CONVERTER("Sigmoid", convert_sigmoid);
+KILN_ONNX_CONVERTER("Tanh", convert_tanh);
+KILN_ONNX_CONVERTER("LeakyRelu", convert_leaky_relu);
+KILN_ONNX_CONVERTER("PRelu", convert_prelu);
+KILN_ONNX_CONVERTER("Gelu", convert_gelu);
+KILN_ONNX_CONVERTER("Softplus", convert_softplus);
+KILN_ONNX_CONVERTER("Softsign", convert_softsign);
+KILN_ONNX_CONVERTER("Selu", convert_selu);
+KILN_ONNX_CONVERTER("Elu", convert_elu);
+KILN_ONNX_CONVERTER("HardSigmoid", convert_hard_sigmoid);
+KILN_ONNX_CONVERTER("HardSwish", convert_hard_swish);
+KILN_ONNX_CONVERTER("Softmax", convert_softmax);
+KILN_ONNX_CONVERTER("LogSoftmax", convert_log_softmax);
+KILN_ONNX_CONVERTER("Dropout", convert_dropout);
+KILN_ONNX_CONVERTER("LayerNormalization", convert_layer_norm);
+
+}  // namespace
+}  // namespace kiln::onnx

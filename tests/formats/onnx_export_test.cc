@@ -1,0 +1,81 @@
+// ONNX export (frontend/formats/onnx/export.h, nn::export_onnx): hybridized
+// models written as ONNX pass libonnx's checker and strict shape inference
+// (export.cc checks both) and read back through the importer to the same
+// outputs: Kiln -> ONNX -> Kiln.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include <unistd.h>
+
+#include "frontend/formats/onnx/model.h"
+#include "frontend/nd.h"
+#include "frontend/nn/export_onnx.h"
+#include "models/zoo.h"
+#include "tests/test_util.h"
+
+namespace kiln {
+namespace {
+
+namespace fs = std::filesystem;
+using test::error_of;
+
+double max_abs_diff(const NDArray& a, const NDArray& b) {
+  EXPECT_EQ(a.shape(), b.shape());
+  std::vector<float> x = a.to_vector<float>(), y = b.to_vector<float>();
+  double d = 0;
+  for (size_t i = 0; i < x.size() && i < y.size(); ++i) d = std::max(d, std::abs(static_cast<double>(x[i]) - y[i]));
+  return d;
+}
+
+struct RoundTrip {
+  std::string model;
+  Shape input;
+};
+
+class OnnxExport : public testing::TestWithParam<RoundTrip> {};
+
+TEST_P(OnnxExport, ReimportsToTheSameOutputs) {
+  const RoundTrip& c = GetParam();
+  auto net = models::make(c.model, 10);
+  net.initialize(init::Xavier());
+  nd::random::seed(7);
+  NDArray x = nd::random::normal(c.input);
+  net.hybridize();
+  NDArray want = net(x);
+  fs::path path = fs::temp_directory_path() / fmt::format("kiln_onnx_export_{}_{}.onnx", c.model, ::getpid());
+  nn::export_onnx(net, path.string());
+  onnx::Model m = onnx::Model::load(path.string());
+  fs::remove(path);
+  EXPECT_EQ(m.opset(), onnx::kExportOpset);
+  EXPECT_EQ(m.producer().rfind("kiln", 0), 0u);
+  std::vector<NDArray> got = m.run(std::span<const NDArray>(&x, 1));
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_LE(max_abs_diff(got[0], want), 1e-6) << c.model;
+
+  // With a dynamic batch the file runs at another batch size too.
+  nn::export_onnx(net, path.string(), {.dynamic_batch = true});
+  onnx::Model any = onnx::Model::load(path.string());
+  fs::remove(path);
+  EXPECT_EQ(any.inputs()[0].dim_params[0], "N");
+  Shape bigger = c.input;
+  bigger[0] += 2;
+  NDArray x2 = nd::random::normal(bigger);
+  NDArray want2 = net(x2);
+  got = any.run(std::span<const NDArray>(&x2, 1));
+  EXPECT_LE(max_abs_diff(got[0], want2), 1e-6) << c.model << " at batch " << bigger[0];
+}
+
+INSTANTIATE_TEST_SUITE_P(Zoo, OnnxExport,
+                         testing::Values(RoundTrip{"mlp", Shape{3, 1, 28, 28}}, RoundTrip{"lenet", Shape{2, 1, 28, 28}},
+                                         RoundTrip{"resnet18", Shape{1, 1, 16, 16}}),
+                         [](const auto& info) { return info.param.model; });
+
+TEST(OnnxExportErrors, NeedsATracedGraph) {
+  auto net = models::make("mlp", 10);
+  net.initialize();
+  EXPECT_CONTAINS(error_of<ValueError>([&] { nn::export_onnx(net, "unused.onnx"); }), "call hybridize() and run the block");
+}
+
+}  // namespace
+}  // namespace kiln

@@ -1,0 +1,283 @@
+// ONNX import (frontend/formats/onnx/model.h): models exported from PyTorch
+// (tests/data/onnx, written by scripts/make_onnx_fixtures.py) against
+// PyTorch's outputs, at two batch sizes of one file; and bad input, each a
+// clear error.
+#include <gtest/gtest.h>
+#include <onnx/onnx_pb.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include <unistd.h>
+
+#include "frontend/formats/onnx/model.h"
+#include "frontend/nn/symbol_block.h"
+#include "frontend/npy.h"
+#include "tests/test_util.h"
+
+namespace kiln {
+namespace {
+
+namespace fs = std::filesystem;
+using test::error_of;
+
+const fs::path kData = KILN_TEST_DATA_DIR "/onnx";
+
+// max |got - want| relative to want's largest magnitude.
+double relative_error(const NDArray& got, const NDArray& want) {
+  EXPECT_EQ(got.shape(), want.shape());
+  std::vector<float> g = got.to_vector<float>(), w = want.to_vector<float>();
+  double err = 0, scale = 0;
+  for (size_t i = 0; i < w.size() && i < g.size(); ++i) {
+    err = std::max(err, std::abs(static_cast<double>(g[i]) - w[i]));
+    scale = std::max(scale, std::abs(static_cast<double>(w[i])));
+  }
+  return err / std::max(scale, 1e-30);
+}
+
+class OnnxFixture : public testing::TestWithParam<std::string> {};
+
+TEST_P(OnnxFixture, MatchesPyTorchAtTwoBatchSizes) {
+  onnx::Model m = onnx::Model::load((kData / (GetParam() + ".onnx")).string());
+  ASSERT_EQ(m.inputs().size(), 1u);
+  EXPECT_EQ(m.inputs()[0].dim_params[0], "N");
+  EXPECT_EQ(m.producer().rfind("pytorch", 0), 0u) << m.producer();
+  for (std::string batch : {"", "3"}) {
+    NDArray x = npy::load((kData / (GetParam() + ".in" + batch + ".npy")).string());
+    NDArray want = npy::load((kData / (GetParam() + ".out" + batch + ".npy")).string());
+    std::vector<NDArray> out = m.run(std::span<const NDArray>(&x, 1));
+    ASSERT_EQ(out.size(), 1u);
+    EXPECT_LT(relative_error(out[0], want), 1e-5) << GetParam() << " batch " << x.shape()[0];
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(PyTorchExports, OnnxFixture,
+                         testing::Values("mlp_op13", "mlp_external", "cnn_op9", "cnn_op13", "cnn_op17", "attn_op13",
+                                         "attn_op17", "ffn_op13"));
+
+// PyTorch's x.view(x.size(0), -1) exports as Shape -> Gather -> Unsqueeze ->
+// Concat -> Reshape: with the input's shape known it folds to one Reshape.
+TEST(OnnxImport, ShapeSubgraphFoldsToAFixedReshape) {
+  onnx::Model m = onnx::Model::load((kData / "cnn_op13.onnx").string());
+  EXPECT_EQ(m.op_counts().at("Shape"), 1);
+  onnx::Imported im = m.to_graph(std::vector<TensorType>{{Shape{5, 3, 8, 8}, DType::kFloat32}});
+  std::map<std::string, int> ops;
+  for (const ir::Node& n : im.graph.nodes())
+    if (n.is_op()) ++ops[std::string(op_def(n.op).name)];
+  EXPECT_EQ(ops.count("take"), 0u);
+  EXPECT_EQ(ops.count("Concat"), 0u) << "Pad with zero pads and the shape Concat must vanish";
+  EXPECT_EQ(ops["Reshape"], 1);
+  EXPECT_EQ(ops["Convolution"], 2);
+  EXPECT_EQ(ops["BatchNorm"], 1);
+  EXPECT_EQ(im.graph.type(im.graph.outputs()[0]).shape, (Shape{5, 5}));
+  // BatchNorm's running statistics are aux nodes, its scale and bias params.
+  EXPECT_EQ(im.graph.nodes_of_kind(ir::NodeKind::kAux).size(), 2u);
+}
+
+// SymbolBlock::imports tells ONNX by content; the block runs, hybridizes and
+// exposes the initializers as parameters.
+TEST(OnnxImport, SymbolBlockImportsOnnxAndHybridizes) {
+  std::string path = (kData / "cnn_op13.onnx").string();
+  auto net = nn::SymbolBlock::imports(path, {"x"});
+  ASSERT_NE(net.onnx_model(), nullptr);
+  NDArray x = npy::load((kData / "cnn_op13.in3.npy").string());
+  NDArray want = npy::load((kData / "cnn_op13.out3.npy").string());
+  EXPECT_LT(relative_error(net(x), want), 1e-5);
+  net.hybridize();
+  EXPECT_LT(relative_error(net(x), want), 1e-5);
+  EXPECT_LT(relative_error(net(x), want), 1e-5);  // from the cached plan
+  auto params = net.collect_params();
+  EXPECT_TRUE(params.contains("conv1.weight"));
+  EXPECT_TRUE(net.param("bn.running_mean").is_aux());
+  EXPECT_CONTAINS(error_of<ValueError>([&] { nn::SymbolBlock::imports(path, {"x"}, "net.params"); }),
+                  "an ONNX model holds its weights");
+  EXPECT_CONTAINS(error_of<ValueError>([&] { nn::SymbolBlock::imports(path, {"data"}); }),
+                  "input 'x' of the model is not among the inputs given (data)");
+  EXPECT_CONTAINS(error_of<NotSupported>([&] { net.symbol(); }), "is an ONNX model");
+  // Hybridized before its first call: the graph is imported (and its shape
+  // arithmetic folded) while the forward is traced.
+  auto fresh = nn::SymbolBlock::imports(path, {"x"});
+  fresh.hybridize();
+  EXPECT_LT(relative_error(fresh(x), want), 1e-5);
+}
+
+// Several inputs are bound by name, in the order the block is given them.
+TEST(OnnxImport, SymbolBlockBindsInputsByName) {
+  fs::path dir = fs::path(KILN_ONNX_TESTDATA) / "node" / "test_sub";
+  if (!fs::is_directory(dir)) GTEST_SKIP() << dir << " is missing (Debian's libonnx-testdata)";
+  NDArray x = onnx::load_tensor_file((dir / "test_data_set_0" / "input_0.pb").string());
+  NDArray y = onnx::load_tensor_file((dir / "test_data_set_0" / "input_1.pb").string());
+  NDArray want = onnx::load_tensor_file((dir / "test_data_set_0" / "output_0.pb").string());  // x - y
+  auto net = nn::SymbolBlock::imports((dir / "model.onnx").string(), {"y", "x"});
+  std::vector<NDArray> in{y, x};
+  std::vector<NDArray> out = net(std::span<const NDArray>(in));
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(relative_error(out[0], want), 0.0);
+  EXPECT_CONTAINS(error_of<ValueError>([&] { nn::SymbolBlock::imports((dir / "model.onnx").string(), {"x", "y", "z"}); }),
+                  "'z' is not an input of the model (inputs: x, y)");
+}
+
+TEST(OnnxImport, InputTypesAreCheckedAgainstTheFile) {
+  onnx::Model m = onnx::Model::load((kData / "cnn_op13.onnx").string());
+  EXPECT_CONTAINS(error_of<ShapeError>([&] { m.to_graph(std::vector<TensorType>{{Shape{2, 4, 8, 8}, DType::kFloat32}}); }),
+                  "input 'x' has shape [N,3,8,8] in the model, got [2,4,8,8]");
+  EXPECT_CONTAINS(error_of<TypeError>([&] { m.to_graph(std::vector<TensorType>{{Shape{2, 3, 8, 8}, DType::kFloat64}}); }),
+                  "input 'x' is float32 in the model, got float64");
+  EXPECT_CONTAINS(error_of<ValueError>([&] { m.to_graph(std::vector<TensorType>{}); }), "takes 1 input(s) (x), got 0");
+}
+
+// ---- bad input
+
+std::string read_bytes(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+void write_bytes(const fs::path& p, std::string_view bytes) {
+  std::ofstream out(p, std::ios::binary);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+// y = OP(x) for x f32[2,3], at `opset`.
+::onnx::ModelProto one_node_model(const std::string& op, int opset) {
+  ::onnx::ModelProto m;
+  m.set_ir_version(8);
+  m.set_producer_name("kiln-test");
+  auto* o = m.add_opset_import();
+  o->set_domain("");
+  o->set_version(opset);
+  auto* g = m.mutable_graph();
+  g->set_name("g");
+  for (auto* v : {g->add_input(), g->add_output()}) {
+    v->set_name(v == &g->input(0) ? "x" : "y");
+    auto* t = v->mutable_type()->mutable_tensor_type();
+    t->set_elem_type(::onnx::TensorProto::FLOAT);
+    t->mutable_shape()->add_dim()->set_dim_value(2);
+    t->mutable_shape()->add_dim()->set_dim_value(3);
+  }
+  auto* n = g->add_node();
+  n->set_op_type(op);
+  n->set_name("node0");
+  n->add_input("x");
+  n->add_output("y");
+  return m;
+}
+
+TEST(OnnxImportErrors, TruncatedFile) {
+  std::string bytes = read_bytes(kData / "cnn_op13.onnx");
+  for (size_t cut : {bytes.size() / 2, bytes.size() - 3, size_t{1}}) {
+    std::string e = error_of<ValueError>([&] { onnx::Model::parse(std::string_view(bytes).substr(0, cut), "cut.onnx"); });
+    EXPECT_CONTAINS(e, "cut.onnx: not an ONNX model");
+  }
+}
+
+TEST(OnnxImportErrors, NotAModel) {
+  EXPECT_CONTAINS(error_of<ValueError>([] { onnx::Model::parse("\x89PNG\r\n\x1a\n\0\0\0\rIHDR", "image.png"); }),
+                  "image.png: not an ONNX model");
+  EXPECT_CONTAINS(error_of<ValueError>([] { onnx::Model::parse("{\"nodes\": []}", "symbol.json"); }),
+                  "symbol.json: not an ONNX model");
+  EXPECT_CONTAINS(error_of<ValueError>([] { onnx::Model::parse("", "empty.onnx"); }), "empty.onnx: not an ONNX model");
+  EXPECT_CONTAINS(error_of<IOError>([] { onnx::Model::load("/nonexistent/model.onnx"); }), "no such file");
+}
+
+TEST(OnnxImportErrors, UnsupportedOpNamesOpNodeAndOpset) {
+  ::onnx::ModelProto m = one_node_model("Det", 13);
+  m.mutable_graph()->mutable_output(0)->mutable_type()->mutable_tensor_type()->mutable_shape()->clear_dim();
+  onnx::Model model = onnx::Model::parse(m.SerializeAsString(), "det.onnx");
+  std::string e = error_of<NotSupported>([&] { model.to_graph(std::vector<TensorType>{{Shape{2, 3}, DType::kFloat32}}); });
+  EXPECT_CONTAINS(e, "det.onnx: ONNX node 'node0' (Det, opset 13): op Det is not supported");
+  EXPECT_CONTAINS(error_of<NotSupported>([] { onnx::Model::parse(one_node_model("Relu", 18).SerializeAsString(), "new.onnx"); }),
+                  "new.onnx: opset 18 is newer than the opsets Kiln reads (7 to 17)");
+  // Older opsets are upgraded by libonnx's version converter.
+  onnx::Model old = onnx::Model::parse(one_node_model("Relu", 6).SerializeAsString(), "old.onnx");
+  EXPECT_EQ(old.file_opset(), 6);
+  EXPECT_EQ(old.opset(), onnx::kUpgradeOpset);
+}
+
+TEST(OnnxImportErrors, OpsOfOtherDomainsAreNamed) {
+  ::onnx::ModelProto m = one_node_model("FancyOp", 13);
+  m.mutable_graph()->mutable_node(0)->set_domain("com.example");
+  auto* o = m.add_opset_import();
+  o->set_domain("com.example");
+  o->set_version(1);
+  onnx::Model model = onnx::Model::parse(m.SerializeAsString(), "custom.onnx");
+  EXPECT_CONTAINS(error_of<NotSupported>([&] { model.to_graph(std::vector<TensorType>{{Shape{2, 3}, DType::kFloat32}}); }),
+                  "custom.onnx: ONNX node 'node0' (FancyOp, opset 13): op domain 'com.example' is not supported");
+}
+
+TEST(OnnxImportErrors, TheCheckerRejectsDanglingInputs) {
+  ::onnx::ModelProto m = one_node_model("Relu", 13);
+  m.mutable_graph()->mutable_node(0)->set_input(0, "nothing");
+  EXPECT_CONTAINS(error_of<ValueError>([&] { onnx::Model::parse(m.SerializeAsString(), "dangling.onnx"); }),
+                  "dangling.onnx: the ONNX checker rejects the model");
+}
+
+TEST(OnnxImportErrors, TensorBytesMustMatchShapeAndDtype) {
+  ::onnx::ModelProto m = one_node_model("Add", 13);
+  auto* w = m.mutable_graph()->add_initializer();
+  w->set_name("w");
+  w->set_data_type(::onnx::TensorProto::FLOAT);
+  w->add_dims(2);
+  w->add_dims(3);
+  w->set_raw_data(std::string(20, '\0'));
+  m.mutable_graph()->mutable_node(0)->add_input("w");
+  EXPECT_CONTAINS(error_of<ValueError>([&] { onnx::Model::parse(m.SerializeAsString(), "short.onnx"); }),
+                  "short.onnx: tensor 'w': raw_data holds 20 bytes, its shape [2,3] and dtype float32 need 24");
+  w->clear_raw_data();
+  for (int i = 0; i < 5; ++i) w->add_float_data(1.0f);
+  EXPECT_CONTAINS(error_of<ValueError>([&] { onnx::Model::parse(m.SerializeAsString(), "typed.onnx"); }),
+                  "typed.onnx: tensor 'w': holds 5 values, its shape [2,3] needs 6");
+  // A huge declared shape is refused before anything is allocated.
+  w->clear_float_data();
+  w->set_dims(0, int64_t{1} << 40);
+  EXPECT_CONTAINS(error_of<ValueError>([&] { onnx::Model::parse(m.SerializeAsString(), "huge.onnx"); }), "limit");
+}
+
+// A fresh directory, removed afterwards.
+struct TempDir {
+  TempDir() : path_(fs::temp_directory_path() / fmt::format("kiln_onnx_import_{}", ::getpid())) {
+    fs::remove_all(path_);
+    fs::create_directories(path_);
+  }
+  ~TempDir() { fs::remove_all(path_); }
+  const fs::path& path() const { return path_; }
+  fs::path path_;
+};
+
+// External data resolves inside the model's folder, never outside it.
+TEST(OnnxImportErrors, ExternalDataStaysInTheModelsFolder) {
+  TempDir dir;
+  fs::path sub = fs::path(dir.path()) / "model";
+  fs::create_directories(sub);
+  fs::copy_file(kData / "mlp_external.bin", fs::path(dir.path()) / "weights.bin");
+  ::onnx::ModelProto m;
+  ASSERT_TRUE(m.ParseFromString(read_bytes(kData / "mlp_external.onnx")));
+  auto with_location = [&](const std::string& location, const std::string& offset = "") {
+    ::onnx::ModelProto c = m;
+    for (auto& t : *c.mutable_graph()->mutable_initializer()) {
+      for (auto& kv : *t.mutable_external_data()) {
+        if (kv.key() == "location") kv.set_value(location);
+        if (kv.key() == "offset" && !offset.empty()) kv.set_value(offset);
+      }
+    }
+    write_bytes(sub / "m.onnx", c.SerializeAsString());
+    return (sub / "m.onnx").string();
+  };
+  EXPECT_CONTAINS(error_of<ValueError>([&] { onnx::Model::load(with_location("../weights.bin")); }),
+                  "external data location '../weights.bin' leaves the model's folder");
+  EXPECT_CONTAINS(error_of<ValueError>([&] { onnx::Model::load(with_location((fs::path(dir.path()) / "weights.bin").string())); }),
+                  "is absolute");
+  fs::create_symlink(fs::path(dir.path()) / "weights.bin", sub / "link.bin");
+  EXPECT_CONTAINS(error_of<ValueError>([&] { onnx::Model::load(with_location("link.bin")); }), "outside the model's folder");
+  fs::copy_file(kData / "mlp_external.bin", sub / "w.bin");
+  EXPECT_CONTAINS(error_of<ValueError>([&] { onnx::Model::load(with_location("w.bin", "100000")); }), "past the end");
+  EXPECT_CONTAINS(error_of<IOError>([&] { onnx::Model::load(with_location("absent.bin")); }), "missing");
+  // From bytes there is no folder to read from.
+  EXPECT_CONTAINS(error_of<ValueError>([&] { onnx::Model::parse(read_bytes(kData / "mlp_external.onnx"), "bytes"); }),
+                  "external data, but the model was not read from a file");
+  EXPECT_NO_THROW(onnx::Model::load(with_location("w.bin")));
+}
+
+}  // namespace
+}  // namespace kiln
