@@ -5,6 +5,7 @@
 #include "frontend/nd_conv.h"
 #include "frontend/nd_elemwise.h"
 #include "frontend/nd_init.h"
+#include "frontend/nd_layer_norm.h"
 #include "frontend/nd_linalg.h"
 #include "frontend/nd_matrix.h"
 #include "frontend/nd_nn.h"

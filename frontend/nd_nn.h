@@ -35,7 +35,8 @@ namespace kiln::nd {
 NDArray fully_connected(const NDArray& x, const NDArray& w, const NDArray& b, int64_t num_hidden, bool flatten = true);
 // relu, sigmoid, tanh, softrelu or softsign.
 NDArray activation(const NDArray& x, ActType act_type);
-// leaky (slope * x below 0), elu (slope * (e^x - 1) below 0), selu, gelu.
+// leaky (slope * x below 0), elu (slope * (e^x - 1) below 0), selu, gelu (the
+// erf form), gelu_tanh (the tanh approximation).
 NDArray leaky_relu(const NDArray& x, LeakyType act_type = LeakyType::kLeaky, double slope = 0.25);
 // x * mask, mask 1/(1-p) with probability 1-p, else 0; shared along `axes`.
 // Applies in train mode (autograd::is_training()) or with mode kAlways;

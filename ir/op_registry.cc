@@ -21,6 +21,7 @@ void register_nn_ops(OpRegistry& r);
 void register_optimizer_ops(OpRegistry& r);
 void register_fused_layer_ops(OpRegistry& r);
 void register_fused_ops(OpRegistry& r);
+void register_layer_norm_ops(OpRegistry& r);
 
 namespace {
 
@@ -84,6 +85,7 @@ const Registry& built_registry() {
     register_optimizer_ops(builder);
     register_fused_layer_ops(builder);
     register_fused_ops(builder);
+    register_layer_norm_ops(builder);
     register_elemwise_grads(builder);
     register_conv_grads(builder);
     register_nn_grads(builder);

@@ -10,6 +10,7 @@
 #include "backends/cpu/elemwise_math.h"
 #include "backends/cpu/nn_kernels.h"
 #include "backends/cpu/parallel.h"
+#include "ir/ops/gelu_tanh.h"
 #include "ir/ops/nn.h"
 
 namespace kiln::cpu {
@@ -133,6 +134,8 @@ void leaky_forward(int threads, const LeakyReLUAttrs& a, const T* x, T* y, int64
       return map1(threads, x, y, n, [=](T v) { return lambda * (v > T(0) ? v : alpha * std::expm1(v)); });
     case LeakyType::kGelu:
       return map1(threads, x, y, n, [](T v) { return v * gelu_cdf(v); });
+    case LeakyType::kGeluTanh:
+      return map1(threads, x, y, n, [](T v) { return gelu_tanh::value(v, std::tanh(gelu_tanh::arg(v))); });
     default:
       KILN_ASSERT(!"LeakyReLU: act_type not admitted by inference");
   }
@@ -152,6 +155,9 @@ void leaky_backward(int threads, const LeakyReLUAttrs& a, const T* dy, const T* 
                   [=](T g, T v) { return g * lambda * (v > T(0) ? T(1) : alpha * std::exp(v)); });
     case LeakyType::kGelu:
       return map2(threads, dy, x, dx, n, [](T g, T v) { return g * (gelu_cdf(v) + v * gelu_pdf(v)); });
+    case LeakyType::kGeluTanh:
+      return map2(threads, dy, x, dx, n,
+                  [](T g, T v) { return g * gelu_tanh::slope(v, std::tanh(gelu_tanh::arg(v))); });
     default:
       KILN_ASSERT(!"LeakyReLU: act_type not admitted by inference");
   }

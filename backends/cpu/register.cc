@@ -10,6 +10,7 @@ void register_cpu_conv_kernels();
 void register_cpu_nn_kernels();
 void register_cpu_optimizer_kernels();
 void register_cpu_fused_kernels();
+void register_cpu_layer_norm_kernels();
 
 void register_cpu_kernels() {
   register_cpu_init_kernels();
@@ -21,6 +22,7 @@ void register_cpu_kernels() {
   register_cpu_nn_kernels();
   register_cpu_optimizer_kernels();
   register_cpu_fused_kernels();
+  register_cpu_layer_norm_kernels();
 }
 
 }  // namespace kiln

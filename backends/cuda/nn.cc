@@ -45,7 +45,8 @@ void leaky_relu(const KernelContext& ctx, std::span<const TensorView> in, std::s
   UnaryOp op = a.act_type == LeakyType::kLeaky ? UnaryOp::kLeaky
                : a.act_type == LeakyType::kElu ? UnaryOp::kElu
                : a.act_type == LeakyType::kSelu ? UnaryOp::kSelu
-                                                 : UnaryOp::kGelu;
+               : a.act_type == LeakyType::kGeluTanh ? UnaryOp::kGeluTanh
+                                                     : UnaryOp::kGelu;
   KILN_CUDA_LAUNCH(cuda::launch_unary(op, in[0].ptr<float>(), out[0].ptr<float>(), out[0].size(),
                                       static_cast<float>(a.slope), 0, cuda::stream_of(ctx)),
                    ctx);
@@ -59,7 +60,8 @@ void leaky_relu_backward(const KernelContext& ctx, std::span<const TensorView> i
   BinaryOp op = a.act_type == LeakyType::kLeaky ? BinaryOp::kLeakyGrad
                 : a.act_type == LeakyType::kElu ? BinaryOp::kEluGrad
                 : a.act_type == LeakyType::kSelu ? BinaryOp::kSeluGrad
-                                                  : BinaryOp::kGeluGrad;
+                : a.act_type == LeakyType::kGeluTanh ? BinaryOp::kGeluTanhGrad
+                                                      : BinaryOp::kGeluGrad;
   elementwise2(ctx, op, in[0], in[1], out[0], static_cast<float>(a.slope));
 }
 

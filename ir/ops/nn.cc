@@ -48,7 +48,9 @@ LeakyType parse_attr(std::string_view s, LeakyType*) {
   if (m == "gelu" || m == "gelu_erf") return LeakyType::kGelu;  // MXNet 2 calls the erf form gelu_erf
   if (m == "prelu") return LeakyType::kPrelu;
   if (m == "rrelu") return LeakyType::kRrelu;
-  throw ValueError(fmt::format("expected 'leaky', 'elu', 'selu', 'gelu', 'prelu' or 'rrelu', found '{}'", m));
+  if (m == "gelu_tanh") return LeakyType::kGeluTanh;
+  throw ValueError(
+      fmt::format("expected 'leaky', 'elu', 'selu', 'gelu', 'gelu_tanh', 'prelu' or 'rrelu', found '{}'", m));
 }
 
 std::string print_attr(LeakyType v) {
@@ -65,6 +67,8 @@ std::string print_attr(LeakyType v) {
       return "prelu";
     case LeakyType::kRrelu:
       return "rrelu";
+    case LeakyType::kGeluTanh:
+      return "gelu_tanh";
   }
   return "leaky";
 }
@@ -216,7 +220,7 @@ void grad_activation(GradBuilder& b, const GradArgs& g, std::span<GradValue> in_
 void infer_leaky_relu(const OpAttrs& attrs, std::span<const TensorType> in, std::vector<TensorType>& out) {
   const auto& a = attrs.as<LeakyReLUAttrs>();
   KILN_CHECK(a.act_type != LeakyType::kRrelu, NotSupported,
-             "act_type 'rrelu' is not supported (leaky, elu, selu, gelu and prelu are)");
+             "act_type 'rrelu' is not supported (leaky, elu, selu, gelu, gelu_tanh and prelu are)");
   size_t expected = a.act_type == LeakyType::kPrelu ? 2 : 1;
   KILN_CHECK(in.size() == expected, ValueError, "expected {} for act_type '{}', got {} input(s)",
              expected == 2 ? "2 inputs (data, gamma)" : "1 input (data)", print_attr(a.act_type), in.size());
@@ -482,7 +486,7 @@ void define_layers(OpRegistry& r) {
   r.defined(OpId::kActivationBackward).inplace = {{0, 0}};  // elementwise: dx may overwrite out_grad
 
   OpDef& leaky =
-      define(r, OpId::kLeakyReLU, "leaky, elu, selu, gelu (elementwise) or prelu (a learned slope per channel).", {},
+      define(r, OpId::kLeakyReLU, "leaky, elu, selu, gelu, gelu_tanh (elementwise) or prelu (a learned slope per channel).", {},
              infer_leaky_relu, parse_attrs_as<LeakyReLUAttrs>);
   leaky.num_inputs = -1;  // prelu adds gamma
   leaky.grad = grad_leaky_relu;

@@ -17,7 +17,8 @@
 //     x / (1 + |x|). _backward_Activation(out_grad, output) computes the
 //     derivative from the forward *output* (so the input need not be kept).
 //   - LeakyReLU: leaky x<0 ? slope*x : x; elu x<0 ? slope*(e^x - 1) : x;
-//     selu (fixed alpha and lambda, slope ignored); gelu 0.5 x (1 + erf(x/√2)).
+//     selu (fixed alpha and lambda, slope ignored); gelu 0.5 x (1 + erf(x/√2));
+//     gelu_tanh 0.5 x (1 + tanh(√(2/π) (x + 0.044715 x³))) (ir/ops/gelu_tanh.h).
 //     prelu(data, gamma): x<0 ? gamma[c]*x : x, gamma one slope per channel c (axis 1)
 //     or a single one. rrelu throws NotSupported. _backward_LeakyReLU(out_grad, data).
 //   - Dropout(data) -> (out, mask): in train mode (or mode "always") each
@@ -55,8 +56,9 @@ enum class ActType : int8_t { kRelu, kSigmoid, kTanh, kSoftrelu, kSoftsign };
 ActType parse_attr(std::string_view s, ActType*);  // "relu" | "sigmoid" | "tanh" | "softrelu" | "softsign"
 std::string print_attr(ActType v);
 
-enum class LeakyType : int8_t { kLeaky, kElu, kSelu, kGelu, kPrelu, kRrelu };
-LeakyType parse_attr(std::string_view s, LeakyType*);  // "leaky" | "elu" | "selu" | "gelu" (or "gelu_erf") | "prelu" | "rrelu"
+enum class LeakyType : int8_t { kLeaky, kElu, kSelu, kGelu, kPrelu, kRrelu, kGeluTanh };
+// "leaky" | "elu" | "selu" | "gelu" (or "gelu_erf") | "prelu" | "rrelu" | "gelu_tanh"
+LeakyType parse_attr(std::string_view s, LeakyType*);
 std::string print_attr(LeakyType v);
 
 enum class DropoutMode : int8_t { kTraining, kAlways };

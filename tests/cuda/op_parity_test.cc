@@ -204,6 +204,8 @@ const std::vector<Case>& cases() {
     {"_backward_Activation", {in({20}), in({20}, -0.9, 0.9)}, {{"act_type", "tanh"}}},
     {"LeakyReLU", {in({20})}, {{"act_type", "leaky"}, {"slope", "0.1"}}},
     {"LeakyReLU", {in({20})}, {{"act_type", "gelu"}}, 1e-5, 1e-5},
+    {"LeakyReLU", {in({20}, -4, 4)}, {{"act_type", "gelu_tanh"}}, 1e-5, 1e-5},
+    {"_backward_LeakyReLU", {in({20}), in({20}, -4, 4)}, {{"act_type", "gelu_tanh"}}, 1e-5, 1e-5},
     {"_backward_LeakyReLU", {in({20}), in({20})}, {{"act_type", "elu"}, {"slope", "0.3"}}, 1e-5, 1e-5},
     {"Dropout", {in({4, 6})}, {{"p", "0.5"}, {"mode", "always"}, {"seed", "11"}, {"offset", "5"}}},
     {"Dropout", {in({4, 6})}, {{"p", "0.3"}, {"seed", "12"}, {"axes", "(1,)"}}, 1e-5, 1e-6, true},
@@ -224,6 +226,13 @@ const std::vector<Case>& cases() {
     {"sgd_mom_update", {in({9}), in({9}), in({9})}, {{"lr", "0.1"}, {"momentum", "0.9"}, {"wd", "0.01"}}},
     {"nag_mom_update", {in({9}), in({9}), in({9})}, {{"lr", "0.1"}, {"momentum", "0.9"}}},
     {"adam_update", {in({9}), in({9}), in({9}), in({9}, 0.1, 1)}, {{"lr", "0.01"}, {"wd", "0.001"}}},
+    {"adamw_update", {in({9}), in({9}), in({9}), in({9}, 0.1, 1)},
+     {{"lr", "0.9"}, {"eta", "0.01"}, {"wd", "0.1"}, {"clip_gradient", "0.5"}}},
+    // ---- layer_norm
+    {"LayerNorm", {in({4, 33}, -2, 3), in({33}), in({33})}, {}, 1e-5, 1e-5},
+    {"LayerNorm", {in({3, 5, 6}, -2, 3), in({5}), in({5})}, {{"axis", "1"}, {"eps", "0.001"}}, 1e-5, 1e-5},
+    {"_backward_LayerNorm", {in({40, 33}), in({40, 33}, -2, 3), in({33}), in({40, 1}), in({40, 1}, 0.5, 2)}, {}, 1e-4, 1e-5},
+    {"_backward_LayerNorm", {in({3, 5, 6}), in({3, 5, 6}), in({5}), in({3, 1, 6}), in({3, 1, 6}, 0.5, 2)}, {{"axis", "1"}}, 1e-4, 1e-5},
     // ---- fused layers
     {"_kiln_conv_act", {in({2, 3, 6, 6}), in({4, 3, 3, 3}), in({4})},
      {{"kernel", "(3, 3)"}, {"num_filter", "4"}, {"pad", "(1, 1)"}, {"act_type", "relu"}}, 1e-4, 1e-4},
