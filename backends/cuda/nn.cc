@@ -69,6 +69,7 @@ float inverse_temperature(const SoftmaxAttrs& a) { return a.temperature ? static
 
 template <bool kLog>
 void softmax(const KernelContext& ctx, std::span<const TensorView> in, std::span<const TensorView> out) {
+  KILN_CHECK(in.size() == 1, NotSupported, "softmax with use_length=True has no CUDA kernel yet (the CPU has one)");
   cuda::require_f32(in, out);
   const auto& a = ctx.attrs.as<SoftmaxAttrs>();
   AxisSplit d = split_at_axis(in[0].shape, normalize_axis(a.axis, in[0].shape.ndim(), "softmax"));

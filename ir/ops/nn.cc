@@ -304,11 +304,27 @@ void check_softmax_attrs(const SoftmaxAttrs& a, const TensorType& t) {
   normalize_axis(a.axis, t.shape.ndim(), "softmax");
   KILN_CHECK(!a.temperature || *a.temperature != 0, ValueError, "temperature must not be 0");
   KILN_CHECK(!a.dtype || *a.dtype == t.dtype, NotSupported, "dtype={} differs from the input's {}", *a.dtype, t.dtype);
-  KILN_CHECK(!a.use_length.value_or(false), NotSupported, "use_length=True is not supported");
 }
 
+// softmax(data[, length]): length only with use_length, shaped as data without `axis`.
+template <bool kLog>
 void infer_softmax(const OpAttrs& attrs, std::span<const TensorType> in, std::vector<TensorType>& out) {
-  check_softmax_attrs(attrs.as<SoftmaxAttrs>(), in[0]);
+  const auto& a = attrs.as<SoftmaxAttrs>();
+  const bool use_length = a.use_length.value_or(false);
+  KILN_CHECK(!(kLog && use_length), NotSupported, "use_length=True is supported by softmax, not log_softmax");
+  KILN_CHECK(in.size() == (use_length ? 2u : 1u), ValueError, "expected {} with use_length={}, got {} input(s)",
+             use_length ? "2 inputs (data, length)" : "1 input (data)", use_length ? "True" : "False", in.size());
+  check_softmax_attrs(a, in[0]);
+  if (use_length) {
+    const int axis = normalize_axis(a.axis, in[0].shape.ndim(), "softmax");
+    Shape want;
+    for (int i = 0; i < in[0].shape.ndim(); ++i)
+      if (i != axis) want.push_back(in[0].shape[i]);
+    KILN_CHECK(in[1].shape == want, ShapeError,
+               "length has shape {} but must be data {} without axis {}, {} (one length per row)", in[1].shape,
+               in[0].shape, axis, want);
+    check_index_dtype(in[1].dtype, "length");
+  }
   out.push_back(in[0]);
 }
 
@@ -505,11 +521,12 @@ void define_layers(OpRegistry& r) {
 }
 
 void define_softmax(OpRegistry& r) {
-  OpDef& softmax = define(r, OpId::kSoftmax, "exp(x / T) normalized along axis.", {"data"}, infer_softmax,
-                          parse_attrs_as<SoftmaxAttrs>);
+  OpDef& softmax = define(r, OpId::kSoftmax, "exp(x / T) normalized along axis (the first length[row] elements with use_length).",
+                          {"data", "length"}, infer_softmax<false>, parse_attrs_as<SoftmaxAttrs>);
+  softmax.num_inputs = -1;  // 1, or 2 with use_length
   softmax.grad = grad_softmax<OpId::kSoftmaxBackward>;
-  OpDef& log_softmax =
-      define(r, OpId::kLogSoftmax, "Log of softmax along axis.", {"data"}, infer_softmax, parse_attrs_as<SoftmaxAttrs>);
+  OpDef& log_softmax = define(r, OpId::kLogSoftmax, "Log of softmax along axis.", {"data"}, infer_softmax<true>,
+                              parse_attrs_as<SoftmaxAttrs>);
   log_softmax.grad = grad_softmax<OpId::kLogSoftmaxBackward>;
   for (OpDef* d : {&softmax, &log_softmax}) {
     d->grad_uses_inputs = false;

@@ -27,8 +27,9 @@
 //     mask). Otherwise out = data and mask = 1. The mask comes from a
 //     counter-based generator at stream position offset + i under `seed`,
 //     so it does not depend on thread count or scheduling.
-//   - softmax/log_softmax along `axis`, of data / temperature; the backward
-//     ops take (out_grad, forward output).
+//   - softmax/log_softmax along `axis`, of data / temperature (softmax with
+//     use_length: over each row's first length elements); the backward ops
+//     take (out_grad, forward output).
 //   - pick(data, index): data's elements along `axis` at index (any numeric
 //     dtype, truncated toward zero); index is data's shape without `axis`
 //     (or with it at length 1). Out-of-range indices: clip, wrap, or raise
@@ -129,7 +130,10 @@ struct DropoutAttrs {
 };
 
 // softmax, log_softmax and their backward ops. `dtype` (the output dtype)
-// must be None or the input's; `use_length` must be false.
+// must be None or the input's. use_length (softmax only): a second input
+// `length`, shaped as data without `axis`, any numeric dtype; each row
+// normalizes its first length elements (clamped to [0, n]) and is 0 after
+// them, so _backward_softmax, which reads the output, needs no length.
 struct SoftmaxAttrs {
   int axis = -1;
   std::optional<double> temperature;

@@ -217,6 +217,8 @@ const std::vector<Case>& cases() {
     {"Flatten", {in({2, 3, 2})}, {}},
     {"softmax", {in({3, 5}, -2, 2)}, {}},
     {"softmax", {in({2, 3, 4}, -2, 2)}, {{"axis", "1"}, {"temperature", "2"}}},
+    {"softmax", {in({3, 5}, -2, 2), ints({3}, 1, 5)}, {{"use_length", "True"}}},
+    {"softmax", {in({2, 4, 3}, -2, 2), ints({2, 3}, 0, 4)}, {{"axis", "1"}, {"use_length", "True"}}},
     {"log_softmax", {in({3, 5}, -2, 2)}, {}},
     {"log_softmax", {in({2, 3, 4}, -2, 2)}, {{"axis", "1"}, {"temperature", "0.5"}}},
     {"_backward_softmax", {in({3, 5}), in({3, 5}, 0.05, 0.5)}, {}},
