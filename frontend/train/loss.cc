@@ -33,7 +33,7 @@ NDArray SequenceSoftmaxCrossEntropy::operator()(const NDArray& pred, const NDArr
   NDArray keep = lab != static_cast<double>(ignore_index);  // 1 where counted, in label's dtype
   NDArray safe = nd::where(keep, lab, nd::zeros_like(lab));  // ignored labels read class 0, then masked out
   NDArray mask = keep.astype(pred.dtype());
-  NDArray per = nd::softmax_cross_entropy(pred.reshape({rows, classes}), safe) * mask;
+  NDArray per = nd::softmax_cross_entropy(nd::reshape(pred, {rows, classes}), safe) * mask;
   return nd::sum(per) / nd::maximum(nd::sum(mask), 1.0);
 }
 

@@ -48,8 +48,8 @@ struct LayerNormDims {
   int64_t outer = 1, n = 1, inner = 1;
 };
 
-// ShapeError for a scalar data, an axis out of range or of length 0 (naming
-// the shape and the axis).
+// ShapeError for a scalar data or an axis of length 0, IndexError for an
+// axis out of range (naming the shape and the axis).
 LayerNormDims layer_norm_dims(const LayerNormAttrs& a, const Shape& data);
 
 // data's shape with the normalized axis of length 1: the shape of mean and std.

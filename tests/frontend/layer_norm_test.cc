@@ -118,7 +118,7 @@ TEST(LayerNorm, FusedBackwardMatchesTheGradientOfItsDecomposition) {
           NDArray m = nd::mean(leaves[0], IntTuple{axis}, true);
           NDArray d = leaves[0] - m;
           NDArray var = nd::mean(d * d, IntTuple{axis}, true);
-          y = d / nd::sqrt(var + 1e-4) * leaves[1].reshape(IntTuple(ps.to_vector())) + leaves[2].reshape(IntTuple(ps.to_vector()));
+          y = d / nd::sqrt(var + 1e-4) * nd::reshape(leaves[1], ps.to_vector()) + nd::reshape(leaves[2], ps.to_vector());
         }
         autograd::backward({nd::sum(y * w)});
       }
@@ -150,10 +150,10 @@ TEST(LayerNorm, BadInputNamesTheShapes) {
   NDArray x = nd::zeros({2, 5});
   std::string msg = test::error_of<ShapeError>([&] { nd::layer_norm(x, nd::ones({4}), nd::zeros({5})); });
   EXPECT_CONTAINS(msg, "gamma has shape [4]");
-  EXPECT_CONTAINS(msg, "[2, 5]");
+  EXPECT_CONTAINS(msg, "[2,5]");
   EXPECT_CONTAINS(msg, "LayerNorm");
-  msg = test::error_of<ShapeError>([&] { nd::layer_norm(x, nd::ones({2}), nd::zeros({2}), {.axis = 2}); });
-  EXPECT_CONTAINS(msg, "axis");
+  msg = test::error_of<IndexError>([&] { nd::layer_norm(x, nd::ones({2}), nd::zeros({2}), {.axis = 2}); });
+  EXPECT_CONTAINS(msg, "axis 2 is out of range");
   msg = test::error_of<TypeError>([&] { nd::layer_norm(x.astype(DType::kInt32), nd::ones({5}), nd::zeros({5})); });
   EXPECT_CONTAINS(msg, "int32");
   msg = test::error_of<TypeError>(
@@ -163,13 +163,15 @@ TEST(LayerNorm, BadInputNamesTheShapes) {
 }
 
 TEST(LayerNorm, EmptyBatchGivesZeroParameterGradients) {
-  NDArray x = nd::zeros({0, 4}), g = nd::ones({4}), b = nd::zeros({4});
-  g.attach_grad();
-  {
-    autograd::Record record;
-    autograd::backward({nd::sum(nd::layer_norm(x, g, b))});
-  }
-  EXPECT_EQ(g.grad().to_vector<float>(), (std::vector<float>{0, 0, 0, 0}));
+  NDArray x = nd::zeros({0, 4});
+  std::vector<NDArray> g = invoke(OpId::kLayerNormBackward, {x, x, nd::ones({4}), nd::zeros({0, 1}), nd::ones({0, 1})},
+                                  OpAttrs::make(LayerNormAttrs{}));
+  EXPECT_EQ(g[0].shape(), (Shape{0, 4}));
+  EXPECT_EQ(g[1].to_vector<float>(), (std::vector<float>{0, 0, 0, 0}));
+  EXPECT_EQ(g[2].to_vector<float>(), (std::vector<float>{0, 0, 0, 0}));
+  EXPECT_EQ(nd::layer_norm(x, nd::ones({4}), nd::zeros({4})).shape(), (Shape{0, 4}));
+  std::string msg = test::error_of<ShapeError>([&] { nd::layer_norm(nd::zeros({3, 0}), nd::ones({0}), nd::ones({0})); });
+  EXPECT_CONTAINS(msg, "length 0 on the normalized axis 1");
 }
 
 TEST(LayerNorm, LayerInfersChannelsPrintsAndHonoursScaleAndCenter) {
@@ -193,7 +195,7 @@ TEST(LayerNorm, LayerInfersChannelsPrintsAndHonoursScaleAndCenter) {
 // the imperative ones; exported as MXNet's LayerNorm and imported again.
 struct Net : nn::HybridBlock {
   nn::Dense a{16, "", true, true, 8}, b{4, "", true, true, 16};
-  nn::LayerNorm norm;
+  nn::LayerNorm norm{-1, 1e-3};
   Net() {
     register_child("a", a);
     register_child("norm", norm);
@@ -217,7 +219,8 @@ TEST(LayerNorm, HybridizedEqualsImperativeAndExportsAsMxnetLayerNorm) {
   nd::random::seed(4);
   net.initialize(init::Normal(0.5));
   NDArray x = values({5, 8}, 21, DType::kFloat32);
-  EXPECT_FALSE(check_hybridize(net, {x}).has_value());
+  std::vector<NDArray> inputs{x};
+  EXPECT_FALSE(check_hybridize(net, inputs).has_value());
   NDArray want = net(x);
   auto want_grads = train_grads(net, x);
   net.hybridize();
@@ -234,7 +237,7 @@ TEST(LayerNorm, HybridizedEqualsImperativeAndExportsAsMxnetLayerNorm) {
   std::stringstream text;
   text << std::ifstream(json).rdbuf();
   EXPECT_CONTAINS(text.str(), "\"op\": \"LayerNorm\"");
-  EXPECT_CONTAINS(text.str(), "\"eps\": \"1e-05\"");
+  EXPECT_CONTAINS(text.str(), "\"eps\": \"0.001\"");
   auto back = nn::SymbolBlock::imports(json, {"data"}, params);
   test::expect_close(back(x), want, 1e-6, "imported");
   std::filesystem::remove_all(dir);
