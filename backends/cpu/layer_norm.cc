@@ -42,8 +42,8 @@ int64_t row_grain(int64_t n) { return std::max<int64_t>(1, kDefaultGrain / std::
 // ---- forward
 
 template <typename T, bool kUnit>
-void normalize_row(const T* x, const T* gamma, const T* beta, T* y, T* mean_out, T* std_out, int64_t n,
-                   int64_t stride, T eps) {
+void normalize_row(const T* x, const T* gamma, const T* beta, T* y, T* mean_out, T* std_out, int64_t n, int64_t stride,
+                   T eps) {
   auto at = [&](int64_t i) { return kUnit ? i : i * stride; };
   T s = 0;
 #pragma omp simd reduction(+ : s)

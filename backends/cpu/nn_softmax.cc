@@ -146,8 +146,8 @@ void softmax_length_typed(const KernelContext& ctx, const TensorView& x, const T
           double total = 0;
           for (int64_t j = 0; j < len; ++j) total += std::exp(static_cast<double>(xr[j * d.inner] * s - m));
           for (int64_t j = 0; j < d.n; ++j)
-            yr[j * d.inner] = j < len ? static_cast<T>(std::exp(static_cast<double>(xr[j * d.inner] * s - m)) / total)
-                                      : T(0);
+            yr[j * d.inner] =
+                j < len ? static_cast<T>(std::exp(static_cast<double>(xr[j * d.inner] * s - m)) / total) : T(0);
         }
       },
       std::max<int64_t>(1, kDefaultGrain / std::max<int64_t>(d.n, 1)));

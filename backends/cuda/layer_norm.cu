@@ -45,9 +45,8 @@ __global__ void layer_norm_kernel(const float* x, const float* gamma, const floa
   }
 }
 
-__global__ void layer_norm_backward_data_kernel(const float* dy, const float* x, const float* gamma,
-                                                const float* mean, const float* sd, float* dx, int64_t rows,
-                                                int64_t n, int64_t inner) {
+__global__ void layer_norm_backward_data_kernel(const float* dy, const float* x, const float* gamma, const float* mean,
+                                                const float* sd, float* dx, int64_t rows, int64_t n, int64_t inner) {
   const int lane = threadIdx.x % kWarp;
   const int64_t warps = static_cast<int64_t>(gridDim.x) * kRowsPerBlock;
   for (int64_t r = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarp; r < rows; r += warps) {
@@ -69,9 +68,8 @@ __global__ void layer_norm_backward_data_kernel(const float* dy, const float* x,
   }
 }
 
-__global__ void layer_norm_backward_params_kernel(const float* dy, const float* x, const float* mean,
-                                                  const float* sd, float* dgamma, float* dbeta, int64_t rows,
-                                                  int64_t n, int64_t inner) {
+__global__ void layer_norm_backward_params_kernel(const float* dy, const float* x, const float* mean, const float* sd,
+                                                  float* dgamma, float* dbeta, int64_t rows, int64_t n, int64_t inner) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
     double g = 0, b = 0;
@@ -93,24 +91,24 @@ int blocks_for(int64_t items, int64_t per_block) {
 
 }  // namespace
 
-cudaError_t launch_layer_norm(const float* x, const float* gamma, const float* beta, float* y, float* mean,
-                              float* sd, int64_t rows, int64_t n, int64_t inner, float eps, cudaStream_t s) {
+cudaError_t launch_layer_norm(const float* x, const float* gamma, const float* beta, float* y, float* mean, float* sd,
+                              int64_t rows, int64_t n, int64_t inner, float eps, cudaStream_t s) {
   if (rows == 0) return cudaSuccess;
   layer_norm_kernel<<<blocks_for(rows, kRowsPerBlock), kThreads, 0, s>>>(x, gamma, beta, y, mean, sd, rows, n, inner,
-                                                                        eps);
+                                                                         eps);
   return cudaGetLastError();
 }
 
 cudaError_t launch_layer_norm_backward(const float* dy, const float* x, const float* gamma, const float* mean,
-                                       const float* sd, float* dx, float* dgamma, float* dbeta, int64_t rows,
-                                       int64_t n, int64_t inner, cudaStream_t s) {
+                                       const float* sd, float* dx, float* dgamma, float* dbeta, int64_t rows, int64_t n,
+                                       int64_t inner, cudaStream_t s) {
   if (rows > 0) {
     layer_norm_backward_data_kernel<<<blocks_for(rows, kRowsPerBlock), kThreads, 0, s>>>(dy, x, gamma, mean, sd, dx,
-                                                                                        rows, n, inner);
+                                                                                         rows, n, inner);
   }
   // rows == 0 writes zeros: the parameters' gradients of an empty batch.
-  layer_norm_backward_params_kernel<<<blocks_for(n, kThreads), kThreads, 0, s>>>(dy, x, mean, sd, dgamma, dbeta,
-                                                                                rows, n, inner);
+  layer_norm_backward_params_kernel<<<blocks_for(n, kThreads), kThreads, 0, s>>>(dy, x, mean, sd, dgamma, dbeta, rows,
+                                                                                 n, inner);
   return cudaGetLastError();
 }
 

@@ -14,12 +14,12 @@
 namespace kiln::cuda {
 
 // One warp per row: two-pass mean and variance, then y = gamma * xhat + beta.
-cudaError_t launch_layer_norm(const float* x, const float* gamma, const float* beta, float* y, float* mean,
-                              float* sd, int64_t rows, int64_t n, int64_t inner, float eps, cudaStream_t s);
+cudaError_t launch_layer_norm(const float* x, const float* gamma, const float* beta, float* y, float* mean, float* sd,
+                              int64_t rows, int64_t n, int64_t inner, float eps, cudaStream_t s);
 // dx per row (one warp per row), then d_gamma and d_beta per column (one
 // thread per column summing every row in order, in double).
 cudaError_t launch_layer_norm_backward(const float* dy, const float* x, const float* gamma, const float* mean,
-                                       const float* sd, float* dx, float* dgamma, float* dbeta, int64_t rows,
-                                       int64_t n, int64_t inner, cudaStream_t s);
+                                       const float* sd, float* dx, float* dgamma, float* dbeta, int64_t rows, int64_t n,
+                                       int64_t inner, cudaStream_t s);
 
 }  // namespace kiln::cuda

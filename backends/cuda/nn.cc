@@ -42,11 +42,11 @@ void leaky_relu(const KernelContext& ctx, std::span<const TensorView> in, std::s
   const auto& a = ctx.attrs.as<LeakyReLUAttrs>();
   require_not_prelu(a);
   cuda::require_f32(in.first(1), out);
-  UnaryOp op = a.act_type == LeakyType::kLeaky ? UnaryOp::kLeaky
-               : a.act_type == LeakyType::kElu ? UnaryOp::kElu
-               : a.act_type == LeakyType::kSelu ? UnaryOp::kSelu
+  UnaryOp op = a.act_type == LeakyType::kLeaky      ? UnaryOp::kLeaky
+               : a.act_type == LeakyType::kElu      ? UnaryOp::kElu
+               : a.act_type == LeakyType::kSelu     ? UnaryOp::kSelu
                : a.act_type == LeakyType::kGeluTanh ? UnaryOp::kGeluTanh
-                                                     : UnaryOp::kGelu;
+                                                    : UnaryOp::kGelu;
   KILN_CUDA_LAUNCH(cuda::launch_unary(op, in[0].ptr<float>(), out[0].ptr<float>(), out[0].size(),
                                       static_cast<float>(a.slope), 0, cuda::stream_of(ctx)),
                    ctx);
@@ -57,11 +57,11 @@ void leaky_relu_backward(const KernelContext& ctx, std::span<const TensorView> i
   const auto& a = ctx.attrs.as<LeakyReLUAttrs>();
   require_not_prelu(a);
   cuda::require_f32(in.first(2), out.first(1));
-  BinaryOp op = a.act_type == LeakyType::kLeaky ? BinaryOp::kLeakyGrad
-                : a.act_type == LeakyType::kElu ? BinaryOp::kEluGrad
-                : a.act_type == LeakyType::kSelu ? BinaryOp::kSeluGrad
+  BinaryOp op = a.act_type == LeakyType::kLeaky      ? BinaryOp::kLeakyGrad
+                : a.act_type == LeakyType::kElu      ? BinaryOp::kEluGrad
+                : a.act_type == LeakyType::kSelu     ? BinaryOp::kSeluGrad
                 : a.act_type == LeakyType::kGeluTanh ? BinaryOp::kGeluTanhGrad
-                                                      : BinaryOp::kGeluGrad;
+                                                     : BinaryOp::kGeluGrad;
   elementwise2(ctx, op, in[0], in[1], out[0], static_cast<float>(a.slope));
 }
 

@@ -28,10 +28,11 @@ double clip_global_norm(std::span<const NDArray> arrays, double max_norm, bool c
     while (bad < each.size() && std::isfinite(each[bad])) ++bad;
     throw ValueError(
         bad < each.size()
-            ? fmt::format("clip_global_norm: the global norm is {}: {} (shape {}) has norm {}; the arrays were left "
-                          "unchanged",
-                          norm, names.size() == arrays.size() ? fmt::format("'{}'", names[bad]) : fmt::format("array {}", bad),
-                          arrays[bad].shape(), each[bad])
+            ? fmt::format(
+                  "clip_global_norm: the global norm is {}: {} (shape {}) has norm {}; the arrays were left "
+                  "unchanged",
+                  norm, names.size() == arrays.size() ? fmt::format("'{}'", names[bad]) : fmt::format("array {}", bad),
+                  arrays[bad].shape(), each[bad])
             : fmt::format("clip_global_norm: the global norm overflows ({}); the arrays were left unchanged", norm));
   }
   if (norm > max_norm) {

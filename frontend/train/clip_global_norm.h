@@ -13,9 +13,9 @@
 //
 // With check_isfinite, a NaN or infinite norm throws ValueError naming the
 // norm, the first array with a non-finite norm (its index, or its name when
-// `names` has one per array, and its shape) and leaves every array unchanged (Gluon only warns; scaling by NaN would wipe
-// out the parameters at the next update). ValueError also for max_norm <= 0.
-// Float arrays only (TypeError otherwise); an empty list has norm 0.
+// `names` has one per array, and its shape) and leaves every array unchanged (Gluon only warns; scaling by NaN would
+// wipe out the parameters at the next update). ValueError also for max_norm <= 0. Float arrays only (TypeError
+// otherwise); an empty list has norm 0.
 #pragma once
 
 #include <span>

@@ -30,7 +30,7 @@ NDArray SequenceSoftmaxCrossEntropy::operator()(const NDArray& pred, const NDArr
              ps, ps.ndim() >= 2 ? fmt::format("{}", want) : std::string("(pred needs at least 2 axes)"));
   const int64_t classes = ps[ps.ndim() - 1], rows = want.size();
   NDArray lab = label.reshape({rows});
-  NDArray keep = lab != static_cast<double>(ignore_index);  // 1 where counted, in label's dtype
+  NDArray keep = lab != static_cast<double>(ignore_index);   // 1 where counted, in label's dtype
   NDArray safe = nd::where(keep, lab, nd::zeros_like(lab));  // ignored labels read class 0, then masked out
   NDArray mask = keep.astype(pred.dtype());
   NDArray per = nd::softmax_cross_entropy(nd::reshape(pred, {rows, classes}), safe) * mask;

@@ -22,8 +22,8 @@ void check_warmup(const Warmup& w, double base_lr, const char* who) {
 std::optional<double> warmup_lr(const Warmup& w, double base_lr, int64_t num_update) {
   if (num_update >= w.warmup_steps) return std::nullopt;
   if (w.warmup_mode == "constant") return w.warmup_begin_lr;
-  return w.warmup_begin_lr + (base_lr - w.warmup_begin_lr) * static_cast<double>(num_update) /
-                                 static_cast<double>(w.warmup_steps);
+  return w.warmup_begin_lr +
+         (base_lr - w.warmup_begin_lr) * static_cast<double>(num_update) / static_cast<double>(w.warmup_steps);
 }
 
 void check_factor(double factor, const char* who) {

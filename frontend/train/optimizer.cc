@@ -134,8 +134,14 @@ void AdamW::apply(const NDArray& weight, const NDArray& grad, std::vector<NDArra
     eps *= root_c2;
   }
   nd::adamw_update(weight, grad, state[0], state[1],
-                   {.lr = scale, .eta = lr, .beta1 = o_.beta1, .beta2 = o_.beta2, .epsilon = eps, .wd = o_.wd,
-                    .rescale_grad = rescale_grad, .clip_gradient = o_.clip_gradient});
+                   {.lr = scale,
+                    .eta = lr,
+                    .beta1 = o_.beta1,
+                    .beta2 = o_.beta2,
+                    .epsilon = eps,
+                    .wd = o_.wd,
+                    .rescale_grad = rescale_grad,
+                    .clip_gradient = o_.clip_gradient});
 }
 
 }  // namespace kiln::optim

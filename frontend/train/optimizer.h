@@ -143,8 +143,8 @@ class AdamW final : public Optimizer {
 
  protected:
   std::vector<NDArray> create_state(const NDArray& weight) const override;
-  void apply(const NDArray& weight, const NDArray& grad, std::vector<NDArray>& state, double lr,
-             double rescale_grad, int64_t t) override;
+  void apply(const NDArray& weight, const NDArray& grad, std::vector<NDArray>& state, double lr, double rescale_grad,
+             int64_t t) override;
 
  private:
   AdamWOptions o_;

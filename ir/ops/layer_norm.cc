@@ -51,8 +51,8 @@ void check_float(std::span<const TensorType> in, std::initializer_list<const cha
              *names.begin(), t);
   size_t i = 0;
   for (const char* name : names) {
-    KILN_CHECK(in[i].dtype == t, TypeError, "{} is {} but {} is {}; all inputs must have one dtype", name,
-               in[i].dtype, *names.begin(), t);
+    KILN_CHECK(in[i].dtype == t, TypeError, "{} is {} but {} is {}; all inputs must have one dtype", name, in[i].dtype,
+               *names.begin(), t);
     ++i;
   }
 }
@@ -126,8 +126,8 @@ void grad_layer_norm(GradBuilder& b, const GradArgs& g, std::span<GradValue> in_
   if (!in_grads[0].is_none()) {
     in_grads[0] = add(b, in_grads[0], extra);  // broadcasts extra if it is stat-shaped
   } else {
-    in_grads[0] = b.type(extra).shape == xs ? extra
-                                            : b.op(OpId::kBroadcastTo, {extra}, OpAttrs::make(BroadcastToAttrs{xs}));
+    in_grads[0] =
+        b.type(extra).shape == xs ? extra : b.op(OpId::kBroadcastTo, {extra}, OpAttrs::make(BroadcastToAttrs{xs}));
   }
 }
 

@@ -501,9 +501,9 @@ void define_layers(OpRegistry& r) {
                   {"out_grad", "output"}, infer_unary_backward, parse_attrs_as<ActivationAttrs>);
   r.defined(OpId::kActivationBackward).inplace = {{0, 0}};  // elementwise: dx may overwrite out_grad
 
-  OpDef& leaky =
-      define(r, OpId::kLeakyReLU, "leaky, elu, selu, gelu, gelu_tanh (elementwise) or prelu (a learned slope per channel).", {},
-             infer_leaky_relu, parse_attrs_as<LeakyReLUAttrs>);
+  OpDef& leaky = define(r, OpId::kLeakyReLU,
+                        "leaky, elu, selu, gelu, gelu_tanh (elementwise) or prelu (a learned slope per channel).", {},
+                        infer_leaky_relu, parse_attrs_as<LeakyReLUAttrs>);
   leaky.num_inputs = -1;  // prelu adds gamma
   leaky.grad = grad_leaky_relu;
   define_backward(r, OpId::kLeakyReLUBackward, "Gradient of LeakyReLU from out_grad and the forward input.",
@@ -521,8 +521,9 @@ void define_layers(OpRegistry& r) {
 }
 
 void define_softmax(OpRegistry& r) {
-  OpDef& softmax = define(r, OpId::kSoftmax, "exp(x / T) normalized along axis (the first length[row] elements with use_length).",
-                          {"data", "length"}, infer_softmax<false>, parse_attrs_as<SoftmaxAttrs>);
+  OpDef& softmax =
+      define(r, OpId::kSoftmax, "exp(x / T) normalized along axis (the first length[row] elements with use_length).",
+             {"data", "length"}, infer_softmax<false>, parse_attrs_as<SoftmaxAttrs>);
   softmax.num_inputs = -1;  // 1, or 2 with use_length
   softmax.grad = grad_softmax<OpId::kSoftmaxBackward>;
   OpDef& log_softmax = define(r, OpId::kLogSoftmax, "Log of softmax along axis.", {"data"}, infer_softmax<true>,

@@ -49,8 +49,14 @@ TEST_P(AdamW, UpdateOpFollowsMxnetsFormula) {
     auto g = random_vector(kN, -1, 1, 10 + t);
     const double lr = 0.5 + 0.1 * t, eta = 0.01 / t;
     nd::adamw_update(weight, array(g, GetParam()), m, v,
-                     {.lr = lr, .eta = eta, .beta1 = b1, .beta2 = b2, .epsilon = eps, .wd = wd,
-                      .rescale_grad = rescale, .clip_gradient = c});
+                     {.lr = lr,
+                      .eta = eta,
+                      .beta1 = b1,
+                      .beta2 = b2,
+                      .epsilon = eps,
+                      .wd = wd,
+                      .rescale_grad = rescale,
+                      .clip_gradient = c});
     for (size_t i = 0; i < kN; ++i) {
       double d = clip(rescale * g[i], c);
       mean[i] = b1 * mean[i] + (1 - b1) * d;
@@ -87,12 +93,23 @@ TEST_P(AdamW, OptimizerIsPyTorchsAdamWUnderASchedule) {
     SCOPED_TRACE(correct_bias);
     const size_t n = 5003;
     // eps large enough that where it enters (after the bias correction) matters.
-    optim::AdamWOptions o{.lr = 0.01, .beta1 = 0.9, .beta2 = 0.95, .epsilon = 1e-3, .wd = 0.1,
-                          .clip_gradient = 0.8, .correct_bias = correct_bias};
+    optim::AdamWOptions o{.lr = 0.01,
+                          .beta1 = 0.9,
+                          .beta2 = 0.95,
+                          .epsilon = 1e-3,
+                          .wd = 0.1,
+                          .clip_gradient = 0.8,
+                          .correct_bias = correct_bias};
     optim::AdamW opt(o);
     opt.set_schedule([](int64_t step) { return 0.01 * (1.0 + 0.5 * static_cast<double>(step)); });
-    TorchAdamW ref{o.beta1, o.beta2, o.epsilon, o.wd, correct_bias, random_vector(n, -1, 1, 2),
-                   std::vector<double>(n, 0.0), std::vector<double>(n, 0.0)};
+    TorchAdamW ref{o.beta1,
+                   o.beta2,
+                   o.epsilon,
+                   o.wd,
+                   correct_bias,
+                   random_vector(n, -1, 1, 2),
+                   std::vector<double>(n, 0.0),
+                   std::vector<double>(n, 0.0)};
     NDArray weight = array(ref.w, GetParam());
     for (int s = 1; s <= 6; ++s) {
       auto g = random_vector(n, -2, 2, 30 + s);

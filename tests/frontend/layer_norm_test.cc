@@ -53,7 +53,8 @@ Reference reference(const NDArray& x, const NDArray& gamma, const NDArray& beta,
 
 void expect_near_all(const std::vector<double>& got, const std::vector<double>& want, double tol, const char* what) {
   ASSERT_EQ(got.size(), want.size()) << what;
-  for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], tol * (1 + std::abs(want[i]))) << what << " " << i;
+  for (size_t i = 0; i < got.size(); ++i)
+    ASSERT_NEAR(got[i], want[i], tol * (1 + std::abs(want[i]))) << what << " " << i;
 }
 
 struct ForwardCase {
@@ -63,9 +64,10 @@ struct ForwardCase {
 };
 
 TEST(LayerNorm, MatchesTheDefinitionOnEveryAxisAndDtype) {
-  for (const ForwardCase& c : {ForwardCase{{4, 7, 33}, -1, DType::kFloat64}, ForwardCase{{4, 7, 33}, -1, DType::kFloat32},
-                               ForwardCase{{3, 5, 6}, 1, DType::kFloat64}, ForwardCase{{3, 5, 6}, 0, DType::kFloat32},
-                               ForwardCase{{9}, 0, DType::kFloat64}, ForwardCase{{2, 300}, 1, DType::kFloat32}}) {
+  for (const ForwardCase& c :
+       {ForwardCase{{4, 7, 33}, -1, DType::kFloat64}, ForwardCase{{4, 7, 33}, -1, DType::kFloat32},
+        ForwardCase{{3, 5, 6}, 1, DType::kFloat64}, ForwardCase{{3, 5, 6}, 0, DType::kFloat32},
+        ForwardCase{{9}, 0, DType::kFloat64}, ForwardCase{{2, 300}, 1, DType::kFloat32}}) {
     SCOPED_TRACE(fmt::format("{} axis {} {}", c.shape, c.axis, dtype_name(c.dtype)));
     int64_t n = c.shape[normalize_axis(c.axis, c.shape.ndim(), "axis")];
     NDArray x = values(c.shape, 1, c.dtype), gamma = values({n}, 2, c.dtype), beta = values({n}, 3, c.dtype);
@@ -118,7 +120,8 @@ TEST(LayerNorm, FusedBackwardMatchesTheGradientOfItsDecomposition) {
           NDArray m = nd::mean(leaves[0], IntTuple{axis}, true);
           NDArray d = leaves[0] - m;
           NDArray var = nd::mean(d * d, IntTuple{axis}, true);
-          y = d / nd::sqrt(var + 1e-4) * nd::reshape(leaves[1], ps.to_vector()) + nd::reshape(leaves[2], ps.to_vector());
+          y = d / nd::sqrt(var + 1e-4) * nd::reshape(leaves[1], ps.to_vector()) +
+              nd::reshape(leaves[2], ps.to_vector());
         }
         autograd::backward({nd::sum(y * w)});
       }
@@ -156,8 +159,7 @@ TEST(LayerNorm, BadInputNamesTheShapes) {
   EXPECT_CONTAINS(msg, "axis 2 is out of range");
   msg = test::error_of<TypeError>([&] { nd::layer_norm(x.astype(DType::kInt32), nd::ones({5}), nd::zeros({5})); });
   EXPECT_CONTAINS(msg, "int32");
-  msg = test::error_of<TypeError>(
-      [&] { nd::layer_norm(x, nd::ones({5}).astype(DType::kFloat64), nd::zeros({5})); });
+  msg = test::error_of<TypeError>([&] { nd::layer_norm(x, nd::ones({5}).astype(DType::kFloat64), nd::zeros({5})); });
   EXPECT_CONTAINS(msg, "gamma is float64");
   EXPECT_THROW(nn::LayerNorm(-1, -1.0), ValueError);
 }
@@ -170,7 +172,9 @@ TEST(LayerNorm, EmptyBatchGivesZeroParameterGradients) {
   EXPECT_EQ(g[1].to_vector<float>(), (std::vector<float>{0, 0, 0, 0}));
   EXPECT_EQ(g[2].to_vector<float>(), (std::vector<float>{0, 0, 0, 0}));
   EXPECT_EQ(nd::layer_norm(x, nd::ones({4}), nd::zeros({4})).shape(), (Shape{0, 4}));
-  std::string msg = test::error_of<ShapeError>([&] { nd::layer_norm(nd::zeros({3, 0}), nd::ones({0}), nd::ones({0})); });
+  std::string msg = test::error_of<ShapeError>([&] {
+    nd::layer_norm(nd::zeros({3, 0}), nd::ones({0}), nd::ones({0}));
+  });
   EXPECT_CONTAINS(msg, "length 0 on the normalized axis 1");
 }
 

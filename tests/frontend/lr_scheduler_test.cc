@@ -62,15 +62,19 @@ TEST(LrScheduler, BadValuesAreNamed) {
   EXPECT_CONTAINS(test::error_of<ValueError>([] { lr::FactorScheduler({.step = 0}); }), "step must be >= 1, got 0");
   EXPECT_CONTAINS(test::error_of<ValueError>([] { lr::FactorScheduler({.step = 2, .factor = 1.5}); }), "1.5");
   EXPECT_CONTAINS(test::error_of<ValueError>([] { lr::CosineScheduler({.max_update = 0}); }), "max_update");
-  EXPECT_CONTAINS(test::error_of<ValueError>([] { lr::CosineScheduler({{.warmup_steps = 10}, 10, 0.1, 0}); }),
+  EXPECT_CONTAINS(test::error_of<ValueError>([] {
+                    lr::CosineScheduler({{.warmup_steps = 10}, 10, 0.1, 0});
+                  }),
                   "must exceed warmup_steps");
   EXPECT_CONTAINS(test::error_of<ValueError>([] { lr::MultiFactorScheduler({.steps = {5, 3}}); }), "3 after 5");
-  EXPECT_CONTAINS(
-      test::error_of<ValueError>([] { lr::CosineScheduler({{.warmup_steps = 1, .warmup_begin_lr = 1}, 5, 0.1, 0}); }),
-      "warmup_begin_lr");
-  EXPECT_CONTAINS(
-      test::error_of<ValueError>([] { lr::CosineScheduler({{.warmup_steps = 1, .warmup_mode = "cubic"}, 5, 0.1, 0}); }),
-      "'cubic'");
+  EXPECT_CONTAINS(test::error_of<ValueError>([] {
+                    lr::CosineScheduler({{.warmup_steps = 1, .warmup_begin_lr = 1}, 5, 0.1, 0});
+                  }),
+                  "warmup_begin_lr");
+  EXPECT_CONTAINS(test::error_of<ValueError>([] {
+                    lr::CosineScheduler({{.warmup_steps = 1, .warmup_mode = "cubic"}, 5, 0.1, 0});
+                  }),
+                  "'cubic'");
 }
 
 // The Trainer's steps drive the schedule; a checkpoint taken mid-run restores
