@@ -7,6 +7,7 @@
 #include "frontend/nd_init.h"
 #include "frontend/nd_layer_norm.h"
 #include "frontend/nd_linalg.h"
+#include "frontend/nd_mask.h"
 #include "frontend/nd_matrix.h"
 #include "frontend/nd_nn.h"
 #include "frontend/nd_optimizer.h"
