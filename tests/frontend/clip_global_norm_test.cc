@@ -95,6 +95,35 @@ TEST(ClipGlobalNorm, TrainerClipsTheRescaledGradientsBeforeTheUpdate) {
   run(norm * 2, again);  // bound not reached
 }
 
+// With the batch split over two CPU devices, the clipped update equals the
+// one-device update: the norm is that of the summed gradient.
+TEST(ClipGlobalNorm, TrainerClipsTheSummedGradientOfSeveralDevices) {
+  NDArray x = nd::array(std::vector<float>{1, -2, 0.5f, 3, 2, 1, -1, 0.5f}, Shape{4, 2});
+  auto run = [&](const std::vector<Device>& devices, double& norm) {
+    nn::Dense d(1, "", true, true, 2);
+    d.initialize(init::One(), devices);
+    Trainer trainer(d.collect_params(), optim::SGD({.lr = 1.0}));
+    trainer.set_max_grad_norm(0.5);
+    std::vector<NDArray> xs = split_and_load(x, devices);
+    {
+      autograd::Record r;
+      std::vector<NDArray> losses;
+      for (const NDArray& xi : xs) losses.push_back(nd::sum(nd::square(d(xi))));
+      autograd::backward(losses);
+    }
+    trainer.step(4);
+    norm = trainer.last_grad_norm();
+    return d.weight().data(devices.back()).to_vector<float>();
+  };
+  double one = 0, two = 0;
+  auto w1 = run({Device::cpu(0)}, one);
+  auto w2 = run({Device::cpu(0), Device::cpu(1)}, two);
+  EXPECT_GT(one, 0.5);  // clipping happened
+  EXPECT_NEAR(two, one, 1e-5 * one);
+  ASSERT_EQ(w1.size(), w2.size());
+  for (size_t i = 0; i < w1.size(); ++i) EXPECT_NEAR(w2[i], w1[i], 1e-5) << i;
+}
+
 TEST(ClipGlobalNorm, TrainerRefusesANonFiniteStepAndNamesTheParameter) {
   nn::Dense d(1, "", true, true, 2);
   d.initialize(init::One());
