@@ -15,6 +15,7 @@
 
 #include "frontend/check_hybridize.h"
 #include "frontend/kiln.h"
+#include "ir/symbol_json.h"
 #include "tests/test_util.h"
 
 namespace kiln {
@@ -245,6 +246,28 @@ TEST(LayerNorm, HybridizedEqualsImperativeAndExportsAsMxnetLayerNorm) {
   auto back = nn::SymbolBlock::imports(json, {"data"}, params);
   test::expect_close(back(x), want, 1e-6, "imported");
   std::filesystem::remove_all(dir);
+}
+
+// An MXNet file whose gamma and beta carry no shape: their shapes come from
+// the data's length on the axis, as MXNet's shape inference gives them.
+TEST(LayerNorm, ImportDeducesGammaAndBetaShapes) {
+  const char* text = R"({
+    "nodes": [
+      {"op": "null", "name": "data", "inputs": []},
+      {"op": "null", "name": "ln_gamma", "inputs": []},
+      {"op": "null", "name": "ln_beta", "inputs": []},
+      {"op": "LayerNorm", "name": "ln", "attrs": {"axis": "1", "eps": "1e-05"}, "inputs": [[0, 0, 0], [1, 0, 0], [2, 0, 0]]}
+    ],
+    "arg_nodes": [0, 1, 2],
+    "node_row_ptr": [0, 1, 2, 3, 6],
+    "heads": [[3, 0, 0]],
+    "attrs": {"mxnet_version": ["int", 10901]}
+  })";
+  std::vector<std::string> inputs{"data"};
+  ir::Graph g = ir::to_graph(ir::parse_symbol_json(text), {{"data", {Shape{2, 3, 4}, DType::kFloat32}}}, inputs);
+  EXPECT_EQ(g.type({*g.find("ln_gamma"), 0}).shape, (Shape{3}));
+  EXPECT_EQ(g.type({*g.find("ln_beta"), 0}).shape, (Shape{3}));
+  EXPECT_EQ(g.type(g.outputs()[0]).shape, (Shape{2, 3, 4}));
 }
 
 }  // namespace
