@@ -49,7 +49,6 @@ NDArray softmax(const NDArray& x, int axis = -1, std::optional<double> temperatu
 // softmax over the first length[row] elements of each row along `axis`
 // (MXNet's use_length), 0 after them; length has x's shape without `axis`,
 // any numeric dtype, values clamped to [0, n] (a row of length 0 is all 0).
-// CPU only for now (NotSupported on CUDA).
 NDArray softmax(const NDArray& x, const NDArray& length, int axis = -1,
                 std::optional<double> temperature = std::nullopt);
 // log(softmax(x / temperature)) along `axis`, computed stably.

@@ -7,6 +7,10 @@
 #include "ir/ops/nn.h"
 
 namespace kiln {
+
+// indices.cc: softmax with use_length (reads the lengths as the index ops do).
+void softmax_with_length(const KernelContext& ctx, std::span<const TensorView> in, std::span<const TensorView> out);
+
 namespace {
 
 using cuda::BinaryOp;
@@ -69,7 +73,7 @@ float inverse_temperature(const SoftmaxAttrs& a) { return a.temperature ? static
 
 template <bool kLog>
 void softmax(const KernelContext& ctx, std::span<const TensorView> in, std::span<const TensorView> out) {
-  KILN_CHECK(in.size() == 1, NotSupported, "softmax with use_length=True has no CUDA kernel yet (the CPU has one)");
+  if (in.size() == 2) return softmax_with_length(ctx, in, out);  // use_length (softmax only)
   cuda::require_f32(in, out);
   const auto& a = ctx.attrs.as<SoftmaxAttrs>();
   AxisSplit d = split_at_axis(in[0].shape, normalize_axis(a.axis, in[0].shape.ndim(), "softmax"));

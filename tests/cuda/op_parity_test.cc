@@ -211,6 +211,8 @@ const std::vector<Case>& cases() {
     {"Dropout", {in({4, 6})}, {{"p", "0.3"}, {"seed", "12"}, {"axes", "(1,)"}}, 1e-5, 1e-6, true},
     {"Flatten", {in({2, 3, 4})}, {}},
     {"softmax", {in({3, 7}, -3, 3)}, {}},
+    {"softmax", {in({4, 6}), ints({4}, 0, 7)}, {{"use_length", "True"}}, 1e-5, 1e-6},
+    {"softmax", {in({2, 5, 3}), ints({2, 3}, 0, 5)}, {{"axis", "1"}, {"use_length", "True"}}, 1e-5, 1e-6},
     {"softmax", {in({3, 4, 5}, -3, 3)}, {{"axis", "1"}, {"temperature", "2"}}},
     {"log_softmax", {in({3, 7}, -3, 3)}, {}},
     {"_backward_softmax", {in({3, 7}), in({3, 7}, 0, 1)}, {}},
