@@ -17,20 +17,21 @@ namespace kiln::gelu_tanh {
 inline constexpr double kSqrt2OverPi = 0.79788456080286535587989211986876;
 inline constexpr double kCubic = 0.044715;
 
-template <typename T>
+// T is a number or a vector of S lanes (the CPU's VecF with S = float).
+template <typename T, typename S = T>
 constexpr T arg(T x) {
-  return T(kSqrt2OverPi) * (x + T(kCubic) * x * x * x);
+  return S(kSqrt2OverPi) * (x + S(kCubic) * x * x * x);
 }
 
-template <typename T>
+template <typename T, typename S = T>
 constexpr T value(T x, T t) {
-  return T(0.5) * x * (T(1) + t);
+  return S(0.5) * x * (S(1) + t);
 }
 
 // f'(x) = 0.5 (1 + t) + 0.5 x (1 - t^2) u'(x), u' = sqrt(2/pi) (1 + 3 * 0.044715 x^2).
-template <typename T>
+template <typename T, typename S = T>
 constexpr T slope(T x, T t) {
-  return T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * T(kSqrt2OverPi) * (T(1) + T(3 * kCubic) * x * x);
+  return S(0.5) * (S(1) + t) + S(0.5) * x * (S(1) - t * t) * S(kSqrt2OverPi) * (S(1) + S(3 * kCubic) * x * x);
 }
 
 }  // namespace kiln::gelu_tanh
