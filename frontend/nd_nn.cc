@@ -116,6 +116,11 @@ NDArray softmax(const NDArray& x, int axis, std::optional<double> temperature) {
   return invoke1(OpId::kSoftmax, {x}, OpAttrs::make(SoftmaxAttrs{.axis = axis, .temperature = temperature}));
 }
 
+NDArray softmax(const NDArray& x, const NDArray& length, int axis, std::optional<double> temperature) {
+  return invoke1(OpId::kSoftmax, {x, length},
+                 OpAttrs::make(SoftmaxAttrs{.axis = axis, .temperature = temperature, .use_length = true}));
+}
+
 NDArray log_softmax(const NDArray& x, int axis, std::optional<double> temperature) {
   return invoke1(OpId::kLogSoftmax, {x}, OpAttrs::make(SoftmaxAttrs{.axis = axis, .temperature = temperature}));
 }

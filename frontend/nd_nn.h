@@ -35,7 +35,8 @@ namespace kiln::nd {
 NDArray fully_connected(const NDArray& x, const NDArray& w, const NDArray& b, int64_t num_hidden, bool flatten = true);
 // relu, sigmoid, tanh, softrelu or softsign.
 NDArray activation(const NDArray& x, ActType act_type);
-// leaky (slope * x below 0), elu (slope * (e^x - 1) below 0), selu, gelu.
+// leaky (slope * x below 0), elu (slope * (e^x - 1) below 0), selu, gelu (the
+// erf form), gelu_tanh (the tanh approximation).
 NDArray leaky_relu(const NDArray& x, LeakyType act_type = LeakyType::kLeaky, double slope = 0.25);
 // x * mask, mask 1/(1-p) with probability 1-p, else 0; shared along `axes`.
 // Applies in train mode (autograd::is_training()) or with mode kAlways;
@@ -45,6 +46,11 @@ NDArray dropout(const NDArray& x, double p = 0.5, const IntTuple& axes = {}, Dro
 NDArray flatten(const NDArray& x);
 // exp(x / temperature) normalized along `axis`.
 NDArray softmax(const NDArray& x, int axis = -1, std::optional<double> temperature = std::nullopt);
+// softmax over the first length[row] elements of each row along `axis`
+// (MXNet's use_length), 0 after them; length has x's shape without `axis`,
+// any numeric dtype, values clamped to [0, n] (a row of length 0 is all 0).
+NDArray softmax(const NDArray& x, const NDArray& length, int axis = -1,
+                std::optional<double> temperature = std::nullopt);
 // log(softmax(x / temperature)) along `axis`, computed stably.
 NDArray log_softmax(const NDArray& x, int axis = -1, std::optional<double> temperature = std::nullopt);
 // x's elements along `axis` at `index` (x's shape without that axis).

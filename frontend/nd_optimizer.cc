@@ -30,4 +30,9 @@ void adam_update(const NDArray& weight, const NDArray& grad, const NDArray& mean
   update_in_place(OpId::kAdamUpdate, {weight, grad, mean, var}, OpAttrs::make(options));
 }
 
+void adamw_update(const NDArray& weight, const NDArray& grad, const NDArray& mean, const NDArray& var,
+                  const AdamWAttrs& options) {
+  update_in_place(OpId::kAdamwUpdate, {weight, grad, mean, var}, OpAttrs::make(options));
+}
+
 }  // namespace kiln::nd

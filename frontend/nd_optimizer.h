@@ -7,6 +7,8 @@
 //   // Adam: the op applies no bias correction; fold it into lr at step t (from 1):
 //   double lr_t = lr * std::sqrt(1 - std::pow(beta2, t)) / (1 - std::pow(beta1, t));
 //   nd::adam_update(w, w.grad(), mean, var, {.lr = lr_t});
+//   // AdamW: decoupled decay, w -= eta * (lr * mean / (sqrt(var) + epsilon) + wd * w):
+//   nd::adamw_update(w, w.grad(), mean, var, {.lr = bias_correction, .eta = lr, .wd = 0.01});
 //
 // Each call queues one kernel that reads grad and writes weight and state;
 // it returns at once. Weight, grad and state must share one shape and dtype
@@ -24,5 +26,7 @@ void sgd_mom_update(const NDArray& weight, const NDArray& grad, const NDArray& m
 void nag_mom_update(const NDArray& weight, const NDArray& grad, const NDArray& mom, const NagMomAttrs& options);
 void adam_update(const NDArray& weight, const NDArray& grad, const NDArray& mean, const NDArray& var,
                  const AdamAttrs& options);
+void adamw_update(const NDArray& weight, const NDArray& grad, const NDArray& mean, const NDArray& var,
+                  const AdamWAttrs& options);
 
 }  // namespace kiln::nd

@@ -19,6 +19,7 @@
 #include "frontend/train/loss_scaler.h"
 #include "frontend/train/train_state.h"
 #include "frontend/train/trainer.h"
+#include "models/train_recipe.h"
 #include "models/zoo.h"
 #include "runtime/engine.h"
 
@@ -92,13 +93,21 @@ std::vector<EpochStats> train_fashion_mnist(const TrainConfig& cfg,
   if (cfg.hybridize) net.hybridize({.amp = cfg.amp});
   std::optional<amp::LossScaler> scaler;
   if (cfg.amp == DType::kFloat16) scaler.emplace();
-  Trainer trainer(net.collect_params(), optim::SGD({.lr = cfg.lr, .momentum = cfg.momentum, .wd = cfg.wd}));
+  int64_t batches = (train_set.size() + cfg.batch_size - 1) / cfg.batch_size;
+  const Recipe recipe{.optimizer = cfg.optimizer,
+                      .lr = cfg.lr,
+                      .momentum = cfg.momentum,
+                      .wd = cfg.wd,
+                      .lr_schedule = cfg.lr_schedule,
+                      .warmup_steps = cfg.warmup_steps,
+                      .clip_grad_norm = cfg.clip_grad_norm};
+  Trainer trainer(net.collect_params(), make_optimizer(recipe, batches * cfg.epochs));
+  trainer.set_max_grad_norm(recipe.clip_grad_norm);
   loss::SoftmaxCrossEntropy loss_fn;
 
   data::DataLoader train_loader(train_set, cfg.batch_size,
                                 {.shuffle = true, .seed = cfg.seed, .prefetch = 2, .device = dev});
   data::DataLoader test_loader(test_set, cfg.batch_size, {.prefetch = 2, .device = dev});
-  int64_t batches = (train_set.size() + cfg.batch_size - 1) / cfg.batch_size;
 
   // Checkpoints: where the loop starts, and the partial epoch's running sums.
   nn::ParameterDict params = net.collect_params();

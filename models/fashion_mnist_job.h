@@ -38,6 +38,10 @@ struct TrainConfig {
   double lr = 0.2;
   double momentum = 0;
   double wd = 0;
+  std::string optimizer = "sgd";         // sgd, adam, adamw (models/train_recipe.h)
+  std::string lr_schedule = "constant";  // constant, cosine, step:N:F
+  int64_t warmup_steps = 0;              // linear warmup from 0 over the first N steps
+  double clip_grad_norm = 0;             // global-norm gradient clipping (0: off)
   std::vector<Device> devices{Device::cpu(0)};
   uint64_t seed = 0;
   std::string data_dir;          // empty: FashionMNIST::default_dir()

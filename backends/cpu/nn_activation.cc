@@ -1,15 +1,17 @@
 // CPU kernels: Activation, LeakyReLU and their fused backward ops.
 //
-// float32 relu, sigmoid and tanh use the vectorized polynomials of
+// float32 relu, sigmoid, tanh and gelu_tanh use the vectorized polynomials of
 // elemwise_math.h; the other forms are loops GCC vectorizes where it can
 // (libm calls for exp/erf stay scalar). Every kernel is elementwise and may
 // run in place (output == input).
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 
 #include "backends/cpu/elemwise_math.h"
 #include "backends/cpu/nn_kernels.h"
 #include "backends/cpu/parallel.h"
+#include "ir/ops/gelu_tanh.h"
 #include "ir/ops/nn.h"
 
 namespace kiln::cpu {
@@ -37,6 +39,23 @@ void map2(int threads, const T* dy, const T* v, T* dx, int64_t n, F f) {
 template <typename VF>
 void map_vec(int threads, const float* x, float* y, int64_t n, VF f) {
   parallel_for(threads, n, [&](int64_t b, int64_t e) { vec_map(x + b, y + b, e - b, f); });
+}
+
+// dx = f(dy, v) for float32 through a VecF function, eight lanes at a time
+// (the tail through the same function on a padded vector).
+template <typename VF>
+void map2_vec(int threads, const float* dy, const float* v, float* dx, int64_t n, VF f) {
+  parallel_for(threads, n, [&](int64_t b, int64_t e) {
+    int64_t i = b;
+    for (; i + kVecWidth <= e; i += kVecWidth) store_vec(dx + i, f(load_vec(dy + i), load_vec(v + i)));
+    if (i < e) {
+      float g[kVecWidth] = {}, x[kVecWidth] = {}, r[kVecWidth];
+      std::copy(dy + i, dy + e, g);
+      std::copy(v + i, v + e, x);
+      store_vec(r, f(load_vec(g), load_vec(x)));
+      std::copy(r, r + (e - i), dx + i);
+    }
+  });
 }
 
 // ---- Activation
@@ -122,6 +141,13 @@ T gelu_pdf(T x) {
 
 template <typename T>
 void leaky_forward(int threads, const LeakyReLUAttrs& a, const T* x, T* y, int64_t n) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (a.act_type == LeakyType::kGeluTanh) {
+      return map_vec(threads, x, y, n, [](VecF v) {
+        return gelu_tanh::value<VecF, float>(v, vec_tanh(gelu_tanh::arg<VecF, float>(v)));
+      });
+    }
+  }
   const T slope = static_cast<T>(a.slope);
   const T alpha = static_cast<T>(kSeluAlpha), lambda = static_cast<T>(kSeluLambda);
   switch (a.act_type) {
@@ -133,6 +159,8 @@ void leaky_forward(int threads, const LeakyReLUAttrs& a, const T* x, T* y, int64
       return map1(threads, x, y, n, [=](T v) { return lambda * (v > T(0) ? v : alpha * std::expm1(v)); });
     case LeakyType::kGelu:
       return map1(threads, x, y, n, [](T v) { return v * gelu_cdf(v); });
+    case LeakyType::kGeluTanh:
+      return map1(threads, x, y, n, [](T v) { return gelu_tanh::value(v, std::tanh(gelu_tanh::arg(v))); });
     default:
       KILN_ASSERT(!"LeakyReLU: act_type not admitted by inference");
   }
@@ -140,6 +168,13 @@ void leaky_forward(int threads, const LeakyReLUAttrs& a, const T* x, T* y, int64
 
 template <typename T>
 void leaky_backward(int threads, const LeakyReLUAttrs& a, const T* dy, const T* x, T* dx, int64_t n) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (a.act_type == LeakyType::kGeluTanh) {
+      return map2_vec(threads, dy, x, dx, n, [](VecF g, VecF v) {
+        return g * gelu_tanh::slope<VecF, float>(v, vec_tanh(gelu_tanh::arg<VecF, float>(v)));
+      });
+    }
+  }
   const T slope = static_cast<T>(a.slope);
   const T alpha = static_cast<T>(kSeluAlpha), lambda = static_cast<T>(kSeluLambda);
   switch (a.act_type) {
@@ -152,6 +187,9 @@ void leaky_backward(int threads, const LeakyReLUAttrs& a, const T* dy, const T* 
                   [=](T g, T v) { return g * lambda * (v > T(0) ? T(1) : alpha * std::exp(v)); });
     case LeakyType::kGelu:
       return map2(threads, dy, x, dx, n, [](T g, T v) { return g * (gelu_cdf(v) + v * gelu_pdf(v)); });
+    case LeakyType::kGeluTanh:
+      return map2(threads, dy, x, dx, n,
+                  [](T g, T v) { return g * gelu_tanh::slope(v, std::tanh(gelu_tanh::arg(v))); });
     default:
       KILN_ASSERT(!"LeakyReLU: act_type not admitted by inference");
   }

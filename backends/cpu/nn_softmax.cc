@@ -7,6 +7,7 @@
 // before exponentiating. Index-like inputs (pick's index, the labels) are
 // read into int64 first and checked serially, so a bad label throws before
 // any parallel region starts.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -121,8 +122,43 @@ void softmax_typed(const KernelContext& ctx, const TensorView& x, const TensorVi
   });
 }
 
+std::vector<int64_t> read_indices(const TensorView& v);
+
+// softmax with use_length: row (o, c) normalizes its first length[o, c]
+// elements (clamped to [0, n]) and writes 0 after them.
+template <typename T>
+void softmax_length_typed(const KernelContext& ctx, const TensorView& x, const TensorView& length,
+                          const TensorView& y) {
+  const auto& a = ctx.attrs.as<SoftmaxAttrs>();
+  const AxisSplit d = split_at_axis(x.shape, normalize_axis(a.axis, x.shape.ndim(), "softmax"));
+  const T s = static_cast<T>(inverse_temperature(a));
+  const std::vector<int64_t> lengths = read_indices(length);
+  parallel_for(
+      ctx.run.num_threads, d.outer * d.inner,
+      [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) {
+          const int64_t base = (r / d.inner) * d.n * d.inner + r % d.inner;
+          const T* xr = x.ptr<T>() + base;
+          T* yr = y.ptr<T>() + base;
+          const int64_t len = std::clamp<int64_t>(lengths[static_cast<size_t>(r)], 0, d.n);
+          T m = -std::numeric_limits<T>::infinity();
+          for (int64_t j = 0; j < len; ++j) m = std::max(m, xr[j * d.inner] * s);
+          double total = 0;
+          for (int64_t j = 0; j < len; ++j) total += std::exp(static_cast<double>(xr[j * d.inner] * s - m));
+          for (int64_t j = 0; j < d.n; ++j)
+            yr[j * d.inner] =
+                j < len ? static_cast<T>(std::exp(static_cast<double>(xr[j * d.inner] * s - m)) / total) : T(0);
+        }
+      },
+      std::max<int64_t>(1, kDefaultGrain / std::max<int64_t>(d.n, 1)));
+}
+
 template <bool kLog>
 void softmax_kernel(const KernelContext& ctx, std::span<const TensorView> in, std::span<const TensorView> out) {
+  if (in.size() == 2) {  // use_length (softmax only: inference rejects it for log_softmax)
+    return dispatch_float(in[0].dtype,
+                          [&](auto tag) { softmax_length_typed<decltype(tag)>(ctx, in[0], in[1], out[0]); });
+  }
   dispatch_float(in[0].dtype, [&](auto tag) { softmax_typed<decltype(tag), kLog>(ctx, in[0], out[0]); });
 }
 

@@ -128,6 +128,45 @@ void adam(const KernelContext& ctx, std::span<const TensorView> in, const Tensor
   });
 }
 
+// The moments as adam's (without wd); the decay is decoupled and scaled by eta.
+template <typename T>
+void adamw(const KernelContext& ctx, std::span<const TensorView> in, const TensorView& out) {
+  const auto& a = ctx.attrs.as<AdamWAttrs>();
+  const T* w = in[0].ptr<T>();
+  const T* g = in[1].ptr<T>();
+  T* mean = in[2].ptr<T>();
+  T* var = in[3].ptr<T>();
+  T* y = out.ptr<T>();
+  const T lr = a.lr, eta = a.eta, wd = a.wd, b1 = a.beta1, b2 = a.beta2, eps = a.epsilon, rescale = a.rescale_grad,
+          c = a.clip_gradient;
+  run_update(ctx, a.clip_gradient, out.size(), [&](auto clip_on, int64_t b, int64_t e) {
+    int64_t i = b;
+    if constexpr (std::is_same_v<T, float>) {
+      using cpu::VecF;
+      for (; i + cpu::kVecWidth <= e; i += cpu::kVecWidth) {
+        const VecF wi = cpu::load_vec(w + i);
+        VecF d = rescale * cpu::load_vec(g + i);
+        if constexpr (decltype(clip_on)::value) d = d > c ? cpu::splat(c) : (d < -c ? cpu::splat(-c) : d);
+        const VecF m = b1 * cpu::load_vec(mean + i) + (T(1) - b1) * d;
+        const VecF v = b2 * cpu::load_vec(var + i) + (T(1) - b2) * d * d;
+        cpu::store_vec(mean + i, m);
+        cpu::store_vec(var + i, v);
+        cpu::store_vec(y + i, wi - eta * (lr * m / (cpu::vec_sqrt(v) + eps) + wd * wi));
+      }
+    }
+    for (; i < e; ++i) {
+      const T wi = w[i];
+      T d = rescale * g[i];
+      if constexpr (decltype(clip_on)::value) d = clip(d, c);
+      const T m = b1 * mean[i] + (T(1) - b1) * d;
+      const T v = b2 * var[i] + (T(1) - b2) * d * d;
+      mean[i] = m;
+      var[i] = v;
+      y[i] = wi - eta * (lr * m / (std::sqrt(v) + eps) + wd * wi);
+    }
+  });
+}
+
 template <void (*kF32)(const KernelContext&, std::span<const TensorView>, const TensorView&),
           void (*kF64)(const KernelContext&, std::span<const TensorView>, const TensorView&)>
 void update_kernel(const KernelContext& ctx, std::span<const TensorView> in, std::span<const TensorView> out) {
@@ -148,6 +187,7 @@ void register_cpu_optimizer_kernels() {
   register_kernel(OpId::kSgdMomUpdate, DeviceKind::kCPU, update_kernel<sgd_mom<float>, sgd_mom<double>>);
   register_kernel(OpId::kNagMomUpdate, DeviceKind::kCPU, update_kernel<nag_mom<float>, nag_mom<double>>);
   register_kernel(OpId::kAdamUpdate, DeviceKind::kCPU, update_kernel<adam<float>, adam<double>>);
+  register_kernel(OpId::kAdamwUpdate, DeviceKind::kCPU, update_kernel<adamw<float>, adamw<double>>);
 }
 
 }  // namespace kiln

@@ -11,6 +11,7 @@ void register_cpu_nn_kernels();
 void register_cpu_optimizer_kernels();
 void register_cpu_fused_kernels();
 void register_cpu_widening_kernel();
+void register_cpu_layer_norm_kernels();
 
 void register_cpu_kernels() {
   register_cpu_init_kernels();
@@ -23,6 +24,7 @@ void register_cpu_kernels() {
   register_cpu_optimizer_kernels();
   register_cpu_fused_kernels();
   register_cpu_widening_kernel();
+  register_cpu_layer_norm_kernels();
 }
 
 }  // namespace kiln

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "backends/cuda/kernels.h"
+#include "ir/ops/gelu_tanh.h"
 
 namespace kiln::cuda {
 
@@ -31,6 +32,7 @@ __device__ __forceinline__ float apply_unary(UnaryOp op, float v, float p0, floa
       return lambda * (v > 0.0f ? v : alpha * expm1f(v));
     }
     case UnaryOp::kGelu: return v * 0.5f * erfcf(-v * 0.70710678118654752f);
+    case UnaryOp::kGeluTanh: return gelu_tanh::value(v, tanhf(gelu_tanh::arg(v)));
   }
   return v;
 }
@@ -71,6 +73,7 @@ __device__ __forceinline__ float apply_binary(BinaryOp op, float a, float b, flo
       float pdf = expf(-0.5f * b * b) * 0.39894228040143268f;
       return a * (cdf + b * pdf);
     }
+    case BinaryOp::kGeluTanhGrad: return a * gelu_tanh::slope(b, tanhf(gelu_tanh::arg(b)));
   }
   return a;
 }

@@ -1,4 +1,5 @@
-// take, _backward_take, one_hot, pick and _backward_pick on CUDA. The
+// take, _backward_take, one_hot, pick, _backward_pick and softmax's lengths
+// (use_length) on CUDA. The
 // indices are read back to the host, resolved there exactly as the CPU
 // kernels resolve them (same truncation, modes and IndexError messages), and
 // sent back as int64: one round trip per call, which keeps the semantics in
@@ -10,6 +11,7 @@
 
 #include "backends/cuda/device_runtime.h"
 #include "backends/cuda/kernel_util.h"
+#include "backends/cuda/softmax_length.h"
 #include "ir/ops/matrix.h"
 #include "ir/ops/nn.h"
 
@@ -199,6 +201,21 @@ void pick_backward(const KernelContext& ctx, std::span<const TensorView> in, std
 }
 
 }  // namespace
+
+// softmax with use_length (backends/cuda/nn.cc's softmax kernel calls it):
+// the lengths read as the CPU reads them (truncated, NaN as 0), then clamped
+// per row on the device.
+void softmax_with_length(const KernelContext& ctx, std::span<const TensorView> in, std::span<const TensorView> out) {
+  cuda::require_f32(in.first(1), out);
+  const auto& a = ctx.attrs.as<SoftmaxAttrs>();
+  Split3 d = split(in[0].shape, normalize_axis(a.axis, in[0].shape.ndim(), "softmax"));
+  if (out[0].size() == 0) return;
+  DeviceIds lengths(ctx, read_indices(ctx, in[1], NanAs::kZero));
+  const float inv_t = a.temperature ? static_cast<float>(1.0 / *a.temperature) : 1.0f;
+  KILN_CUDA_LAUNCH(cuda::launch_softmax_length(in[0].ptr<float>(), lengths.get(), out[0].ptr<float>(), d.outer, d.n,
+                                               d.inner, inv_t, cuda::stream_of(ctx)),
+                   ctx);
+}
 
 void register_cuda_index_kernels() {
   constexpr DeviceKind k = DeviceKind::kCUDA;

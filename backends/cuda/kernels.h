@@ -40,14 +40,14 @@ struct BroadcastIndex {
 // ---- elementwise (elemwise.cu), float32
 enum class UnaryOp : int {
   kExp, kLog, kSqrt, kSquare, kTanh, kSigmoid, kRelu, kAbs, kNegative, kClip, kSoftrelu, kSoftsign,
-  kLeaky, kElu, kSelu, kGelu,
+  kLeaky, kElu, kSelu, kGelu, kGeluTanh,
 };
 enum class BinaryOp : int {
   kAdd, kSub, kMul, kDiv, kPower, kMaximum, kMinimum, kEqual, kNotEqual, kGreater, kGreaterEqual, kLesser,
   kLesserEqual,
   // backward forms, (dy, v) -> dx
   kReluGrad, kSigmoidGrad, kTanhGrad, kSoftreluGrad, kSoftsignGrad,  // v = forward output
-  kLeakyGrad, kEluGrad, kSeluGrad, kGeluGrad,                      // v = forward input
+  kLeakyGrad, kEluGrad, kSeluGrad, kGeluGrad, kGeluTanhGrad,       // v = forward input
 };
 // y = op(x) with parameters p0, p1 (clip bounds, slope).
 cudaError_t launch_unary(UnaryOp op, const float* x, float* y, int64_t n, float p0, float p1, cudaStream_t s);
@@ -116,10 +116,10 @@ cudaError_t launch_softmax_cross_entropy(const float* x, const float* label, con
 cudaError_t launch_dropout_mask(float* mask, int64_t n, double keep, uint64_t seed, uint64_t offset, cudaStream_t s);
 
 // ---- optimizers (optimizer.cu), float32, in place
-enum class UpdateOp : int { kSgd, kSgdMom, kNagMom, kAdam };
+enum class UpdateOp : int { kSgd, kSgdMom, kNagMom, kAdam, kAdamW };
 struct UpdateParams {
   float lr = 0, wd = 0, rescale_grad = 1, clip_gradient = -1, momentum = 0, beta1 = 0.9f, beta2 = 0.999f,
-        epsilon = 1e-8f;
+        epsilon = 1e-8f, eta = 1;
 };
 // weight_out may be weight_in (the usual in-place call); states are updated in place.
 cudaError_t launch_update(UpdateOp op, const float* weight_in, const float* grad, float* state0, float* state1,

@@ -7,6 +7,10 @@
 #include "ir/ops/nn.h"
 
 namespace kiln {
+
+// indices.cc: softmax with use_length (reads the lengths as the index ops do).
+void softmax_with_length(const KernelContext& ctx, std::span<const TensorView> in, std::span<const TensorView> out);
+
 namespace {
 
 using cuda::BinaryOp;
@@ -42,10 +46,11 @@ void leaky_relu(const KernelContext& ctx, std::span<const TensorView> in, std::s
   const auto& a = ctx.attrs.as<LeakyReLUAttrs>();
   require_not_prelu(a);
   cuda::require_f32(in.first(1), out);
-  UnaryOp op = a.act_type == LeakyType::kLeaky ? UnaryOp::kLeaky
-               : a.act_type == LeakyType::kElu ? UnaryOp::kElu
-               : a.act_type == LeakyType::kSelu ? UnaryOp::kSelu
-                                                 : UnaryOp::kGelu;
+  UnaryOp op = a.act_type == LeakyType::kLeaky      ? UnaryOp::kLeaky
+               : a.act_type == LeakyType::kElu      ? UnaryOp::kElu
+               : a.act_type == LeakyType::kSelu     ? UnaryOp::kSelu
+               : a.act_type == LeakyType::kGeluTanh ? UnaryOp::kGeluTanh
+                                                    : UnaryOp::kGelu;
   KILN_CUDA_LAUNCH(cuda::launch_unary(op, in[0].ptr<float>(), out[0].ptr<float>(), out[0].size(),
                                       static_cast<float>(a.slope), 0, cuda::stream_of(ctx)),
                    ctx);
@@ -56,10 +61,11 @@ void leaky_relu_backward(const KernelContext& ctx, std::span<const TensorView> i
   const auto& a = ctx.attrs.as<LeakyReLUAttrs>();
   require_not_prelu(a);
   cuda::require_f32(in.first(2), out.first(1));
-  BinaryOp op = a.act_type == LeakyType::kLeaky ? BinaryOp::kLeakyGrad
-                : a.act_type == LeakyType::kElu ? BinaryOp::kEluGrad
-                : a.act_type == LeakyType::kSelu ? BinaryOp::kSeluGrad
-                                                  : BinaryOp::kGeluGrad;
+  BinaryOp op = a.act_type == LeakyType::kLeaky      ? BinaryOp::kLeakyGrad
+                : a.act_type == LeakyType::kElu      ? BinaryOp::kEluGrad
+                : a.act_type == LeakyType::kSelu     ? BinaryOp::kSeluGrad
+                : a.act_type == LeakyType::kGeluTanh ? BinaryOp::kGeluTanhGrad
+                                                     : BinaryOp::kGeluGrad;
   elementwise2(ctx, op, in[0], in[1], out[0], static_cast<float>(a.slope));
 }
 
@@ -67,6 +73,7 @@ float inverse_temperature(const SoftmaxAttrs& a) { return a.temperature ? static
 
 template <bool kLog>
 void softmax(const KernelContext& ctx, std::span<const TensorView> in, std::span<const TensorView> out) {
+  if (in.size() == 2) return softmax_with_length(ctx, in, out);  // use_length (softmax only)
   cuda::require_f32(in, out);
   const auto& a = ctx.attrs.as<SoftmaxAttrs>();
   AxisSplit d = split_at_axis(in[0].shape, normalize_axis(a.axis, in[0].shape.ndim(), "softmax"));

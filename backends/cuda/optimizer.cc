@@ -54,6 +54,16 @@ void adam(const KernelContext& ctx, std::span<const TensorView> in, std::span<co
   run(ctx, UpdateOp::kAdam, in, out, p);
 }
 
+void adamw(const KernelContext& ctx, std::span<const TensorView> in, std::span<const TensorView> out) {
+  const auto& a = ctx.attrs.as<AdamWAttrs>();
+  cuda::UpdateParams p = common(a);
+  p.beta1 = static_cast<float>(a.beta1);
+  p.beta2 = static_cast<float>(a.beta2);
+  p.epsilon = static_cast<float>(a.epsilon);
+  p.eta = static_cast<float>(a.eta);
+  run(ctx, UpdateOp::kAdamW, in, out, p);
+}
+
 }  // namespace
 
 void register_cuda_optimizer_kernels() {
@@ -62,6 +72,7 @@ void register_cuda_optimizer_kernels() {
   register_kernel(OpId::kSgdMomUpdate, k, sgd_mom);
   register_kernel(OpId::kNagMomUpdate, k, nag_mom);
   register_kernel(OpId::kAdamUpdate, k, adam);
+  register_kernel(OpId::kAdamwUpdate, k, adamw);
 }
 
 }  // namespace kiln

@@ -41,6 +41,15 @@ __global__ void update_kernel(UpdateOp op, const float* w_in, const float* grad,
         w[i] = wi - p.lr * mean / (sqrtf(var) + p.epsilon);
         break;
       }
+      case UpdateOp::kAdamW: {
+        float d = clip(g);
+        float mean = p.beta1 * s0[i] + (1.0f - p.beta1) * d;
+        float var = p.beta2 * s1[i] + (1.0f - p.beta2) * d * d;
+        s0[i] = mean;
+        s1[i] = var;
+        w[i] = wi - p.eta * (p.lr * mean / (sqrtf(var) + p.epsilon) + p.wd * wi);
+        break;
+      }
     }
   }
 }

@@ -36,6 +36,7 @@ void register_cuda_optimizer_kernels(); // optimizer.cc
 void register_cuda_conv_kernels();      // conv.cc (cuDNN; BatchNorm only without it)
 void register_cuda_index_kernels();     // indices.cc
 void register_cuda_fused_kernels();     // fused.cc (an interpreter of fused programs)
+void register_cuda_layer_norm_kernels();  // layer_norm.cc
 
 // Registered whether or not a GPU is present: the table says what this build
 // can run; check_device refuses cuda(i) when there is no such GPU.
@@ -52,6 +53,7 @@ void register_cuda_kernels() {
   register_cuda_index_kernels();
   register_cuda_fused_kernels();
   register_cuda_widening_kernel();
+  register_cuda_layer_norm_kernels();
 }
 
 namespace storage {

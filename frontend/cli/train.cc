@@ -2,6 +2,7 @@
 //
 //   kiln train                     # LeNet, 3 epochs: a few minutes on a 2-core machine
 //   kiln train --model lenet --epochs 10 --batch-size 256 --lr 0.2 --devices cpu:0 --seed 0
+//   kiln train --optimizer adamw --lr 0.003 --wd 0.01 --lr-schedule cosine --warmup-steps 50 --clip-grad-norm 1
 //
 // Defaults are the chapter's setting (LeNet, batch 256, lr 0.2) with 3
 // epochs instead of 10, so that the command without arguments finishes
@@ -58,11 +59,23 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--model", cfg->model, "mlp, lenet, resnet18")->capture_default_str();
   cmd->add_option("--epochs", cfg->epochs, "Passes over the training set")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--batch-size", cfg->batch_size, "Images per step")->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_option("--lr", cfg->lr, "SGD learning rate")->capture_default_str();
+  cmd->add_option("--lr", cfg->lr, "Learning rate (the schedule's base rate)")->capture_default_str();
   cmd->add_option("--init", cfg->init, "Weight initializer: xavier or normal:SIGMA (d2l 12.5 uses normal:0.01)")
       ->capture_default_str();
   cmd->add_option("--momentum", cfg->momentum, "SGD momentum")->capture_default_str();
-  cmd->add_option("--wd", cfg->wd, "Weight decay")->capture_default_str();
+  cmd->add_option("--wd", cfg->wd, "Weight decay (AdamW's decoupled decay with --optimizer adamw)")
+      ->capture_default_str();
+  cmd->add_option("--optimizer", cfg->optimizer, "sgd, adam or adamw")->capture_default_str();
+  cmd->add_option("--lr-schedule", cfg->lr_schedule,
+                  "constant, cosine (to 0 over the run) or step:N:F (times F every N steps)")
+      ->capture_default_str();
+  cmd->add_option("--warmup-steps", cfg->warmup_steps, "Linear learning-rate warmup from 0 over the first N steps")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--clip-grad-norm", cfg->clip_grad_norm,
+                  "Clip the gradients' global L2 norm to this value before each update (0: off)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--devices", *devices, "Comma-separated devices (several: data parallel)")->capture_default_str();
   cmd->add_option("--seed", cfg->seed, "Seed for initialization and shuffling")->capture_default_str();
   cmd->add_option("--data", cfg->data_dir, "Directory with the Fashion-MNIST IDX files");

@@ -7,6 +7,8 @@
 //   autograd::backward({l});
 #pragma once
 
+#include <cstdint>
+
 #include "frontend/ndarray.h"
 
 namespace kiln::loss {
@@ -14,6 +16,20 @@ namespace kiln::loss {
 // -log softmax(pred)[label], from logits, sparse labels. A label outside
 // 0..C-1 fails at the next read with an error naming the label and C.
 struct SoftmaxCrossEntropy {
+  NDArray operator()(const NDArray& pred, const NDArray& label) const;
+};
+
+// Cross-entropy over sequences with an ignored label (PyTorch's
+// CrossEntropyLoss(ignore_index) with reduction "mean"): pred holds logits
+// [..., V] (e.g. [N, T, V]), label the class ids [...] (e.g. [N, T], any
+// numeric dtype). Returns a scalar: the mean of -log softmax(pred)[label]
+// over the positions whose label is not ignore_index (0 when every label is
+// ignored). Ignored positions get no gradient. A label outside 0..V-1 other
+// than ignore_index fails at the next read with an error naming it and V.
+// ShapeError naming both shapes when label's shape is not pred's without its
+// last axis.
+struct SequenceSoftmaxCrossEntropy {
+  int64_t ignore_index = -100;
   NDArray operator()(const NDArray& pred, const NDArray& label) const;
 };
 

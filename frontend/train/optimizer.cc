@@ -118,4 +118,30 @@ void Adam::apply(const NDArray& weight, const NDArray& grad, std::vector<NDArray
                    .wd = f(o_.wd), .rescale_grad = f(rescale_grad), .clip_gradient = f(o_.clip_gradient)});
 }
 
+std::vector<NDArray> AdamW::create_state(const NDArray& weight) const {
+  return {nd::zeros_like(weight), nd::zeros_like(weight)};
+}
+
+// m_hat / (sqrt(v_hat) + eps) = (sqrt(c2) / c1) * m / (sqrt(v) + eps * sqrt(c2))
+// with c1 = 1 - beta1^t, c2 = 1 - beta2^t: the op's lr and epsilon.
+void AdamW::apply(const NDArray& weight, const NDArray& grad, std::vector<NDArray>& state, double lr,
+                  double rescale_grad, int64_t t) {
+  double scale = 1, eps = o_.epsilon;
+  if (o_.correct_bias) {
+    double td = static_cast<double>(t);
+    double root_c2 = std::sqrt(1 - std::pow(o_.beta2, td));
+    scale = root_c2 / (1 - std::pow(o_.beta1, td));
+    eps *= root_c2;
+  }
+  nd::adamw_update(weight, grad, state[0], state[1],
+                   {.lr = scale,
+                    .eta = lr,
+                    .beta1 = o_.beta1,
+                    .beta2 = o_.beta2,
+                    .epsilon = eps,
+                    .wd = o_.wd,
+                    .rescale_grad = rescale_grad,
+                    .clip_gradient = o_.clip_gradient});
+}
+
 }  // namespace kiln::optim

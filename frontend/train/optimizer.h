@@ -118,4 +118,36 @@ class Adam final : public Optimizer {
   AdamOptions o_;
 };
 
+struct AdamWOptions {
+  double lr = 0.001;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double epsilon = 1e-8;
+  double wd = 0.01;
+  double clip_gradient = -1;
+  bool correct_bias = true;
+};
+
+// Adam with decoupled weight decay (Loshchilov and Hutter), as PyTorch's
+// AdamW and Gluon-NLP's BERTAdam: at step t, with g = clip(rescale * grad),
+//   m = beta1 m + (1 - beta1) g,  v = beta2 v + (1 - beta2) g^2,
+//   w = w - lr * (m_hat / (sqrt(v_hat) + epsilon) + wd * w),
+// m_hat = m / (1 - beta1^t), v_hat = v / (1 - beta2^t) (m and v themselves
+// when correct_bias is off). One adamw_update per parameter; the decay is
+// never added to the gradient, so the moments see the loss's gradient only.
+// State: m and v per key (saved with state_arrays, as Adam's).
+class AdamW final : public Optimizer {
+ public:
+  explicit AdamW(AdamWOptions options = {}) : Optimizer(options.lr), o_(options) {}
+  std::string name() const override { return "adamw"; }
+
+ protected:
+  std::vector<NDArray> create_state(const NDArray& weight) const override;
+  void apply(const NDArray& weight, const NDArray& grad, std::vector<NDArray>& state, double lr, double rescale_grad,
+             int64_t t) override;
+
+ private:
+  AdamWOptions o_;
+};
+
 }  // namespace kiln::optim

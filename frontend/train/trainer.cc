@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "frontend/autograd_tape.h"
+#include "frontend/train/clip_global_norm.h"
 
 namespace kiln {
 
@@ -111,8 +112,9 @@ void Trainer::update(int64_t batch_size, bool ignore_stale_grad) {
   if (!have_fresh_) fresh_ = take_fresh(ignore_stale_grad);
   have_fresh_ = false;
   primary_.resize(params_.size(), 0);
-  optimizer_->begin_step();
   double rescale = 1.0 / (static_cast<double>(batch_size) * loss_scale_);
+  if (max_grad_norm_ > 0) clip_grads(rescale);
+  optimizer_->begin_step();
   int64_t index = 0;
   for (const auto& [name, p] : params_) {
     const std::vector<size_t>& fresh = fresh_[static_cast<size_t>(index)];
@@ -134,6 +136,43 @@ void Trainer::update(int64_t batch_size, bool ignore_stale_grad) {
     }
     // Not aggregated: each fresh copy follows its own gradient.
     for (size_t d : fresh) optimizer_->update(key(d), data[d], grads[d], rescale);
+  }
+}
+
+void Trainer::set_max_grad_norm(double max_norm) {
+  KILN_CHECK(max_norm >= 0, ValueError, "Trainer: max_grad_norm must be >= 0 (0: no clipping), got {}", max_norm);
+  max_grad_norm_ = max_norm;
+}
+
+// The gradients update() reads, as update() picks them.
+void Trainer::clip_grads(double rescale) {
+  std::vector<NDArray> grads;
+  std::vector<std::string> names;
+  int64_t index = 0;
+  for (const auto& [name, p] : params_) {
+    const std::vector<size_t>& fresh = fresh_[static_cast<size_t>(index)];
+    size_t primary = primary_[static_cast<size_t>(index)];
+    ++index;
+    if (p.grad_req() == GradReq::kNull || fresh.empty()) continue;
+    std::vector<NDArray> all = p.list_grad();
+    if (kvstore_ != nullptr && (all.size() > 1 || kvstore_->num_workers() > 1)) {
+      grads.push_back(all[primary]);
+      names.push_back(name);
+    } else {
+      KILN_CHECK(all.size() == 1, NotSupported,
+                 "Trainer: gradient clipping with parameter '{}' on {} devices and no aggregation (kvstore 'none') "
+                 "would need one norm per copy; use an aggregating kvstore",
+                 name, all.size());
+      grads.push_back(all[0]);
+      names.push_back(name);
+    }
+  }
+  // clip_global_norm sees the summed gradients: scale the bound rather than the arrays.
+  try {
+    last_grad_norm_ = clip_global_norm(grads, max_grad_norm_ / rescale, true, names) * rescale;
+  } catch (Error& e) {
+    e.add_context("Trainer::step (gradients summed, before the 1/batch_size rescaling)");
+    throw;
   }
 }
 

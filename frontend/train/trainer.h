@@ -32,8 +32,18 @@
 // gradient on any device makes step throw ValueError naming every such
 // parameter, before anything is queued, unless ignore_stale_grad is set (then
 // those parameters are not updated).
+//
+// Gradient clipping: set_max_grad_norm(c) makes every update first scale the
+// gradients it is about to apply so that their global L2 norm (after the
+// 1/batch_size rescaling, over every updated parameter: the summed gradient
+// of aggregated ones) is at most c (clip_global_norm.h); last_grad_norm()
+// gives that norm before clipping. A non-finite norm throws ValueError before
+// any weight or the step count changes. With several copies of a parameter
+// and no aggregation (kvstore "none") clipping throws NotSupported: each copy
+// would need its own norm.
 #pragma once
 
+#include <limits>
 #include <memory>
 #include <string>
 
@@ -72,6 +82,12 @@ class Trainer {
   void set_learning_rate(double lr) { optimizer_->set_learning_rate(lr); }
   const nn::ParameterDict& params() const { return params_; }
 
+  // max_norm > 0 turns global-norm clipping on, 0 off (ValueError below 0).
+  void set_max_grad_norm(double max_norm);
+  double max_grad_norm() const { return max_grad_norm_; }
+  // The gradients' global norm at the last update (NaN before one, or when clipping is off).
+  double last_grad_norm() const { return last_grad_norm_; }
+
   void save_states(const std::string& path) const { optimizer_->save_states(path); }
   void load_states(const std::string& path) { optimizer_->load_states(path); }
 
@@ -93,6 +109,10 @@ class Trainer {
   bool have_fresh_ = false;
   std::vector<size_t> primary_;  // per parameter: the copy that holds the sum and is updated
   double loss_scale_ = 1;
+  double max_grad_norm_ = 0;
+  double last_grad_norm_ = std::numeric_limits<double>::quiet_NaN();
+  // Clips the gradients update() is about to apply (max_grad_norm_ > 0).
+  void clip_grads(double rescale);
 };
 
 }  // namespace kiln

@@ -15,7 +15,7 @@ void register_amp_policies(OpRegistry& r) {
                   OpId::kFcAct})
     r.defined(id).amp = AmpPolicy::kLow;
   for (OpId id : {OpId::kSoftmax, OpId::kLogSoftmax, OpId::kSoftmaxCrossEntropy, OpId::kNorm, OpId::kExp, OpId::kLog,
-                  OpId::kBroadcastPower, OpId::kPowerScalar, OpId::kRPowerScalar})
+                  OpId::kBroadcastPower, OpId::kPowerScalar, OpId::kRPowerScalar, OpId::kLayerNorm})
     r.defined(id).amp = AmpPolicy::kFloat32;
   for (OpId id : {OpId::kElemwiseAdd, OpId::kElemwiseSub, OpId::kElemwiseMul, OpId::kElemwiseDiv, OpId::kBroadcastAdd,
                   OpId::kBroadcastSub, OpId::kBroadcastMul, OpId::kBroadcastDiv, OpId::kBroadcastMaximum,

@@ -48,7 +48,9 @@ LeakyType parse_attr(std::string_view s, LeakyType*) {
   if (m == "gelu" || m == "gelu_erf") return LeakyType::kGelu;  // MXNet 2 calls the erf form gelu_erf
   if (m == "prelu") return LeakyType::kPrelu;
   if (m == "rrelu") return LeakyType::kRrelu;
-  throw ValueError(fmt::format("expected 'leaky', 'elu', 'selu', 'gelu', 'prelu' or 'rrelu', found '{}'", m));
+  if (m == "gelu_tanh") return LeakyType::kGeluTanh;
+  throw ValueError(
+      fmt::format("expected 'leaky', 'elu', 'selu', 'gelu', 'gelu_tanh', 'prelu' or 'rrelu', found '{}'", m));
 }
 
 std::string print_attr(LeakyType v) {
@@ -65,6 +67,8 @@ std::string print_attr(LeakyType v) {
       return "prelu";
     case LeakyType::kRrelu:
       return "rrelu";
+    case LeakyType::kGeluTanh:
+      return "gelu_tanh";
   }
   return "leaky";
 }
@@ -218,7 +222,7 @@ void grad_activation(GradBuilder& b, const GradArgs& g, std::span<GradValue> in_
 void infer_leaky_relu(const OpAttrs& attrs, std::span<const TensorType> in, std::vector<TensorType>& out) {
   const auto& a = attrs.as<LeakyReLUAttrs>();
   KILN_CHECK(a.act_type != LeakyType::kRrelu, NotSupported,
-             "act_type 'rrelu' is not supported (leaky, elu, selu, gelu and prelu are)");
+             "act_type 'rrelu' is not supported (leaky, elu, selu, gelu, gelu_tanh and prelu are)");
   size_t expected = a.act_type == LeakyType::kPrelu ? 2 : 1;
   KILN_CHECK(in.size() == expected, ValueError, "expected {} for act_type '{}', got {} input(s)",
              expected == 2 ? "2 inputs (data, gamma)" : "1 input (data)", print_attr(a.act_type), in.size());
@@ -302,11 +306,27 @@ void check_softmax_attrs(const SoftmaxAttrs& a, const TensorType& t) {
   normalize_axis(a.axis, t.shape.ndim(), "softmax");
   KILN_CHECK(!a.temperature || *a.temperature != 0, ValueError, "temperature must not be 0");
   KILN_CHECK(!a.dtype || *a.dtype == t.dtype, NotSupported, "dtype={} differs from the input's {}", *a.dtype, t.dtype);
-  KILN_CHECK(!a.use_length.value_or(false), NotSupported, "use_length=True is not supported");
 }
 
+// softmax(data[, length]): length only with use_length, shaped as data without `axis`.
+template <bool kLog>
 void infer_softmax(const OpAttrs& attrs, std::span<const TensorType> in, std::vector<TensorType>& out) {
-  check_softmax_attrs(attrs.as<SoftmaxAttrs>(), in[0]);
+  const auto& a = attrs.as<SoftmaxAttrs>();
+  const bool use_length = a.use_length.value_or(false);
+  KILN_CHECK(!(kLog && use_length), NotSupported, "use_length=True is supported by softmax, not log_softmax");
+  KILN_CHECK(in.size() == (use_length ? 2u : 1u), ValueError, "expected {} with use_length={}, got {} input(s)",
+             use_length ? "2 inputs (data, length)" : "1 input (data)", use_length ? "True" : "False", in.size());
+  check_softmax_attrs(a, in[0]);
+  if (use_length) {
+    const int axis = normalize_axis(a.axis, in[0].shape.ndim(), "softmax");
+    Shape want;
+    for (int i = 0; i < in[0].shape.ndim(); ++i)
+      if (i != axis) want.push_back(in[0].shape[i]);
+    KILN_CHECK(in[1].shape == want, ShapeError,
+               "length has shape {} but must be data {} without axis {}, {} (one length per row)", in[1].shape,
+               in[0].shape, axis, want);
+    check_index_dtype(in[1].dtype, "length");
+  }
   out.push_back(in[0]);
 }
 
@@ -482,9 +502,9 @@ void define_layers(OpRegistry& r) {
                   {"out_grad", "output"}, infer_unary_backward, parse_attrs_as<ActivationAttrs>);
   r.defined(OpId::kActivationBackward).inplace = {{0, 0}};  // elementwise: dx may overwrite out_grad
 
-  OpDef& leaky =
-      define(r, OpId::kLeakyReLU, "leaky, elu, selu, gelu (elementwise) or prelu (a learned slope per channel).", {},
-             infer_leaky_relu, parse_attrs_as<LeakyReLUAttrs>);
+  OpDef& leaky = define(r, OpId::kLeakyReLU,
+                        "leaky, elu, selu, gelu, gelu_tanh (elementwise) or prelu (a learned slope per channel).", {},
+                        infer_leaky_relu, parse_attrs_as<LeakyReLUAttrs>);
   leaky.num_inputs = -1;  // prelu adds gamma
   leaky.grad = grad_leaky_relu;
   define_backward(r, OpId::kLeakyReLUBackward, "Gradient of LeakyReLU from out_grad and the forward input.",
@@ -502,11 +522,13 @@ void define_layers(OpRegistry& r) {
 }
 
 void define_softmax(OpRegistry& r) {
-  OpDef& softmax = define(r, OpId::kSoftmax, "exp(x / T) normalized along axis.", {"data"}, infer_softmax,
-                          parse_attrs_as<SoftmaxAttrs>);
+  OpDef& softmax =
+      define(r, OpId::kSoftmax, "exp(x / T) normalized along axis (the first length[row] elements with use_length).",
+             {"data", "length"}, infer_softmax<false>, parse_attrs_as<SoftmaxAttrs>);
+  softmax.num_inputs = -1;  // 1, or 2 with use_length
   softmax.grad = grad_softmax<OpId::kSoftmaxBackward>;
-  OpDef& log_softmax =
-      define(r, OpId::kLogSoftmax, "Log of softmax along axis.", {"data"}, infer_softmax, parse_attrs_as<SoftmaxAttrs>);
+  OpDef& log_softmax = define(r, OpId::kLogSoftmax, "Log of softmax along axis.", {"data"}, infer_softmax<true>,
+                              parse_attrs_as<SoftmaxAttrs>);
   log_softmax.grad = grad_softmax<OpId::kLogSoftmaxBackward>;
   for (OpDef* d : {&softmax, &log_softmax}) {
     d->grad_uses_inputs = false;

@@ -17,7 +17,8 @@
 //     x / (1 + |x|). _backward_Activation(out_grad, output) computes the
 //     derivative from the forward *output* (so the input need not be kept).
 //   - LeakyReLU: leaky x<0 ? slope*x : x; elu x<0 ? slope*(e^x - 1) : x;
-//     selu (fixed alpha and lambda, slope ignored); gelu 0.5 x (1 + erf(x/√2)).
+//     selu (fixed alpha and lambda, slope ignored); gelu 0.5 x (1 + erf(x/√2));
+//     gelu_tanh 0.5 x (1 + tanh(√(2/π) (x + 0.044715 x³))) (ir/ops/gelu_tanh.h).
 //     prelu(data, gamma): x<0 ? gamma[c]*x : x, gamma one slope per channel c (axis 1)
 //     or a single one. rrelu throws NotSupported. _backward_LeakyReLU(out_grad, data).
 //   - Dropout(data) -> (out, mask): in train mode (or mode "always") each
@@ -26,8 +27,9 @@
 //     mask). Otherwise out = data and mask = 1. The mask comes from a
 //     counter-based generator at stream position offset + i under `seed`,
 //     so it does not depend on thread count or scheduling.
-//   - softmax/log_softmax along `axis`, of data / temperature; the backward
-//     ops take (out_grad, forward output).
+//   - softmax/log_softmax along `axis`, of data / temperature (softmax with
+//     use_length: over each row's first length elements); the backward ops
+//     take (out_grad, forward output).
 //   - pick(data, index): data's elements along `axis` at index (any numeric
 //     dtype, truncated toward zero); index is data's shape without `axis`
 //     (or with it at length 1). Out-of-range indices: clip, wrap, or raise
@@ -55,8 +57,9 @@ enum class ActType : int8_t { kRelu, kSigmoid, kTanh, kSoftrelu, kSoftsign };
 ActType parse_attr(std::string_view s, ActType*);  // "relu" | "sigmoid" | "tanh" | "softrelu" | "softsign"
 std::string print_attr(ActType v);
 
-enum class LeakyType : int8_t { kLeaky, kElu, kSelu, kGelu, kPrelu, kRrelu };
-LeakyType parse_attr(std::string_view s, LeakyType*);  // "leaky" | "elu" | "selu" | "gelu" (or "gelu_erf") | "prelu" | "rrelu"
+enum class LeakyType : int8_t { kLeaky, kElu, kSelu, kGelu, kPrelu, kRrelu, kGeluTanh };
+// "leaky" | "elu" | "selu" | "gelu" (or "gelu_erf") | "prelu" | "rrelu" | "gelu_tanh"
+LeakyType parse_attr(std::string_view s, LeakyType*);
 std::string print_attr(LeakyType v);
 
 enum class DropoutMode : int8_t { kTraining, kAlways };
@@ -127,7 +130,10 @@ struct DropoutAttrs {
 };
 
 // softmax, log_softmax and their backward ops. `dtype` (the output dtype)
-// must be None or the input's; `use_length` must be false.
+// must be None or the input's. use_length (softmax only): a second input
+// `length`, shaped as data without `axis`, any numeric dtype; each row
+// normalizes its first length elements (clamped to [0, n]) and is 0 after
+// them, so _backward_softmax, which reads the output, needs no length.
 struct SoftmaxAttrs {
   int axis = -1;
   std::optional<double> temperature;

@@ -13,6 +13,7 @@
 #include "ir/grad_ops.h"
 #include "ir/op.h"
 #include "ir/ops/elemwise.h"
+#include "ir/ops/gelu_tanh.h"
 #include "ir/ops/nn.h"
 #include "ir/ops/reduce.h"
 
@@ -82,6 +83,20 @@ void grad_leaky_relu_backward(GradBuilder& b, const GradArgs& a, std::span<GradV
       GradValue phi = scalar(b, OpId::kMulScalar, unary(b, OpId::kExp, scalar(b, OpId::kMulScalar, x2, -0.5)),
                              std::numbers::inv_sqrtpi / std::numbers::sqrt2);
       d2 = mul(b, phi, scalar(b, OpId::kRMinusScalar, x2, 2));
+      break;
+    }
+    case LeakyType::kGeluTanh: {
+      // f = 0.5 x (1 + t), t = tanh(u), u = c (x + a x^3):
+      // f'' = (1 - t^2) (u' + 0.5 x (u'' - 2 t u'^2)), u' = c (1 + 3 a x^2), u'' = 6 a c x.
+      const double c = gelu_tanh::kSqrt2OverPi, k = gelu_tanh::kCubic;
+      GradValue x2 = unary(b, OpId::kSquare, x);
+      GradValue u = scalar(b, OpId::kMulScalar, grad_ops::add(b, x, scalar(b, OpId::kMulScalar, mul(b, x2, x), k)), c);
+      GradValue t = unary(b, OpId::kTanh, u);
+      GradValue sech2 = scalar(b, OpId::kRMinusScalar, unary(b, OpId::kSquare, t), 1);
+      GradValue du = scalar(b, OpId::kPlusScalar, scalar(b, OpId::kMulScalar, x2, 3 * k * c), c);
+      GradValue d2u = scalar(b, OpId::kMulScalar, x, 6 * k * c);
+      GradValue inner = sub(b, d2u, scalar(b, OpId::kMulScalar, mul(b, t, unary(b, OpId::kSquare, du)), 2));
+      d2 = mul(b, sech2, grad_ops::add(b, du, scalar(b, OpId::kMulScalar, mul(b, x, inner), 0.5)));
       break;
     }
     default:

@@ -45,6 +45,9 @@ void register_optimizer_ops(OpRegistry& r) {
                              {"weight", "grad", "mom"});
   define_update<AdamAttrs>(r, OpId::kAdamUpdate, "Adam step without bias correction; updates mean and var in place.",
                            {"weight", "grad", "mean", "var"});
+  define_update<AdamWAttrs>(r, OpId::kAdamwUpdate,
+                            "Adam step with decoupled weight decay, no bias correction; updates mean and var in place.",
+                            {"weight", "grad", "mean", "var"});
 }
 
 }  // namespace kiln

@@ -18,10 +18,18 @@
 //   nag_mom_update:  d = clip(g) + wd*w;  mom = momentum*mom - lr*d;  w = w + momentum*mom - lr*d
 //   adam_update:     d = clip(g + wd*w);  mean = beta1*mean + (1-beta1)*d;
 //                    var = beta2*var + (1-beta2)*d*d;  w = w - lr * mean / (sqrt(var) + epsilon)
+//   adamw_update:    d = clip(g);  mean, var as adam_update;
+//                    w = w - eta * (lr * mean / (sqrt(var) + epsilon) + wd * w)
+//                    (decoupled weight decay: wd never enters the moments)
 //
 // adam_update applies NO bias correction (as in MXNet, whose Python Adam
 // optimizer folds it into the learning rate). A trainer must pass, at step t
-// (from 1), lr_t = lr * sqrt(1 - beta2^t) / (1 - beta1^t).
+// (from 1), lr_t = lr * sqrt(1 - beta2^t) / (1 - beta1^t). adamw_update
+// neither (as MXNet's): optim::AdamW passes eta = the scheduled learning rate,
+// lr = sqrt(1 - beta2^t) / (1 - beta1^t) and epsilon * sqrt(1 - beta2^t),
+// which is PyTorch's AdamW step exactly. MXNet's adamw_update reads
+// rescale_grad as a fifth, array input; here it is an attribute like every
+// other update op's (optimizer ops are never exported).
 //
 // Hyperparameters are doubles here (MXNet's are float): float32 kernels
 // compute in float, float64 kernels in double.
@@ -107,6 +115,29 @@ struct AdamAttrs {
     v("rescale_grad", rescale_grad);
     v("clip_gradient", clip_gradient);
     v("lazy_update", lazy_update);
+  }
+};
+
+// adamw_update(weight, grad, mean, var)
+struct AdamWAttrs {
+  double lr = 0;
+  double eta = 1;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double epsilon = 1e-8;
+  double wd = 0;
+  double rescale_grad = 1;
+  double clip_gradient = -1;
+  template <typename V>
+  void fields(V& v) {
+    v("lr", lr, kRequired);
+    v("eta", eta, kRequired);
+    v("beta1", beta1);
+    v("beta2", beta2);
+    v("epsilon", epsilon);
+    v("wd", wd);
+    v("rescale_grad", rescale_grad);
+    v("clip_gradient", clip_gradient);
   }
 };
 

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ir/ops/conv.h"
+#include "ir/ops/layer_norm.h"
 #include "ir/ops/matrix.h"
 #include "ir/ops/nn.h"
 
@@ -489,6 +490,13 @@ std::optional<Shape> deduce_input_shape(OpId op, const OpAttrs& attrs, int k, co
     case OpId::kBatchNorm: {
       const auto& a = attrs.as<BatchNormAttrs>();
       if (k < 1 || k > 4 || data.ndim() == 0) return std::nullopt;
+      int axis = a.axis < 0 ? a.axis + data.ndim() : a.axis;
+      if (axis < 0 || axis >= data.ndim()) return std::nullopt;
+      return Shape{data[axis]};
+    }
+    case OpId::kLayerNorm: {  // gamma and beta: data's length on the axis
+      const auto& a = attrs.as<LayerNormAttrs>();
+      if (k < 1 || k > 2 || data.ndim() == 0) return std::nullopt;
       int axis = a.axis < 0 ? a.axis + data.ndim() : a.axis;
       if (axis < 0 || axis >= data.ndim()) return std::nullopt;
       return Shape{data[axis]};
