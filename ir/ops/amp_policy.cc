@@ -4,8 +4,9 @@
 //
 // Like MXNet's AMP lists and PyTorch's autocast lists: the matrix products
 // gain from tile units and tensor cores; softmax, losses, norms, exp, log
-// and powers lose range or accuracy in 16 bits and run in float32; binary
-// ops and concatenation meet in the widest dtype among their inputs.
+// powers and LayerNorm lose range or accuracy in 16 bits and run in float32; binary
+// ops, concatenation and PReLU (data with its slope parameter) meet in the
+// widest dtype among their inputs.
 #include "ir/op.h"
 
 namespace kiln {
@@ -21,7 +22,7 @@ void register_amp_policies(OpRegistry& r) {
                   OpId::kBroadcastSub, OpId::kBroadcastMul, OpId::kBroadcastDiv, OpId::kBroadcastMaximum,
                   OpId::kBroadcastMinimum, OpId::kBroadcastEqual, OpId::kBroadcastNotEqual, OpId::kBroadcastGreater,
                   OpId::kBroadcastGreaterEqual, OpId::kBroadcastLesser, OpId::kBroadcastLesserEqual, OpId::kWhere,
-                  OpId::kConcat, OpId::kStack, OpId::kAddN})
+                  OpId::kConcat, OpId::kStack, OpId::kAddN, OpId::kLeakyReLU})
     r.defined(id).amp = AmpPolicy::kPromote;
   // BatchNorm: data in any float dtype; gamma, beta, moving_mean, moving_var float32.
   r.defined(OpId::kBatchNorm).amp_float32_inputs = 0b11110;
