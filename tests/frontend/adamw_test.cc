@@ -133,7 +133,7 @@ TEST_P(AdamW, DecayIsDecoupledFromTheMoments) {
   }
   double f = std::pow(1 - 0.1 * 0.5, 3);
   expect_close(weight, {f, -2 * f, 4 * f}, tol(), "weight");
-  nn::NamedArrays st = opt.state_arrays();
+  NamedArrays st = opt.state_arrays();
   ASSERT_EQ(st.size(), 4u);  // name, count, m, v
   expect_close(st[2].second, {0, 0, 0}, 0, "m");
   expect_close(st[3].second, {0, 0, 0}, 0, "v");

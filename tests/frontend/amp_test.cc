@@ -153,7 +153,7 @@ TEST(Amp, ScopesNestAndDisable) {
     EXPECT_EQ(amp::active(), DType::kBfloat16);
   }
   EXPECT_FALSE(amp::active());
-  EXPECT_THROW(amp::Autocast(DType::kFloat32), ValueError);
+  EXPECT_THROW({ amp::Autocast bad(DType::kFloat32); }, ValueError);
 }
 
 TEST(Amp, PromoteMeetsInTheWidestType) {

@@ -15,7 +15,7 @@
 
 #include "frontend/check_hybridize.h"
 #include "frontend/kiln.h"
-#include "ir/symbol_json.h"
+#include "frontend/formats/mxnet/symbol_json.h"
 #include "tests/test_util.h"
 
 namespace kiln {
@@ -264,7 +264,7 @@ TEST(LayerNorm, ImportDeducesGammaAndBetaShapes) {
     "attrs": {"mxnet_version": ["int", 10901]}
   })";
   std::vector<std::string> inputs{"data"};
-  ir::Graph g = ir::to_graph(ir::parse_symbol_json(text), {{"data", {Shape{2, 3, 4}, DType::kFloat32}}}, inputs);
+  ir::Graph g = mxnet::to_graph(mxnet::parse_symbol_json(text), {{"data", {Shape{2, 3, 4}, DType::kFloat32}}}, inputs);
   EXPECT_EQ(g.type({*g.find("ln_gamma"), 0}).shape, (Shape{3}));
   EXPECT_EQ(g.type({*g.find("ln_beta"), 0}).shape, (Shape{3}));
   EXPECT_EQ(g.type(g.outputs()[0]).shape, (Shape{2, 3, 4}));

@@ -9,7 +9,7 @@
 
 #include "frontend/kiln.h"
 #include "frontend/trace.h"
-#include "ir/symbol_json.h"
+#include "frontend/formats/mxnet/symbol_json.h"
 #include "tests/frontend/grad_check.h"
 #include "tests/test_util.h"
 
@@ -64,7 +64,7 @@ TEST(SoftmaxLength, TracesAndExportsWithMxnetsSpelling) {
     NDArray x = tracer.add_input("data", {Shape{2, 4}, DType::kFloat32});
     NDArray l = tracer.add_input("length", {Shape{2}, DType::kInt32});
     NDArray y = nd::softmax(x, l);
-    json = ir::to_json(tracer.finish({&y, 1}).graph);
+    json = mxnet::to_json(tracer.finish({&y, 1}).graph);
   }
   EXPECT_CONTAINS(json, "\"use_length\": \"True\"");
   EXPECT_CONTAINS(json, "\"op\": \"softmax\"");
