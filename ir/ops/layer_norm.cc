@@ -47,8 +47,7 @@ using grad_ops::sub;
 
 void check_float(std::span<const TensorType> in, std::initializer_list<const char*> names) {
   const DType t = in[0].dtype;
-  KILN_CHECK(t == DType::kFloat32 || t == DType::kFloat64, TypeError, "{} must be float32 or float64, got {}",
-             *names.begin(), t);
+  KILN_CHECK(is_floating(t), TypeError, "{} must be float32, float64, float16 or bfloat16, got {}", *names.begin(), t);
   size_t i = 0;
   for (const char* name : names) {
     KILN_CHECK(in[i].dtype == t, TypeError, "{} is {} but {} is {}; all inputs must have one dtype", name, in[i].dtype,
