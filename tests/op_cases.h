@@ -6,6 +6,10 @@
 // added without a case, so no op can skip either comparison.
 #pragma once
 
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
 #include <map>
 #include <optional>
 #include <random>
@@ -280,6 +284,36 @@ inline std::string describe(const Case& c) {
   s += ")";
   for (const auto& [k, v] : c.attrs) s += " " + k + "=" + v;
   return s;
+}
+
+// Outputs of `c` computed in the 16-bit type `low` (`got`) against a
+// reference (`want`), element by element within two roundings of a 16-bit
+// output (relative to the element and to the output's largest magnitude)
+// plus the case's own tolerances; at most 3 failures per output, each naming
+// the case, `what_want` and `what_got` ("float32" and "bfloat16", "cpu" and
+// "cuda").
+inline void expect_close_16bit(const Case& c, DType low, const std::vector<NDArray>& want,
+                               const std::vector<NDArray>& got, std::string_view what_want,
+                               std::string_view what_got) {
+  ASSERT_EQ(want.size(), got.size()) << describe(c);
+  const double eps = low == DType::kBfloat16 ? 2.0 / 256 : 2.0 / 2048;  // two half-ulps
+  for (size_t k = 0; k < want.size(); ++k) {
+    ASSERT_EQ(want[k].shape(), got[k].shape()) << describe(c) << " output " << k;
+    std::vector<double> w = want[k].to_vector<double>(), g = got[k].to_vector<double>();
+    double scale = 0;
+    for (double v : w)
+      if (std::isfinite(v)) scale = std::max(scale, std::abs(v));
+    int reported = 0;
+    for (size_t i = 0; i < w.size() && reported < 3; ++i) {
+      if (std::isnan(w[i]) && std::isnan(g[i])) continue;
+      const double tol = c.atol + c.rtol * std::abs(w[i]) + eps * (std::abs(w[i]) + scale);
+      if (!(std::abs(w[i] - g[i]) <= tol)) {
+        ADD_FAILURE() << describe(c) << " in " << dtype_name(low) << ": output " << k << " element " << i << ": "
+                      << what_want << " " << w[i] << ", " << what_got << " " << g[i] << " (tolerance " << tol << ")";
+        ++reported;
+      }
+    }
+  }
 }
 
 }  // namespace kiln::op_cases

@@ -114,7 +114,6 @@ TEST(OpParity, EveryOpIn16BitFloatsMatchesTheCpu) {
   KILN_REQUIRE_CUDA();
   const Device gpu = Device::cuda(0);
   for (DType low : {DType::kBfloat16, DType::kFloat16}) {
-    const double eps = low == DType::kBfloat16 ? 2.0 / 256 : 2.0 / 2048;
     int compared = 0;
     std::mt19937 rng(99);
     for (const Case& c : cases()) {
@@ -145,25 +144,9 @@ TEST(OpParity, EveryOpIn16BitFloatsMatchesTheCpu) {
         continue;
       }
       ++compared;
-      ASSERT_EQ(want.size(), got.size()) << describe(c);
-      for (size_t k = 0; k < want.size(); ++k) {
+      for (size_t k = 0; k < want.size() && k < got.size(); ++k)
         EXPECT_EQ(want[k].dtype(), got[k].dtype()) << describe(c) << " output " << k;
-        std::vector<double> w = want[k].to_vector<double>(), g = got[k].to_vector<double>();
-        if (w.size() != g.size()) continue;
-        double scale = 0;
-        for (double v : w)
-          if (std::isfinite(v)) scale = std::max(scale, std::abs(v));
-        int reported = 0;
-        for (size_t i = 0; i < w.size() && reported < 3; ++i) {
-          if (std::isnan(w[i]) && std::isnan(g[i])) continue;
-          const double tol = c.atol + c.rtol * std::abs(w[i]) + eps * (std::abs(w[i]) + scale);
-          if (!(std::abs(w[i] - g[i]) <= tol)) {
-            ADD_FAILURE() << describe(c) << " in " << dtype_name(low) << " output " << k << " element " << i
-                          << ": cpu " << w[i] << ", cuda " << g[i] << " (tolerance " << tol << ")";
-            ++reported;
-          }
-        }
-      }
+      expect_close_16bit(c, low, want, got, "cpu", "cuda");
     }
     std::cout << "[ parity ] " << compared << " " << dtype_name(low) << " cases compared on " << gpu.to_string()
               << "\n";

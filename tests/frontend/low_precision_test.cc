@@ -38,32 +38,6 @@ bool is_init(const OpDef& def) {
          def.id == OpId::kRandomUniform || def.id == OpId::kRandomNormal;
 }
 
-// 2^-8 for bfloat16, 2^-11 for float16: half a unit in the last place.
-double half_ulp(DType t) { return t == DType::kBfloat16 ? 1.0 / 256 : 1.0 / 2048; }
-
-void compare(const Case& c, DType low_dtype, const std::vector<NDArray>& want, const std::vector<NDArray>& got) {
-  ASSERT_EQ(want.size(), got.size()) << describe(c);
-  const double eps = 2 * half_ulp(low_dtype);
-  const std::string_view low = dtype_name(low_dtype);
-  for (size_t k = 0; k < want.size(); ++k) {
-    ASSERT_EQ(want[k].shape(), got[k].shape()) << describe(c) << " output " << k;
-    std::vector<double> w = want[k].to_vector<double>(), g = got[k].to_vector<double>();
-    double scale = 0;
-    for (double v : w)
-      if (std::isfinite(v)) scale = std::max(scale, std::abs(v));
-    int reported = 0;
-    for (size_t i = 0; i < w.size() && reported < 3; ++i) {
-      if (std::isnan(w[i]) && std::isnan(g[i])) continue;
-      const double tol = c.atol + c.rtol * std::abs(w[i]) + eps * (std::abs(w[i]) + scale);
-      if (!(std::abs(w[i] - g[i]) <= tol)) {
-        ADD_FAILURE() << describe(c) << " in " << low << ": output " << k << " element " << i << ": float32 " << w[i]
-                      << ", " << low << " " << g[i] << " (tolerance " << tol << ")";
-        ++reported;
-      }
-    }
-  }
-}
-
 void run_all(DType low) {
   const std::string_view low_name = dtype_name(low);
   std::mt19937 rng(11);
@@ -104,7 +78,7 @@ void run_all(DType low) {
       ADD_FAILURE() << describe(c) << " in " << low_name << ": " << e.what();
       continue;
     }
-    compare(c, low, want, got);
+    expect_close_16bit(c, low, want, got, "float32", low_name);
     ++compared;
   }
   std::cout << "[ " << low_name << " ] " << compared << " cases compared with float32\n";
