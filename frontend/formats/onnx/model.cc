@@ -1,6 +1,8 @@
 // Loading and checking ONNX models (contract: frontend/formats/onnx/model.h).
 #include "frontend/formats/onnx/model.h"
 
+#include <cstdlib>
+
 #include <onnx/checker.h>
 #include <onnx/shape_inference/implementation.h>
 #include <onnx/version_converter/convert.h>
@@ -84,6 +86,37 @@ Model Model::parse(std::string_view bytes, std::string_view source, const std::s
   KILN_CHECK(st->opset <= kMaxOpset, NotSupported, "{}: opset {} is newer than the opsets Kiln reads ({} to {})",
              source, st->opset, kMinOpset, kMaxOpset);
   if (st->opset < kMinOpset) {
+    // libonnx 1.12's version converter crashes on some malformed models
+    // (fuzzing found null dereferences in graphProtoToGraph that its checker
+    // lets through), so it runs only when the user vouches for the file.
+    const char* upgrade = std::getenv("KILN_ONNX_UPGRADE");
+    KILN_CHECK(upgrade != nullptr && std::string_view(upgrade) != "0", NotSupported,
+               "{}: opset {} is older than the opsets Kiln reads ({} to {}); set KILN_ONNX_UPGRADE=1 to upgrade it "
+               "with libonnx's version converter (trusted files only: that converter is not safe on malformed input)",
+               source, st->opset, kMinOpset, kMaxOpset);
+    // libonnx's converter indexes by element type without checking it (a
+    // fuzzed model with elem_type 54 crashed it): every type is checked first.
+    auto check_type = [&](int32_t t, const std::string& name, const char* what) {
+      KILN_CHECK(pb::TensorProto_DataType_IsValid(t), ValueError,
+                 "{}: {} '{}' has element type {}, which is not an ONNX TensorProto.DataType", source, what, name, t);
+    };
+    for (const auto* infos : {&m.graph().input(), &m.graph().output(), &m.graph().value_info()}) {
+      for (const pb::ValueInfoProto& v : *infos)
+        if (v.has_type() && v.type().has_tensor_type()) check_type(v.type().tensor_type().elem_type(), v.name(), "value");
+    }
+    for (const pb::TensorProto& t : m.graph().initializer()) check_type(t.data_type(), t.name(), "initializer");
+    // It also dereferences values that nothing defines: only a graph the
+    // checker accepts (defined, sorted inputs) reaches it.
+    bool external = false;
+    for (const pb::TensorProto& t : m.graph().initializer())
+      external = external || t.data_location() == pb::TensorProto::EXTERNAL;
+    if (!external) {
+      try {
+        pb::checker::check_model(m);
+      } catch (const std::exception& e) {
+        throw ValueError(fmt::format("{}: the ONNX checker rejects the model: {}", source, e.what()));
+      }
+    }
     try {
       m = pb::version_conversion::ConvertVersion(m, kUpgradeOpset);
     } catch (const std::exception& e) {
