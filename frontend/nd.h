@@ -2,6 +2,7 @@
 // One header per op family; each function is a thin call to `invoke`.
 #pragma once
 
+#include "frontend/nd_attention.h"
 #include "frontend/nd_conv.h"
 #include "frontend/nd_elemwise.h"
 #include "frontend/nd_init.h"
