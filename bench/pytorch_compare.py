@@ -41,10 +41,12 @@ import subprocess
 import sys
 import time
 
+import pytorch_gpt  # the GPT twin, beside this file
+
 # Unit spellings (lower-cased) as Kiln prints them ("us", "s", "GFLOP/s",
 # "MiB", "x") plus the name-suffix forms ("_gflops", "_mb", "_ips").
 LOWER_BETTER = {"ns", "us", "ms", "s", "kb", "kib", "mb", "mib", "gb", "gib"}
-HIGHER_BETTER = {"gflops", "gflop/s", "ips", "x", "speedup"}
+HIGHER_BETTER = {"gflops", "gflop/s", "ips", "x", "speedup", "tokens/s"}
 TIE_BAND = 0.02
 
 torch = None  # imported in main() after the thread environment is set
@@ -295,6 +297,7 @@ BENCHES = {
     "train_resnet18_bf16_ips": ("img/s", lambda: bench_train(resnet18, warmup=1, steps=1, bf16=True)[0]),
     "infer_resnet18_bf16_ips": ("img/s", bench_infer_resnet18_bf16),
 }
+BENCHES.update(pytorch_gpt.BENCHES)  # train_gpt_*, generate_gpt_tokens_per_s
 
 
 # --- Kiln side -------------------------------------------------------------
@@ -444,6 +447,7 @@ def run_torch(args):
                  "python3-torch is for /usr/bin/python3")
     torch = _torch
     torch.set_num_threads(args.threads)
+    pytorch_gpt.init_torch(args.threads)
     return measure_torch(args)
 
 

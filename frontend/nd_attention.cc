@@ -14,8 +14,8 @@ namespace {
 
 void check_shapes(const NDArray& q, const NDArray& k, const NDArray& v) {
   const Shape &qs = q.shape(), &ks = k.shape(), &vs = v.shape();
-  const auto r = qs.size();
-  KILN_CHECK(r >= 3 && ks.size() == r && vs.size() == r, ShapeError,
+  const auto r = static_cast<size_t>(q.ndim());
+  KILN_CHECK(r >= 3 && static_cast<size_t>(k.ndim()) == r && static_cast<size_t>(v.ndim()) == r, ShapeError,
              "scaled_dot_product_attention: q, k and v need the same rank >= 3 ([..., T, D]), got q {}, k {}, v {}",
              qs, ks, vs);
   bool fits = qs[r - 1] == ks[r - 1] && ks[r - 2] == vs[r - 2];
@@ -43,7 +43,8 @@ NDArray causal_mask(int64_t tq, int64_t tk, ArrayOptions options) {
 NDArray attention_reference(const NDArray& q, const NDArray& k, const NDArray& v, const AttentionOptions& options) {
   check_shapes(q, k, v);
   const Shape& qs = q.shape();
-  const int64_t tq = qs[qs.size() - 2], tk = k.shape()[qs.size() - 2], d = qs[qs.size() - 1];
+  const int r = q.ndim();
+  const int64_t tq = qs[r - 2], tk = k.shape()[r - 2], d = qs[r - 1];
   const double scale = options.scale.value_or(1.0 / std::sqrt(static_cast<double>(d)));
   NDArray scores = nd::batch_dot(q, k, false, true) * scale;  // [..., Tq, Tk]
   std::optional<NDArray> mask = options.mask;

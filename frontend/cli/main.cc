@@ -32,6 +32,7 @@ void add_export_command(CLI::App& app);   // export.cc
 void add_example_command(CLI::App& app);  // example.cc
 void add_plot_command(CLI::App& app);     // plot.cc
 void add_profile_command(CLI::App& app);  // profile.cc
+void add_generate_command(CLI::App& app);  // generate.cc
 }  // namespace kiln::cli
 
 int main(int argc, char** argv) {
@@ -48,6 +49,7 @@ int main(int argc, char** argv) {
   kiln::cli::add_example_command(app);
   kiln::cli::add_plot_command(app);
   kiln::cli::add_profile_command(app);
+  kiln::cli::add_generate_command(app);
   int status = 0;
   try {
     app.parse(argc, argv);  // runs the chosen subcommand's callback

@@ -1,5 +1,5 @@
 // d2l 12.6, "Concise Implementation for Multiple GPUs": the same training
-// loop (models/fashion_mnist_job.cc, what `kiln train --devices cpu:0,cpu:1`
+// loop (models/train_job.cc, what `kiln train --devices cpu:0,cpu:1`
 // runs) on one device and on [cpu(0), cpu(1)]: parameters initialized on
 // every device, split_and_load of each batch, and the Trainer summing the
 // gradients through a KVStore. The chapter trains ResNet-18, which takes
@@ -9,7 +9,7 @@
 // (as `kiln bench dp_lenet` measures).
 #include "bench/bench.h"
 #include "models/examples/examples.h"
-#include "models/fashion_mnist_job.h"
+#include "models/train_job.h"
 #include "runtime/engine.h"
 
 namespace kiln::examples {
@@ -26,7 +26,7 @@ models::EpochStats train_on(const std::vector<Device>& devices, const Options& o
                           .test_limit = options.quick ? 512 : 2000};
   if (options.quick) cfg.epochs = 1;
   // The last epoch: the first also pays for one-time work (kernel setup, pools).
-  return models::train_fashion_mnist(cfg).back();
+  return models::train(cfg).back();
 }
 
 }  // namespace

@@ -9,7 +9,7 @@
 #include "frontend/nd.h"
 #include "frontend/train/loss.h"
 #include "frontend/train/trainer.h"
-#include "models/fashion_mnist_job.h"
+#include "models/train_job.h"
 #include "models/zoo.h"
 
 namespace kiln {
@@ -127,7 +127,7 @@ TEST(MainJob, LeNetOnAFashionMnistSliceBeatsChance) {
     GTEST_SKIP() << "Fashion-MNIST is not installed (Debian package dataset-fashion-mnist)";
   models::TrainConfig cfg{.model = "lenet", .epochs = 2, .batch_size = 64, .lr = 0.1, .momentum = 0.9, .seed = 1,
                           .train_limit = 2000, .test_limit = 1000};
-  auto history = models::train_fashion_mnist(cfg);
+  auto history = models::train(cfg);
   ASSERT_EQ(history.size(), 2u);
   EXPECT_LT(history[1].loss, history[0].loss);
   EXPECT_GT(history[1].test_acc, 0.5);  // chance is 0.1
@@ -143,7 +143,7 @@ TEST(MainJob, LeNetTrainsUnderMixedPrecision) {
                                 std::pair{DType::kFloat16, false}}) {
     models::TrainConfig cfg{.model = "lenet", .epochs = 2, .batch_size = 64, .lr = 0.1, .momentum = 0.9, .seed = 1,
                             .train_limit = 2000, .test_limit = 1000, .hybridize = hybridize, .amp = amp};
-    auto history = models::train_fashion_mnist(cfg);
+    auto history = models::train(cfg);
     ASSERT_EQ(history.size(), 2u);
     EXPECT_LT(history[1].loss, history[0].loss) << dtype_name(amp);
     EXPECT_GT(history[1].test_acc, 0.5) << dtype_name(amp);

@@ -4,6 +4,7 @@
 #include <onnx/checker.h>
 #include <onnx/shape_inference/implementation.h>
 
+#include <cmath>
 #include <map>
 #include <optional>
 #include <set>
@@ -16,6 +17,7 @@
 #include "frontend/nd_init.h"
 #include "ir/ops/conv.h"
 #include "ir/ops/elemwise.h"
+#include "ir/ops/layer_norm.h"
 #include "ir/ops/linalg.h"
 #include "ir/ops/matrix.h"
 #include "ir/ops/nn.h"
@@ -181,6 +183,8 @@ void write_activation(Writer& w, const ir::Node& n) {
   w.node(ops.at(n.attrs.as<ActivationAttrs>().act_type), {w.in(n, 0)}, {w.out(n)}, n.name);
 }
 
+void write_gelu(Writer& w, const ir::Node& n);
+
 void write_leaky_relu(Writer& w, const ir::Node& n) {
   const auto& a = n.attrs.as<LeakyReLUAttrs>();
   if (a.act_type == LeakyType::kLeaky) {
@@ -195,6 +199,8 @@ void write_leaky_relu(Writer& w, const ir::Node& n) {
     std::string slope = w.fresh(n.name + "/slope");
     w.node("Reshape", {w.in(n, 1), w.int64s(n.name + "/slope_shape", dims)}, {slope}, n.name);
     w.node("PRelu", {w.in(n, 0), slope}, {w.out(n)}, n.name);
+  } else if (a.act_type == LeakyType::kGelu) {
+    write_gelu(w, n);
   } else {
     unsupported(n, "this LeakyReLU act_type");
   }
@@ -275,12 +281,25 @@ void write_batch_norm(Writer& w, const ir::Node& n) {
   attr(p, "momentum", static_cast<double>(a.momentum));
 }
 
+// x [..., K] . W^T + b on the last axis: MatMul with W transposed, then Add.
+void write_fully_connected_last_axis(Writer& w, const ir::Node& n, const FullyConnectedAttrs& a) {
+  std::string wt = w.fresh(n.name + "/weight_t");
+  attr(w.node("Transpose", {w.in(n, 1)}, {wt}, n.name), "perm", std::vector<int64_t>{1, 0});
+  if (a.no_bias) {
+    w.node("MatMul", {w.in(n, 0), wt}, {w.out(n)}, n.name);
+    return;
+  }
+  std::string product = w.fresh(n.name + "/matmul");
+  w.node("MatMul", {w.in(n, 0), wt}, {product}, n.name);
+  w.node("Add", {product, w.in(n, 2)}, {w.out(n)}, n.name);
+}
+
 void write_fully_connected(Writer& w, const ir::Node& n) {
   const auto& a = n.attrs.as<FullyConnectedAttrs>();
   std::string x = w.in(n, 0);
   const Shape& xs = w.in_type(n, 0).shape;
   if (xs.ndim() != 2) {
-    if (!a.flatten) unsupported(n, "FullyConnected without flatten on a rank-3+ input");
+    if (!a.flatten) return write_fully_connected_last_axis(w, n, a);
     x = w.fresh(n.name + "/flat");
     attr(w.node("Flatten", {w.in(n, 0)}, {x}, n.name), "axis", int64_t{1});
   }
@@ -364,6 +383,82 @@ void write_sum(Writer& w, const ir::Node& n) { write_reduce(w, n, "ReduceSum"); 
 void write_mean(Writer& w, const ir::Node& n) { write_reduce(w, n, "ReduceMean"); }
 void write_max(Writer& w, const ir::Node& n) { write_reduce(w, n, "ReduceMax"); }
 
+// ---- the sequence models' ops
+
+void write_embedding(Writer& w, const ir::Node& n) {  // weight rows by id
+  attr(w.node("Gather", {w.in(n, 1), w.in(n, 0)}, {w.out(n)}, n.name), "axis", int64_t{0});
+}
+
+void write_layer_norm(Writer& w, const ir::Node& n) {
+  const auto& a = n.attrs.as<LayerNormAttrs>();
+  if (w.opset() < 17) unsupported(n, fmt::format("LayerNorm at opset {} (LayerNormalization needs 17)", w.opset()));
+  if (a.output_mean_var) unsupported(n, "LayerNorm's mean and std outputs");
+  pb::NodeProto* p = w.node("LayerNormalization", {w.in(n, 0), w.in(n, 1), w.in(n, 2)}, {w.out(n)}, n.name);
+  attr(p, "axis", int64_t{a.axis});
+  attr(p, "epsilon", a.eps);
+}
+
+// GELU as ONNX writes it before opset 20: x * 0.5 * (1 + erf(x / sqrt 2)),
+// the chain Kiln's importer folds back into one gelu (patterns.cc).
+void write_gelu(Writer& w, const ir::Node& n) {
+  DType t = w.in_type(n, 0).dtype;
+  std::string x = w.in(n, 0), scaled = w.fresh(n.name + "/div"), erf = w.fresh(n.name + "/erf"),
+              one_plus = w.fresh(n.name + "/add"), times_x = w.fresh(n.name + "/mul");
+  w.node("Div", {x, w.scalar(n.name + "/sqrt2", std::sqrt(2.0), t)}, {scaled}, n.name);
+  w.node("Erf", {scaled}, {erf}, n.name);
+  w.node("Add", {erf, w.scalar(n.name + "/one", 1.0, t)}, {one_plus}, n.name);
+  w.node("Mul", {x, one_plus}, {times_x}, n.name);
+  w.node("Mul", {times_x, w.scalar(n.name + "/half", 0.5, t)}, {w.out(n)}, n.name);
+}
+
+void write_slice_axis(Writer& w, const ir::Node& n) {
+  const auto& a = n.attrs.as<SliceAxisAttrs>();
+  const Shape& xs = w.in_type(n, 0).shape;
+  const int axis = a.axis < 0 ? a.axis + xs.ndim() : a.axis;
+  const int64_t len = xs[axis];
+  const int64_t begin = a.begin < 0 ? a.begin + len : a.begin;
+  const int64_t end = !a.end ? len : (*a.end < 0 ? *a.end + len : *a.end);
+  w.node("Slice",
+         {w.in(n, 0), w.int64s(n.name + "/starts", {begin}), w.int64s(n.name + "/ends", {end}),
+          w.int64s(n.name + "/axes", {axis})},
+         {w.out(n)}, n.name);
+}
+
+void write_expand_dims(Writer& w, const ir::Node& n) {
+  const int rank = n.types[0].shape.ndim();
+  const int axis = n.attrs.as<ExpandDimsAttrs>().axis;
+  w.node("Unsqueeze", {w.in(n, 0), w.int64s(n.name + "/axes", {axis < 0 ? axis + rank : axis})}, {w.out(n)}, n.name);
+}
+
+void write_split(Writer& w, const ir::Node& n) {
+  const auto& a = n.attrs.as<SplitAttrs>();
+  const int rank = w.in_type(n, 0).shape.ndim();
+  const int64_t axis = a.axis < 0 ? a.axis + rank : a.axis;
+  std::vector<std::string> parts;
+  for (int k = 0; k < a.num_outputs; ++k) parts.push_back(a.squeeze_axis ? w.fresh(n.name + "/part") : w.out(n, k));
+  attr(w.node("Split", {w.in(n, 0)}, parts, n.name), "axis", axis);
+  if (!a.squeeze_axis) return;
+  for (int k = 0; k < a.num_outputs; ++k)
+    w.node("Squeeze", {parts[static_cast<size_t>(k)], w.int64s(n.name + "/axes", {axis})}, {w.out(n, k)}, n.name);
+}
+
+// batch_dot: MatMul of the last two axes, with Transposes where asked.
+void write_batch_dot(Writer& w, const ir::Node& n) {
+  const auto& a = n.attrs.as<DotAttrs>();
+  auto operand = [&](size_t i, bool transpose) {
+    if (!transpose) return w.in(n, i);
+    const int rank = w.in_type(n, i).shape.ndim();
+    std::vector<int64_t> perm;
+    for (int d = 0; d < rank; ++d) perm.push_back(d);
+    std::swap(perm[static_cast<size_t>(rank - 1)], perm[static_cast<size_t>(rank - 2)]);
+    std::string t = w.fresh(n.name + "/transposed");
+    attr(w.node("Transpose", {w.in(n, i)}, {t}, n.name), "perm", perm);
+    return t;
+  };
+  std::string lhs = operand(0, a.transpose_a), rhs = operand(1, a.transpose_b);
+  w.node("MatMul", {lhs, rhs}, {w.out(n)}, n.name);
+}
+
 void write_add_n(Writer& w, const ir::Node& n) {
   std::vector<std::string> in;
   for (size_t i = 0; i < n.inputs.size(); ++i) in.push_back(w.in(n, i));
@@ -396,7 +491,10 @@ const std::map<OpId, WriteFn>& writers() {
       {OpId::kSoftmax, write_softmax},             {OpId::kLogSoftmax, write_log_softmax},
       {OpId::kDropout, write_dropout},             {OpId::kSum, write_sum},
       {OpId::kMean, write_mean},                   {OpId::kMax, write_max},
-      {OpId::kAddN, write_add_n},
+      {OpId::kAddN, write_add_n},                 {OpId::kEmbedding, write_embedding},
+      {OpId::kLayerNorm, write_layer_norm},       {OpId::kSliceAxis, write_slice_axis},
+      {OpId::kExpandDims, write_expand_dims},     {OpId::kSplit, write_split},
+      {OpId::kBatchDot, write_batch_dot},
   };
   return table;
 }

@@ -1,5 +1,6 @@
-#include "models/fashion_mnist_job.h"
+#include "models/train_job.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <fstream>
@@ -10,7 +11,7 @@
 #include "frontend/amp.h"
 #include "frontend/autograd.h"
 #include "frontend/data/dataloader.h"
-#include "frontend/data/fashion_mnist.h"
+#include "frontend/atomic_file.h"
 #include "frontend/kvstore.h"
 #include "frontend/nd.h"
 #include "frontend/split.h"
@@ -20,7 +21,7 @@
 #include "frontend/train/train_state.h"
 #include "frontend/train/trainer.h"
 #include "models/train_recipe.h"
-#include "models/zoo.h"
+#include "models/train_task.h"
 #include "runtime/engine.h"
 
 namespace kiln::models {
@@ -47,53 +48,58 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Number of correct predictions in a batch, as a scalar on the batch's device.
-NDArray correct(const NDArray& logits, const NDArray& label) {
-  return nd::sum(nd::argmax(logits, 1) == label);
-}
+struct Evaluation {
+  double accuracy = 0;  // per item
+  double loss = 0;      // per row
+};
 
-double evaluate(nn::Block& net, data::DataLoader& loader) {
+Evaluation evaluate(nn::Block& net, const TrainTask& task, data::DataLoader& loader) {
   autograd::PredictMode predict;
-  NDArray total;
-  int64_t n = 0;
+  NDArray hits, losses;
+  int64_t rows = 0, items = 0;
   for (const data::Batch& b : loader) {
-    NDArray c = correct(net(b.data), b.label);
-    total = total.is_none() ? c : total + c;
-    n += b.label.size();
+    NDArray out = net(b.data);
+    NDArray c = task.correct(out, b.label), l = nd::sum(task.loss(out, b.label));
+    hits = hits.is_none() ? c : hits + c;
+    losses = losses.is_none() ? l : losses + l;
+    rows += b.label.shape()[0];
+    items += b.label.size();
   }
-  return n == 0 ? 0.0 : total.item<double>() / static_cast<double>(n);
+  if (rows == 0) return {};
+  return {hits.item<double>() / static_cast<double>(items), losses.item<double>() / static_cast<double>(rows)};
 }
 
 }  // namespace
 
 std::string epoch_log_line(const EpochStats& s) {
-  return nlohmann::json{{"epoch", s.epoch},       {"loss", s.loss},       {"train_acc", s.train_acc},
-                        {"test_acc", s.test_acc}, {"seconds", s.seconds}, {"images_per_sec", s.images_per_sec}}
-      .dump();
+  nlohmann::ordered_json j{{"epoch", s.epoch},   {"loss", s.loss},           {"train_acc", s.train_acc},
+                           {"test_acc", s.test_acc}, {"test_loss", s.test_loss}};
+  if (s.text) {
+    j["train_bits_per_byte"] = s.loss / std::log(2.0);
+    j["test_bits_per_byte"] = s.test_loss / std::log(2.0);
+  }
+  j["seconds"] = s.seconds;
+  j[s.item + "_per_sec"] = s.items_per_sec;
+  return j.dump();
 }
 
-std::vector<EpochStats> train_fashion_mnist(const TrainConfig& cfg,
-                                            const std::function<void(const EpochStats&)>& on_epoch,
-                                            const ProgressFn& progress, const NoteFn& note) {
+std::vector<EpochStats> train(const TrainConfig& cfg, const std::function<void(const EpochStats&)>& on_epoch,
+                              const ProgressFn& progress, const NoteFn& note) {
   KILN_CHECK(cfg.epochs >= 1, ValueError, "train: epochs must be >= 1, got {}", cfg.epochs);
   KILN_CHECK(!cfg.devices.empty(), ValueError, "train: no devices given");
   Device dev = cfg.devices[0];  // where batches are loaded and the model is evaluated
   const kv::ProcessGroup group = kv::launched_process_group();  // mpirun -np N: N > 1
-  std::string dir = cfg.data_dir.empty() ? data::FashionMNIST::default_dir() : cfg.data_dir;
-  auto train_set = data::FashionMNIST::train(dir);
-  auto test_set = data::FashionMNIST::test(dir);
-  if (cfg.train_limit > 0) train_set = train_set.subset(0, std::min(cfg.train_limit, train_set.size()));
-  if (cfg.test_limit > 0) test_set = test_set.subset(0, std::min(cfg.test_limit, test_set.size()));
-
   nd::random::seed(cfg.seed);
-  nn::HybridSequential net = make(cfg.model, data::FashionMNIST::kClasses);
-  net.initialize(make_initializer(cfg.init), cfg.devices);
+  const TrainTask task = make_task(cfg);
+  const std::shared_ptr<const data::Dataset> train_set = task.train, test_set = task.test;
+  nn::HybridBlock& net = *task.net;
+  net.initialize(make_initializer(cfg.init.empty() ? task.default_init : cfg.init), cfg.devices);
   KILN_CHECK(cfg.export_prefix.empty() || cfg.hybridize, ValueError,
              "--export needs --hybridize (export writes the traced graph)");
   if (cfg.hybridize) net.hybridize({.amp = cfg.amp});
   std::optional<amp::LossScaler> scaler;
   if (cfg.amp == DType::kFloat16) scaler.emplace();
-  int64_t batches = (train_set.size() + cfg.batch_size - 1) / cfg.batch_size;
+  int64_t batches = (train_set->size() + cfg.batch_size - 1) / cfg.batch_size;
   const Recipe recipe{.optimizer = cfg.optimizer,
                       .lr = cfg.lr,
                       .momentum = cfg.momentum,
@@ -103,7 +109,6 @@ std::vector<EpochStats> train_fashion_mnist(const TrainConfig& cfg,
                       .clip_grad_norm = cfg.clip_grad_norm};
   Trainer trainer(net.collect_params(), make_optimizer(recipe, batches * cfg.epochs));
   trainer.set_max_grad_norm(recipe.clip_grad_norm);
-  loss::SoftmaxCrossEntropy loss_fn;
 
   data::DataLoader train_loader(train_set, cfg.batch_size,
                                 {.shuffle = true, .seed = cfg.seed, .prefetch = 2, .device = dev});
@@ -125,7 +130,7 @@ std::vector<EpochStats> train_fashion_mnist(const TrainConfig& cfg,
   int first_epoch = 1;
   int64_t step = 0, last_saved = -1;
   NDArray resumed_loss, resumed_correct;
-  int64_t resumed_seen = 0, resumed_done = 0;
+  int64_t resumed_seen = 0, resumed_items = 0, resumed_done = 0;
   std::optional<amp::LossScaler::State> resumed_scaler;
   if (cfg.resume) {
     train::TrainingState state;
@@ -142,6 +147,9 @@ std::vector<EpochStats> train_fashion_mnist(const TrainConfig& cfg,
       resumed_loss = train::read_entry(m, "loss_sum", src);
       resumed_correct = train::read_entry(m, "correct_sum", src);
       resumed_seen = train::read_i64(m, "seen", src);
+      // Items (tokens) differ from rows only for text; older checkpoints have rows only.
+      const bool has_items = std::any_of(m.begin(), m.end(), [](const auto& e) { return e.first == "items"; });
+      resumed_items = has_items ? train::read_i64(m, "items", src) : resumed_seen;
       if (scaler && c.has("loss_scaler")) {
         const NamedArrays& ls = c.section("loss_scaler", path);
         const std::string ls_src = fmt::format("{}: section 'loss_scaler'", path);
@@ -195,18 +203,23 @@ std::vector<EpochStats> train_fashion_mnist(const TrainConfig& cfg,
   for (int epoch = first_epoch; epoch <= cfg.epochs; ++epoch) {
     auto start = Clock::now();
     NDArray loss_sum, correct_sum;
-    int64_t seen = 0, done = 0;
+    int64_t seen = 0, items = 0, done = 0;  // rows and items (images or tokens) of this epoch
     if (epoch == first_epoch) {
       loss_sum = resumed_loss;
       correct_sum = resumed_correct;
       seen = resumed_seen;
+      items = resumed_items;
       done = resumed_done;
     }
     auto save_checkpoint = [&] {
       if (!checkpoints || step == last_saved) return;
       train::Checkpoint c = train::capture_training(
           params, trainer, {.step = step, .epoch = epoch, .data = train_loader.position(done)}, train_loader);
-      c.add("metrics", {{"loss_sum", loss_sum}, {"correct_sum", correct_sum}, {"seen", train::scalar_i64(seen)}},
+      c.add("metrics",
+            {{"loss_sum", loss_sum},
+             {"correct_sum", correct_sum},
+             {"seen", train::scalar_i64(seen)},
+             {"items", train::scalar_i64(items)}},
             /*required=*/false);
       c.add("run", {{"cpu_threads", train::scalar_i64(cpu_threads)}}, /*required=*/false);
       if (scaler) {
@@ -227,7 +240,7 @@ std::vector<EpochStats> train_fashion_mnist(const TrainConfig& cfg,
       // processes, so step rescales by the global batch size.
       NDArray X = b.data, y = b.label;
       if (group.size > 1) {
-        std::vector<int64_t> sizes = split_sizes(y.size(), group.size);
+        std::vector<int64_t> sizes = split_sizes(y.shape()[0], group.size);
         if (static_cast<int>(sizes.size()) < group.size) continue;  // fewer rows than processes: skipped
         int64_t begin = 0;
         for (int r = 0; r < group.rank; ++r) begin += sizes[static_cast<size_t>(r)];
@@ -244,41 +257,47 @@ std::vector<EpochStats> train_fashion_mnist(const TrainConfig& cfg,
         autograd::Record record;
         for (size_t i = 0; i < xs.size(); ++i) {
           logits[i] = net(xs[i]);
-          ls[i] = loss_fn(logits[i], ys[i]);
+          ls[i] = task.loss(logits[i], ys[i]);
         }
       }
       if (scaler) {
         std::vector<NDArray> scaled;
         for (const NDArray& l : ls) scaled.push_back(scaler->scale_loss(l));
         autograd::backward(scaled);
-        scaler->step(trainer, b.label.size());
+        scaler->step(trainer, b.label.shape()[0]);
       } else {
         autograd::backward(ls);
-        trainer.step(b.label.size());  // rescaled by the global batch size
+        trainer.step(b.label.shape()[0]);  // rescaled by the global batch size
       }
       // Running sums stay on the devices; nothing here waits for the engine.
       for (size_t i = 0; i < xs.size(); ++i) {
         auto to_dev = [dev](const NDArray& x) { return x.device() == dev ? x : x.copy_to(dev); };
-        NDArray lsum = to_dev(nd::sum(ls[i].detach())), csum = to_dev(correct(logits[i].detach(), ys[i]));
+        NDArray lsum = to_dev(nd::sum(ls[i].detach())), csum = to_dev(task.correct(logits[i].detach(), ys[i]));
         loss_sum = loss_sum.is_none() ? lsum : loss_sum + lsum;
         correct_sum = correct_sum.is_none() ? csum : correct_sum + csum;
       }
-      seen += y.size();
+      seen += y.shape()[0];
+      items += y.size();
       ++step;
-      if (progress) progress(++done, batches);
+      ++done;  // counted with or without a progress callback: checkpoints record it
+      if (progress) progress(done, batches);
       if (cfg.checkpoint_every > 0 && step % cfg.checkpoint_every == 0) save_checkpoint();
     }
     save_checkpoint();  // the epoch's end
     EpochStats s;
     s.epoch = epoch;
     s.loss = loss_sum.item<double>() / static_cast<double>(seen);
-    s.train_acc = correct_sum.item<double>() / static_cast<double>(seen);
+    s.train_acc = correct_sum.item<double>() / static_cast<double>(items);
     s.seconds = std::chrono::duration<double>(Clock::now() - start).count();
-    s.images_per_sec = static_cast<double>(seen) / s.seconds;
+    s.items_per_sec = static_cast<double>(items) / s.seconds;
+    s.item = task.item;
+    s.text = task.text;
     {
       std::optional<amp::Autocast> autocast;
       if (cfg.amp) autocast.emplace(*cfg.amp);
-      s.test_acc = evaluate(net, test_loader);
+      Evaluation e = evaluate(net, task, test_loader);
+      s.test_acc = e.accuracy;
+      s.test_loss = e.loss;
     }
     history.push_back(s);
     if (log.is_open()) {
@@ -286,7 +305,11 @@ std::vector<EpochStats> train_fashion_mnist(const TrainConfig& cfg,
     }
     if (on_epoch) on_epoch(s);
   }
-  if (!cfg.save_prefix.empty()) net.save_parameters(cfg.save_prefix + ".params");
+  if (!cfg.save_prefix.empty()) {
+    net.save_parameters(cfg.save_prefix + ".params");
+    if (const auto* gpt = dynamic_cast<const Gpt*>(&net))
+      write_file_atomically(cfg.save_prefix + ".json", gpt->config().to_json() + "\n");
+  }
   if (!cfg.export_prefix.empty()) {
     net.export_model(cfg.export_prefix);
   }

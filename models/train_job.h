@@ -1,11 +1,16 @@
-// The main job: train a model on Fashion-MNIST and report per-epoch figures.
+// The main job: train a model and report per-epoch figures.
 //
 //   models::TrainConfig cfg{.model = "lenet", .epochs = 10, .batch_size = 256, .lr = 0.2};
-//   auto history = models::train_fashion_mnist(cfg, [](const models::EpochStats& s) { ... });
+//   auto history = models::train(cfg, [](const models::EpochStats& s) { ... });
 //
-// Runs the d2l chapter's loop: SGD on softmax cross-entropy, train accuracy
-// accumulated on the device (read once per epoch, so the engine runs ahead),
-// test accuracy in predict mode after every epoch. `kiln train` wraps it.
+//   models::TrainConfig gpt{.model = "gpt", .batch_size = 32, .lr = 1e-3, .optimizer = "adamw"};
+//   models::train(gpt);                            // a byte-level GPT on Debian's fortunes
+//
+// Runs the d2l chapter's loop for every task (models/train_task.h: the image
+// models on Fashion-MNIST, "gpt" on byte-level text): the optimizer on the
+// task's loss, train loss and accuracy accumulated on the device (read once
+// per epoch, so the engine runs ahead), test loss and accuracy in predict
+// mode after every epoch. `kiln train` wraps it.
 //
 // Checkpoints (checkpoint_dir set): every `checkpoint_every` steps and at the
 // end of each epoch the whole state (frontend/train/train_state.h, plus the
@@ -27,12 +32,16 @@
 
 #include "ir/device.h"
 #include "ir/dtype.h"
+#include "models/gpt.h"
 
 namespace kiln::models {
 
 struct TrainConfig {
-  std::string model = "lenet";  // mlp, lenet, resnet18
-  std::string init = "xavier";  // weight initializer: "xavier" or "normal:SIGMA" (d2l 12.5: normal:0.01)
+  std::string model = "lenet";  // mlp, lenet, resnet18, resnet18_v1, mlp_chapter, mlp_wide, gpt
+  GptConfig gpt;                 // layers, heads, width, context, dropout of "gpt" (vocab: 256 bytes)
+  // Weight initializer: "xavier" or "normal:SIGMA" (d2l 12.5: normal:0.01);
+  // empty: the task's default (xavier; gpt: normal:0.02).
+  std::string init;
   int epochs = 10;
   int64_t batch_size = 256;
   double lr = 0.2;
@@ -44,11 +53,11 @@ struct TrainConfig {
   double clip_grad_norm = 0;             // global-norm gradient clipping (0: off)
   std::vector<Device> devices{Device::cpu(0)};
   uint64_t seed = 0;
-  std::string data_dir;          // empty: FashionMNIST::default_dir()
-  int64_t train_limit = 0;       // use only the first N training images (0: all)
-  int64_t test_limit = 0;        // evaluate on the first N test images (0: all)
+  std::string data_dir;          // empty: the task's default folder (Fashion-MNIST's, the fortunes')
+  int64_t train_limit = 0;       // use only the first N training rows: images or windows (0: all)
+  int64_t test_limit = 0;        // evaluate on the first N test rows (0: all)
   std::string log_path;          // one JSON object per epoch
-  std::string save_prefix;       // write PREFIX.params at the end
+  std::string save_prefix;       // write PREFIX.params at the end (gpt: and PREFIX.json, its configuration)
   bool hybridize = false;
   std::string export_prefix;     // with hybridize: PREFIX-symbol.json + PREFIX-0000.params at the end
   std::string checkpoint_dir;    // write checkpoints there (empty: none)
@@ -62,16 +71,20 @@ struct TrainConfig {
 
 struct EpochStats {
   int epoch = 0;
-  double loss = 0;
-  double train_acc = 0;
+  double loss = 0;       // mean training loss per row
+  double train_acc = 0;  // per item
   double test_acc = 0;
+  double test_loss = 0;
   double seconds = 0;
-  double images_per_sec = 0;
+  double items_per_sec = 0;  // training items (images, tokens) per second
+  std::string item = "images";
+  bool text = false;  // bits per byte apply: loss / ln 2
 };
 
 // The line TrainConfig::log_path gets per epoch: one JSON object with epoch,
-// loss, train_acc, test_acc, seconds and images_per_sec (no newline), the
-// format `kiln plot` reads (frontend/viz/train_log.h).
+// loss, train_acc, test_acc, test_loss, seconds and images_per_sec (text:
+// train_bits_per_byte, test_bits_per_byte and tokens_per_sec), no newline:
+// the format `kiln plot` reads (frontend/viz/train_log.h).
 std::string epoch_log_line(const EpochStats& s);
 
 // Called with (batches done, batches per epoch) while an epoch runs.
@@ -79,8 +92,7 @@ using ProgressFn = std::function<void(int64_t done, int64_t total)>;
 // Called with one line about checkpoints (resuming from, falling back, ...).
 using NoteFn = std::function<void(const std::string& line)>;
 
-std::vector<EpochStats> train_fashion_mnist(const TrainConfig& config,
-                                            const std::function<void(const EpochStats&)>& on_epoch = {},
-                                            const ProgressFn& progress = {}, const NoteFn& note = {});
+std::vector<EpochStats> train(const TrainConfig& config, const std::function<void(const EpochStats&)>& on_epoch = {},
+                              const ProgressFn& progress = {}, const NoteFn& note = {});
 
 }  // namespace kiln::models
