@@ -562,6 +562,9 @@ void register_matrix_ops(OpRegistry& r) {
       define(r, OpId::kReshape, "Gives the input a new shape with the same elements (MXNet's special values allowed).",
              {"data"}, infer_reshape_op, parse_attrs_as<ReshapeAttrs>),
       grad_reshape, false);
+  // Same elements in the same order: a reshape of an array read for the last
+  // time takes over its storage (the kernels skip the copy then).
+  r.defined(OpId::kReshape).inplace = {{0, 0}};
   differentiable(define(r, OpId::kTranspose, "Permutes the axes (reverses them when axes is empty).", {"data"},
                         infer_transpose, parse_attrs_as<TransposeAttrs>),
                  grad_transpose, false);
@@ -589,6 +592,7 @@ void register_matrix_ops(OpRegistry& r) {
   differentiable(define(r, OpId::kExpandDims, "Inserts an axis of length 1.", {"data"}, infer_expand_dims,
                         parse_attrs_as<ExpandDimsAttrs>),
                  grad_expand_dims, false);
+  r.defined(OpId::kExpandDims).inplace = {{0, 0}};  // as Reshape
   differentiable(define(r, OpId::kBroadcastTo, "Broadcasts an array to a larger shape.", {"data"}, infer_broadcast_to,
                         parse_attrs_as<BroadcastToAttrs>),
                  grad_broadcast_to, false);

@@ -517,7 +517,9 @@ void define_layers(OpRegistry& r) {
   dropout.grad_uses_outputs = true;
   dropout.grad_unused_outputs = 1;  // the output: grad_dropout reads the mask only
 
-  define(r, OpId::kFlatten, "Reshapes [d0, d1, ...] to [d0, d1*...].", {"data"}, infer_flatten).grad = grad_flatten;
+  OpDef& flatten = define(r, OpId::kFlatten, "Reshapes [d0, d1, ...] to [d0, d1*...].", {"data"}, infer_flatten);
+  flatten.grad = grad_flatten;
+  flatten.inplace = {{0, 0}};  // same elements, same order: may take over its input's storage
   r.alias("flatten", OpId::kFlatten);
 }
 
