@@ -352,8 +352,7 @@ bool windows_tile(const AxisWindows& a) {
 // both axes): each input receives its one window's value, written once, with
 // no clearing pass and no read-modify-write; inputs past the last window get 0.
 template <typename T>
-void pool_backward_planes_tiled(const PoolProblem& p, const Windows2d& w, const T* dy, T* dx, int64_t q0,
-                                int64_t q1) {
+void pool_backward_planes_tiled(const PoolProblem& p, const Windows2d& w, const T* dy, T* dx, int64_t q0, int64_t q1) {
   const int64_t plane_in = w.ih * w.iw, plane_out = w.oh * w.ow;
   const int64_t covered_h = w.oh > 0 ? w.h.end.back() : 0, covered_w = w.ow > 0 ? w.w.end.back() : 0;
   const T zero = store<T>(0.0f);

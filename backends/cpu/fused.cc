@@ -127,9 +127,11 @@ void fused_run(const FusedProgramRef& ref, FusedLoopFn loop, void* const* bufs, 
   // 16-bit: chunks of positions through float32 buffers, one per array
   // (a point input: one element).
   auto call_narrow = [&](void** b, int64_t begin, int64_t end) {
+    // Per thread, reused: a call may cover one short run (a channel's plane).
     thread_local std::vector<float> scratch;
+    thread_local std::vector<void*> c;
     if (scratch.size() < num_bufs * kChunk) scratch.resize(num_bufs * kChunk);
-    std::vector<void*> c(num_bufs);
+    c.resize(num_bufs);
     for (size_t j = 0; j < num_bufs; ++j) c[j] = scratch.data() + j * kChunk;
     for (size_t j = 0; j < k; ++j)
       if (is_point(j)) widen_chunk(dtype, b[j], static_cast<float*>(c[j]), 1);

@@ -124,8 +124,8 @@ void infer_fused(const OpAttrs& attrs, std::span<const TensorType> in, std::vect
   KILN_CHECK(t == DType::kFloat32 || t == DType::kFloat16 || t == DType::kBfloat16, TypeError,
              "input 0 is {}; fused programs run on float32, float16 or bfloat16", t);
   for (size_t i = 0; i < in.size(); ++i) {
-    KILN_CHECK(in[i].dtype == t, TypeError, "input {} is {} but input 0 is {}; a fused program's inputs share one dtype",
-               i, in[i].dtype, t);
+    KILN_CHECK(in[i].dtype == t, TypeError,
+               "input {} is {} but input 0 is {}; a fused program's inputs share one dtype", i, in[i].dtype, t);
     if (p.inputs[i] == FusedInputKind::kFull && full == nullptr) full = &in[i];
   }
   KILN_ASSERT(full != nullptr);  // validate() requires a full input
@@ -244,7 +244,8 @@ std::string print_attr(const FusedProgramRef& v) { return v.empty() ? std::strin
 
 void register_fused_ops(OpRegistry& r) {
   OpDef& d = r.define(OpId::kFusedElemwise,
-                      "A group of float32, float16 or bfloat16 elementwise ops run as one loop (made by fuse-elementwise; not exported).");
+                      "A group of float32, float16 or bfloat16 elementwise ops run as one loop (made by "
+                      "fuse-elementwise; not exported).");
   d.num_inputs = -1;
   d.infer = infer_fused;
   d.parse_attrs = parse_attrs_as<FusedElemwiseAttrs>;

@@ -36,8 +36,8 @@ TEST(LowPrecisionNative, ActivationsAreNative) {
 }
 
 TEST(LowPrecisionNative, SoftmaxFamilyIsNative) {
-  expect_native({"softmax", "log_softmax", "_backward_softmax", "_backward_log_softmax",
-                 "_kiln_softmax_cross_entropy", "_backward_kiln_softmax_cross_entropy"});
+  expect_native({"softmax", "log_softmax", "_backward_softmax", "_backward_log_softmax", "_kiln_softmax_cross_entropy",
+                 "_backward_kiln_softmax_cross_entropy"});
 }
 
 TEST(LowPrecisionNative, ReductionsAreNative) { expect_native({"sum", "mean", "max", "min", "prod", "norm"}); }
@@ -102,26 +102,40 @@ TEST(LowPrecisionNative, SoftmaxOverALongRowAccumulatesInFloat32) {
 TEST(LowPrecisionNative, PoolingMatchesFloat32OnEveryPath) {
   using op_cases::in;
   const std::vector<Case> cases = {
-      {"Pooling", {in({2, 3, 7, 7})}, {{"kernel", "(3, 3)"}, {"stride", "(2, 2)"}, {"pad", "(1, 1)"}, {"pool_type", "max"}}},
+      {"Pooling",
+       {in({2, 3, 7, 7})},
+       {{"kernel", "(3, 3)"}, {"stride", "(2, 2)"}, {"pad", "(1, 1)"}, {"pool_type", "max"}}},
       {"Pooling", {in({2, 3, 6, 6})}, {{"kernel", "(2, 2)"}, {"stride", "(2, 2)"}, {"pool_type", "sum"}}},
-      {"Pooling", {in({2, 3, 5, 5})},
-       {{"kernel", "(3, 3)"}, {"stride", "(2, 2)"}, {"pad", "(1, 1)"}, {"pool_type", "avg"}, {"count_include_pad", "False"}}},
+      {"Pooling",
+       {in({2, 3, 5, 5})},
+       {{"kernel", "(3, 3)"},
+        {"stride", "(2, 2)"},
+        {"pad", "(1, 1)"},
+        {"pool_type", "avg"},
+        {"count_include_pad", "False"}}},
       {"Pooling", {in({2, 3, 9})}, {{"kernel", "(3,)"}, {"stride", "(2,)"}, {"pool_type", "max"}}},
       {"Pooling", {in({2, 3, 9})}, {{"kernel", "(3,)"}, {"stride", "(2,)"}, {"pad", "(1,)"}, {"pool_type", "avg"}}},
-      {"Pooling", {in({2, 3, 9})},
+      {"Pooling",
+       {in({2, 3, 9})},
        {{"kernel", "(3,)"}, {"stride", "(2,)"}, {"pad", "(1,)"}, {"pool_type", "avg"}, {"pooling_convention", "full"}}},
       {"Pooling", {in({1, 2, 4, 4, 4})}, {{"kernel", "(2, 2, 2)"}, {"stride", "(2, 2, 2)"}, {"pool_type", "max"}}},
-      {"Pooling", {in({1, 2, 5, 5, 5})},
+      {"Pooling",
+       {in({1, 2, 5, 5, 5})},
        {{"kernel", "(3, 3, 3)"}, {"stride", "(2, 2, 2)"}, {"pad", "(1, 1, 1)"}, {"pool_type", "avg"}}},
-      {"_backward_Pooling", {in({2, 3, 4, 4}), in({2, 3, 7, 7}), in({2, 3, 4, 4})},
+      {"_backward_Pooling",
+       {in({2, 3, 4, 4}), in({2, 3, 7, 7}), in({2, 3, 4, 4})},
        {{"kernel", "(3, 3)"}, {"stride", "(2, 2)"}, {"pad", "(1, 1)"}, {"pool_type", "max"}}},
-      {"_backward_Pooling", {in({2, 3, 3, 3}), in({2, 3, 5, 5}), in({2, 3, 3, 3})},
+      {"_backward_Pooling",
+       {in({2, 3, 3, 3}), in({2, 3, 5, 5}), in({2, 3, 3, 3})},
        {{"kernel", "(3, 3)"}, {"stride", "(2, 2)"}, {"pad", "(1, 1)"}, {"pool_type", "avg"}}},
-      {"_backward_Pooling", {in({2, 3, 4}), in({2, 3, 9}), in({2, 3, 4})},
+      {"_backward_Pooling",
+       {in({2, 3, 4}), in({2, 3, 9}), in({2, 3, 4})},
        {{"kernel", "(3,)"}, {"stride", "(2,)"}, {"pool_type", "max"}}},
-      {"_backward_Pooling", {in({2, 3, 5}), in({2, 3, 9}), in({2, 3, 5})},
+      {"_backward_Pooling",
+       {in({2, 3, 5}), in({2, 3, 9}), in({2, 3, 5})},
        {{"kernel", "(3,)"}, {"stride", "(2,)"}, {"pad", "(1,)"}, {"pool_type", "avg"}, {"pooling_convention", "full"}}},
-      {"_backward_Pooling", {in({1, 2, 2, 2, 2}), in({1, 2, 4, 4, 4}), in({1, 2, 2, 2, 2})},
+      {"_backward_Pooling",
+       {in({1, 2, 2, 2, 2}), in({1, 2, 4, 4, 4}), in({1, 2, 2, 2, 2})},
        {{"kernel", "(2, 2, 2)"}, {"stride", "(2, 2, 2)"}, {"pool_type", "avg"}}},
   };
   std::mt19937 rng(5);

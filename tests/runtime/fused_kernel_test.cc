@@ -276,7 +276,9 @@ TEST(FusedKernel, SixteenBitBuffersGiveTheFloat32ResultRoundedOnce) {
     void* wide[] = {xf.data(), yf.data(), c.data(), s.data(), w0.data(), w1.data()};
     cpu::fused_run(ref, nullptr, wide, shapes, shape, 1);
     const std::vector<float> want0 = rounded(w0), want1 = rounded(w1);
-    auto narrow = [&](const std::vector<float>& v) { return nd::array<float>(v, Shape{static_cast<int64_t>(v.size())}).astype(t); };
+    auto narrow = [&](const std::vector<float>& v) {
+      return nd::array<float>(v, Shape{static_cast<int64_t>(v.size())}).astype(t);
+    };
     std::vector<cpu::FusedLoopFn> loops{nullptr};
     if (cpu::jit::available()) {
       std::string error;
