@@ -195,14 +195,17 @@ std::optional<FusedInputKind> input_kind(const Shape& s, const Shape& out) {
   return fused_inner_size(out, axis) == 1 ? FusedInputKind::kRow : FusedInputKind::kChannel;
 }
 
+// A node whose inputs and output are all float32, all float16 or all
+// bfloat16 (so the members of a group, joined through their edges, share it).
 bool is_fusible(const ir::Graph& g, const ir::Node& n) {
-  if (!n.is_op() || n.num_outputs() != 1 || n.types[0].dtype != DType::kFloat32 || n.types[0].shape.size() == 0)
-    return false;
+  if (!n.is_op() || n.num_outputs() != 1 || n.types[0].shape.size() == 0) return false;
+  const DType dtype = n.types[0].dtype;
+  if (dtype != DType::kFloat32 && dtype != DType::kFloat16 && dtype != DType::kBfloat16) return false;
   const Shape& out = n.types[0].shape;
   bool any_full = false;
   for (const ir::Entry& e : n.inputs) {
     const TensorType& t = g.type(e);
-    if (t.dtype != DType::kFloat32) return false;
+    if (t.dtype != dtype) return false;
     auto kind = input_kind(t.shape, out);
     if (!kind) return false;
     any_full |= *kind == FusedInputKind::kFull;

@@ -1,14 +1,15 @@
-// fuse-elementwise: groups of float32 elementwise ops become one
+// fuse-elementwise: groups of elementwise ops of one dtype become one
 // _kiln_fused_elemwise node (ir/ops/fused.h) whose kernel runs the group as
 // one loop, so the group's intermediate values are never written to memory.
 //
 //   %a = exp(%x)   %b = _mul_scalar(%a) {scalar="2"}   %c = relu(%b)   return %c
 //   -> %c = _kiln_fused_elemwise(%x) {program="in=f;%1=exp(%0);%2=mul(%1,2);%3=relu(%2);out=%3"}
 //
-// Fusible nodes: float32 in and out, and one of elemwise_add/sub/mul/div, the
-// broadcast_* ops, the *_scalar ops, exp, log, sqrt, square, tanh, sigmoid,
-// relu, abs, negative, clip, where, add_n (two or more inputs), Activation,
-// _backward_Activation (not softrelu), and LeakyReLU with act_type leaky. A broadcast_* or where node is
+// Fusible nodes: float32, float16 or bfloat16 in and out (one dtype), and
+// one of elemwise_add/sub/mul/div, the broadcast_* ops, the *_scalar ops,
+// exp, log, sqrt, square, tanh, sigmoid, relu, abs, negative, clip, where,
+// add_n (two or more inputs), Activation, _backward_Activation (not
+// softrelu), and LeakyReLU with act_type leaky. A broadcast_* or where node is
 // fusible when one operand has the output's shape and each other operand has
 // it too, has one element, or has a single non-1 axis that the output has
 // (a bias (1,C,1,1) or (C)).
@@ -21,7 +22,8 @@
 // others are dropped (PassStats: `fused` counts the nodes absorbed).
 //
 // Preserves every output value (the kernels compute what the unfused kernels
-// do, up to the rounding of exp/log/tanh/sigmoid: see backends/cpu/fused.h).
+// do, up to the rounding of exp/log/tanh/sigmoid: see backends/cpu/fused.h;
+// in 16-bit a group rounds once per output, not once per op).
 // Nodes outside groups, and their names, are kept. The fused node takes the
 // name "fused/<name of its last member>".
 #pragma once

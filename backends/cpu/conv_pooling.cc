@@ -12,6 +12,13 @@
 // 1-D and 3-D pooling run oneDNN's pooling primitives over the user's
 // channel-first arrays (no reorders).
 //
+// float16 and bfloat16: the direct loops load 16-bit elements into float32,
+// accumulate in float32 (a row of outputs, or for the backward a plane of
+// input gradients, in a per-thread buffer) and round each result once.
+// oneDNN pools bfloat16 directly where it can on this CPU and no MXNet
+// rescaling is needed (which would round twice); other 1-D/3-D calls in
+// 16-bit go through the widening adaptor (backends/cpu/widen.h).
+//
 // oneDNN has max, avg-including-padding and avg-excluding-padding. Sum pooling
 // is the including-padding average times the kernel size. oneDNN's including-
 // padding average always divides by the kernel size, while MXNet divides a
@@ -30,8 +37,10 @@
 #include <cstring>
 #include <vector>
 
+#include "backends/cpu/elemwise_kernels.h"
 #include "backends/cpu/onednn_util.h"
 #include "backends/cpu/parallel.h"
+#include "backends/cpu/widen.h"
 #include "ir/ops/conv.h"
 #include "runtime/kernel.h"
 
@@ -40,18 +49,29 @@ namespace {
 
 namespace dn = cpu::onednn;
 using dnnl::memory;
+using cpu::load;
+using cpu::store;
+
+// A float32 buffer of at least n elements owned by the calling thread.
+float* thread_buffer(int64_t n) {
+  thread_local std::vector<float> buffer;
+  if (buffer.size() < static_cast<size_t>(n)) buffer.resize(static_cast<size_t>(n));
+  return buffer.data();
+}
 
 struct PoolProblem {
   WindowGeometry g;
   PoolType type = PoolType::kMax;
   dnnl::algorithm alg = dnnl::algorithm::pooling_max;
   memory::dims src, dst, strides, kernel, pad_l, pad_r;
+  memory::data_type dt = memory::data_type::f32;  // of data, output and their gradients
   int64_t work = 0;
   std::string key;  // everything above
 };
 
-PoolProblem make_problem(const PoolingAttrs& a, const Shape& data) {
+PoolProblem make_problem(const PoolingAttrs& a, const Shape& data, DType dtype) {
   PoolProblem p;
+  p.dt = dn::data_type(dtype);
   p.g = pooling_geometry(a, data);
   p.type = pool_type(a);
   if (p.type == PoolType::kMax) {
@@ -70,7 +90,7 @@ PoolProblem make_problem(const PoolingAttrs& a, const Shape& data) {
     p.pad_r.push_back(p.g.pad_r[i]);
   }
   for (const auto* d : {&p.src, &p.dst, &p.strides, &p.kernel, &p.pad_l, &p.pad_r}) dn::append_key(p.key, *d);
-  p.key += fmt::format("{}|{}|", static_cast<int>(p.type), static_cast<int>(p.alg));
+  p.key += fmt::format("{}|{}|{}|", static_cast<int>(p.type), static_cast<int>(p.alg), static_cast<int>(p.dt));
   p.work = data.size() + p.g.out_shape(data[0], data[1]).size() * p.g.kernel_size();
   return p;
 }
@@ -146,9 +166,28 @@ struct BackwardPlan {
 };
 
 dnnl::pooling_forward::primitive_desc forward_pd(const PoolProblem& p, dnnl::prop_kind prop) {
-  dnnl::pooling_forward::desc desc(prop, p.alg, dn::plain_desc(p.src), dn::plain_desc(p.dst), p.strides, p.kernel,
-                                   p.pad_l, p.pad_r);
+  dnnl::pooling_forward::desc desc(prop, p.alg, dn::plain_desc(p.src, p.dt), dn::plain_desc(p.dst, p.dt), p.strides,
+                                   p.kernel, p.pad_l, p.pad_r);
   return {desc, dn::scratchpad_attr(), dn::engine()};
+}
+
+// Whether this oneDNN pools 16-bit `t` data on this CPU (probed once per dtype).
+bool onednn_pools_in(DType t) {
+  auto probe = [](memory::data_type dt) {
+    try {
+      const memory::dims two{2};
+      dnnl::pooling_forward::desc desc(dnnl::prop_kind::forward_training, dnnl::algorithm::pooling_max,
+                                       dn::plain_desc({2, 16, 8}, dt), dn::plain_desc({2, 16, 4}, dt), two, two,
+                                       memory::dims{0}, memory::dims{0});
+      dnnl::pooling_forward::primitive_desc pd(desc, dn::engine());
+      return true;
+    } catch (const dnnl::error&) {
+      return false;
+    }
+  };
+  static const bool bf16 = probe(memory::data_type::bf16);
+  static const bool f16 = probe(memory::data_type::f16);
+  return t == DType::kBfloat16 ? bf16 : t == DType::kFloat16 ? f16 : t == DType::kFloat32;
 }
 
 ForwardPlan make_forward_plan(const PoolProblem& p) {
@@ -158,8 +197,8 @@ ForwardPlan make_forward_plan(const PoolProblem& p) {
 
 BackwardPlan make_backward_plan(const PoolProblem& p) {
   auto fwd = forward_pd(p, dnnl::prop_kind::forward_training);
-  dnnl::pooling_backward::desc desc(p.alg, dn::plain_desc(p.src), dn::plain_desc(p.dst), p.strides, p.kernel,
-                                    p.pad_l, p.pad_r);
+  dnnl::pooling_backward::desc desc(p.alg, dn::plain_desc(p.src, p.dt), dn::plain_desc(p.dst, p.dt), p.strides,
+                                    p.kernel, p.pad_l, p.pad_r);
   dnnl::pooling_backward::primitive_desc pd(desc, dn::scratchpad_attr(), dn::engine(), fwd);
   BackwardPlan plan;
   if (p.type == PoolType::kMax) {
@@ -223,8 +262,11 @@ std::pair<int64_t, int64_t> full_columns(const Windows2d& w, int64_t kw) {
   return {lo, hi};
 }
 
-// Planes [q0, q1) of x (each ih*iw) -> y (each oh*ow).
-void pool_forward_planes(const PoolProblem& p, const Windows2d& w, const float* x, float* y, int64_t q0, int64_t q1) {
+// Planes [q0, q1) of x (each ih*iw) -> y (each oh*ow). A row of outputs
+// accumulates in float32: in y itself for float32, else in a thread buffer.
+template <typename T>
+void pool_forward_planes(const PoolProblem& p, const Windows2d& w, const T* x, T* y, int64_t q0, int64_t q1) {
+  constexpr bool kDirect = std::is_same_v<T, float>;
   const bool is_max = p.type == PoolType::kMax;
   const bool is_avg = p.type == PoolType::kAvg;
   // Unclipped, unpadded windows along w share one stride: the common 2x2 / 3x3
@@ -233,34 +275,39 @@ void pool_forward_planes(const PoolProblem& p, const Windows2d& w, const float* 
   std::vector<float> inv_w(static_cast<size_t>(w.ow));
   for (int64_t o = 0; o < w.ow; ++o) inv_w[static_cast<size_t>(o)] = 1.0f / w.w.divisor[static_cast<size_t>(o)];
   const auto [full_lo, full_hi] = full_columns(w, kw);
+  float* row = kDirect ? nullptr : thread_buffer(w.ow);
   for (int64_t q = q0; q < q1; ++q) {
-    const float* xp = x + q * w.ih * w.iw;
-    float* yp = y + q * w.oh * w.ow;
+    const T* xp = x + q * w.ih * w.iw;
+    T* yp = y + q * w.oh * w.ow;
     for (int64_t oh = 0; oh < w.oh; ++oh) {
-      float* yr = yp + oh * w.ow;
+      float* yr;
+      if constexpr (kDirect)
+        yr = yp + oh * w.ow;
+      else
+        yr = row;
       const float init = is_max ? -FLT_MAX : 0.0f;
       for (int64_t o = 0; o < w.ow; ++o) yr[o] = init;
       for (int64_t ih = w.h.begin[static_cast<size_t>(oh)]; ih < w.h.end[static_cast<size_t>(oh)]; ++ih) {
-        const float* xr = xp + ih * w.iw;
+        const T* xr = xp + ih * w.iw;
         // Clipped columns, one by one.
         for (int64_t o = 0; o < w.ow; ++o) {
           if (o == full_lo) o = full_hi;
           if (o >= w.ow) break;
           float acc = yr[o];
           for (int64_t i = w.w.begin[static_cast<size_t>(o)]; i < w.w.end[static_cast<size_t>(o)]; ++i)
-            acc = is_max ? std::max(acc, xr[i]) : acc + xr[i];
+            acc = is_max ? std::max(acc, load(xr[i])) : acc + load(xr[i]);
           yr[o] = acc;
         }
         // Full columns: output full_lo + o reads xs[o * sw + j], j < kw.
         if (full_hi > full_lo) {
-          const float* xs = xr + w.w.begin[static_cast<size_t>(full_lo)];
+          const T* xs = xr + w.w.begin[static_cast<size_t>(full_lo)];
           float* ys = yr + full_lo;
           const int64_t n = full_hi - full_lo;
           for (int64_t j = 0; j < kw; ++j) {
             if (is_max) {
-              for (int64_t o = 0; o < n; ++o) ys[o] = std::max(ys[o], xs[o * sw + j]);
+              for (int64_t o = 0; o < n; ++o) ys[o] = std::max(ys[o], load(xs[o * sw + j]));
             } else {
-              for (int64_t o = 0; o < n; ++o) ys[o] += xs[o * sw + j];
+              for (int64_t o = 0; o < n; ++o) ys[o] += load(xs[o * sw + j]);
             }
           }
         }
@@ -269,19 +316,25 @@ void pool_forward_planes(const PoolProblem& p, const Windows2d& w, const float* 
         const float inv_h = 1.0f / w.h.divisor[static_cast<size_t>(oh)];
         for (int64_t o = 0; o < w.ow; ++o) yr[o] *= inv_h * inv_w[static_cast<size_t>(o)];
       }
+      if constexpr (!kDirect) {
+        T* out = yp + oh * w.ow;
+        for (int64_t o = 0; o < w.ow; ++o) out[o] = store<T>(yr[o]);
+      }
     }
   }
 }
 
 // avg and sum: the value v[o] every input of window (oh, o) receives from
 // the output gradient row gr: gr[o] / divisor, or gr[o].
-void window_values(const PoolProblem& p, const Windows2d& w, const float* gr, int64_t oh, std::vector<float>& v) {
+template <typename T>
+void window_values(const PoolProblem& p, const Windows2d& w, const T* gr, int64_t oh, std::vector<float>& v) {
   if (p.type != PoolType::kAvg) {
-    std::copy(gr, gr + w.ow, v.begin());
+    for (int64_t o = 0; o < w.ow; ++o) v[static_cast<size_t>(o)] = load(gr[o]);
     return;
   }
   const float dh = w.h.divisor[static_cast<size_t>(oh)];
-  for (int64_t o = 0; o < w.ow; ++o) v[static_cast<size_t>(o)] = gr[o] / (dh * w.w.divisor[static_cast<size_t>(o)]);
+  for (int64_t o = 0; o < w.ow; ++o)
+    v[static_cast<size_t>(o)] = load(gr[o]) / (dh * w.w.divisor[static_cast<size_t>(o)]);
 }
 
 // Whether the windows along an axis follow each other from 0 without gaps
@@ -298,42 +351,52 @@ bool windows_tile(const AxisWindows& a) {
 // dx for avg and sum pooling whose windows tile the plane (windows_tile on
 // both axes): each input receives its one window's value, written once, with
 // no clearing pass and no read-modify-write; inputs past the last window get 0.
-void pool_backward_planes_tiled(const PoolProblem& p, const Windows2d& w, const float* dy, float* dx, int64_t q0,
-                                int64_t q1) {
+template <typename T>
+void pool_backward_planes_tiled(const PoolProblem& p, const Windows2d& w, const T* dy, T* dx, int64_t q0, int64_t q1) {
   const int64_t plane_in = w.ih * w.iw, plane_out = w.oh * w.ow;
   const int64_t covered_h = w.oh > 0 ? w.h.end.back() : 0, covered_w = w.ow > 0 ? w.w.end.back() : 0;
+  const T zero = store<T>(0.0f);
   std::vector<float> v(static_cast<size_t>(w.ow));
   for (int64_t q = q0; q < q1; ++q) {
-    const float* g = dy + q * plane_out;
-    float* d = dx + q * plane_in;
+    const T* g = dy + q * plane_out;
+    T* d = dx + q * plane_in;
     for (int64_t oh = 0; oh < w.oh; ++oh) {
       window_values(p, w, g + oh * w.ow, oh, v);
       for (int64_t ih = w.h.begin[static_cast<size_t>(oh)]; ih < w.h.end[static_cast<size_t>(oh)]; ++ih) {
-        float* dr = d + ih * w.iw;
+        T* dr = d + ih * w.iw;
         for (int64_t o = 0; o < w.ow; ++o)
           std::fill(dr + w.w.begin[static_cast<size_t>(o)], dr + w.w.end[static_cast<size_t>(o)],
-                    v[static_cast<size_t>(o)]);
-        std::fill(dr + covered_w, dr + w.iw, 0.0f);
+                    store<T>(v[static_cast<size_t>(o)]));
+        std::fill(dr + covered_w, dr + w.iw, zero);
       }
     }
-    std::fill(d + covered_h * w.iw, d + plane_in, 0.0f);
+    std::fill(d + covered_h * w.iw, d + plane_in, zero);
   }
 }
 
-// Planes [q0, q1): dx = pooling's gradient for dy (x: the forward's input, for max).
-void pool_backward_planes(const PoolProblem& p, const Windows2d& w, const float* dy, const float* x, float* dx,
-                          int64_t q0, int64_t q1) {
+// Planes [q0, q1): dx = pooling's gradient for dy (x: the forward's input,
+// for max). A plane's gradient accumulates in float32: in dx itself for
+// float32, else in a thread buffer rounded into dx when the plane is done.
+template <typename T>
+void pool_backward_planes(const PoolProblem& p, const Windows2d& w, const T* dy, const T* x, T* dx, int64_t q0,
+                          int64_t q1) {
   if (p.type != PoolType::kMax && windows_tile(w.h) && windows_tile(w.w))
     return pool_backward_planes_tiled(p, w, dy, dx, q0, q1);
+  constexpr bool kDirect = std::is_same_v<T, float>;
   const int64_t plane_in = w.ih * w.iw, plane_out = w.oh * w.ow;
   const int64_t kw = p.g.kernel[1], sw = p.g.stride[1];
   const auto [full_lo, full_hi] = full_columns(w, kw);
   std::vector<float> v(static_cast<size_t>(w.ow));
-  std::memset(dx + q0 * plane_in, 0, static_cast<size_t>((q1 - q0) * plane_in) * sizeof(float));
+  float* staged = kDirect ? nullptr : thread_buffer(plane_in);
   for (int64_t q = q0; q < q1; ++q) {
-    const float* g = dy + q * plane_out;
-    float* d = dx + q * plane_in;
-    const float* xp = x + q * plane_in;
+    const T* g = dy + q * plane_out;
+    float* d;
+    if constexpr (kDirect)
+      d = dx + q * plane_in;
+    else
+      d = staged;
+    std::memset(d, 0, static_cast<size_t>(plane_in) * sizeof(float));
+    const T* xp = x + q * plane_in;
     for (int64_t oh = 0; oh < w.oh; ++oh) {
       const int64_t h0 = w.h.begin[static_cast<size_t>(oh)], h1 = w.h.end[static_cast<size_t>(oh)];
       if (p.type == PoolType::kMax) {
@@ -343,11 +406,11 @@ void pool_backward_planes(const PoolProblem& p, const Windows2d& w, const float*
           float best = -FLT_MAX;
           for (int64_t ih = h0; ih < h1; ++ih)
             for (int64_t iw = w0; iw < w1; ++iw)
-              if (arg < 0 || xp[ih * w.iw + iw] > best) {
-                best = xp[ih * w.iw + iw];
+              if (arg < 0 || load(xp[ih * w.iw + iw]) > best) {
+                best = load(xp[ih * w.iw + iw]);
                 arg = ih * w.iw + iw;
               }
-          if (arg >= 0) d[arg] += g[oh * w.ow + ow];
+          if (arg >= 0) d[arg] += load(g[oh * w.ow + ow]);
         }
         continue;
       }
@@ -370,6 +433,10 @@ void pool_backward_planes(const PoolProblem& p, const Windows2d& w, const float*
         }
       }
     }
+    if constexpr (!kDirect) {
+      T* out = dx + q * plane_in;
+      for (int64_t i = 0; i < plane_in; ++i) out[i] = store<T>(d[i]);
+    }
   }
 }
 
@@ -378,30 +445,48 @@ int64_t plane_grain(const PoolProblem& p) {
   return std::max<int64_t>(1, cpu::kDefaultGrain * 4 / per_plane);
 }
 
-void pooling_forward_2d(const KernelContext& ctx, const PoolProblem& p, const float* x, float* y) {
+template <typename T>
+void pooling_forward_2d(const KernelContext& ctx, const PoolProblem& p, const T* x, T* y) {
   const Windows2d w = windows_2d(p);
   cpu::parallel_for(
       ctx.run.num_threads, p.src[0] * p.src[1],
       [&](int64_t q0, int64_t q1) { pool_forward_planes(p, w, x, y, q0, q1); }, plane_grain(p));
 }
 
-void pooling_backward_2d(const KernelContext& ctx, const PoolProblem& p, const float* dy, const float* x, float* dx) {
+template <typename T>
+void pooling_backward_2d(const KernelContext& ctx, const PoolProblem& p, const T* dy, const T* x, T* dx) {
   const Windows2d w = windows_2d(p);
   cpu::parallel_for(
       ctx.run.num_threads, p.src[0] * p.src[1],
       [&](int64_t q0, int64_t q1) { pool_backward_planes(p, w, dy, x, dx, q0, q1); }, plane_grain(p));
 }
 
+// Whether a 1-D or 3-D call runs oneDNN on its own arrays: float32 always;
+// 16-bit where oneDNN pools that type and no rescaling follows.
+bool onednn_direct(const PoolProblem& p, DType t) {
+  return t == DType::kFloat32 || (onednn_pools_in(t) && !output_scales(p).needed);
+}
+
 // (data) -> out
 void pooling_forward(const KernelContext& ctx, std::span<const TensorView> in, std::span<const TensorView> out) {
   if (out[0].size() == 0) return;
-  PoolProblem p = make_problem(ctx.attrs.as<PoolingAttrs>(), in[0].shape);
-  if (p.g.nsp == 2) return pooling_forward_2d(ctx, p, in[0].ptr<float>(), out[0].ptr<float>());
+  const DType t = in[0].dtype;
+  PoolProblem p = make_problem(ctx.attrs.as<PoolingAttrs>(), in[0].shape, t);
+  if (p.g.nsp == 2) {
+    return cpu::dispatch_floating(t, [&](auto tag) {
+      using T = decltype(tag);
+      if constexpr (std::is_same_v<T, double>)
+        KILN_ASSERT(!"Pooling: float64 not admitted by inference");
+      else
+        pooling_forward_2d<T>(ctx, p, in[0].ptr<T>(), out[0].ptr<T>());
+    });
+  }
+  if (!onednn_direct(p, t)) return cpu::widen(ctx, in, out);
   dn::Call call(ctx.run, p.work);
   auto plan = dn::cached<ForwardPlan>(fmt::format("pool_fwd|{}{}", p.key, call.threads()), [&] { return make_forward_plan(p); });
   call.run(plan->prim, plan->scratchpad,
-           {{DNNL_ARG_SRC, call.wrap(dn::plain_desc(p.src), in[0].data)},
-            {DNNL_ARG_DST, call.wrap(dn::plain_desc(p.dst), out[0].data)}});
+           {{DNNL_ARG_SRC, call.wrap(dn::plain_desc(p.src, p.dt), in[0].data)},
+            {DNNL_ARG_DST, call.wrap(dn::plain_desc(p.dst, p.dt), out[0].data)}});
   call.finish();
   if (plan->scales.needed) {
     float* y = out[0].ptr<float>();
@@ -416,11 +501,21 @@ void pooling_backward(const KernelContext& ctx, std::span<const TensorView> in, 
     std::memset(out[0].data, 0, out[0].bytes());
     return;
   }
-  PoolProblem p = make_problem(ctx.attrs.as<PoolingAttrs>(), in[1].shape);
-  if (p.g.nsp == 2) return pooling_backward_2d(ctx, p, in[0].ptr<float>(), in[1].ptr<float>(), out[0].ptr<float>());
+  const DType t = in[1].dtype;
+  PoolProblem p = make_problem(ctx.attrs.as<PoolingAttrs>(), in[1].shape, t);
+  if (p.g.nsp == 2) {
+    return cpu::dispatch_floating(t, [&](auto tag) {
+      using T = decltype(tag);
+      if constexpr (std::is_same_v<T, double>)
+        KILN_ASSERT(!"Pooling: float64 not admitted by inference");
+      else
+        pooling_backward_2d<T>(ctx, p, in[0].ptr<T>(), in[1].ptr<T>(), out[0].ptr<T>());
+    });
+  }
+  if (!onednn_direct(p, t)) return cpu::widen(ctx, in, out);
   dn::Call call(ctx.run, p.work);
   auto plan = dn::cached<BackwardPlan>(fmt::format("pool_bwd|{}{}", p.key, call.threads()), [&] { return make_backward_plan(p); });
-  const memory::desc src = dn::plain_desc(p.src), dst = dn::plain_desc(p.dst);
+  const memory::desc src = dn::plain_desc(p.src, p.dt), dst = dn::plain_desc(p.dst, p.dt);
   std::unordered_map<int, memory> args{{DNNL_ARG_DIFF_SRC, call.wrap(src, out[0].data)}};
   if (p.type == PoolType::kMax) {
     memory workspace = call.temp(plan->workspace);
@@ -445,8 +540,8 @@ void pooling_backward(const KernelContext& ctx, std::span<const TensorView> in, 
 }  // namespace
 
 void register_cpu_pooling_kernels() {
-  register_kernel(OpId::kPooling, DeviceKind::kCPU, pooling_forward);
-  register_kernel(OpId::kPoolingBackward, DeviceKind::kCPU, pooling_backward);
+  register_kernel(OpId::kPooling, DeviceKind::kCPU, pooling_forward, HalfSupport::kAny);
+  register_kernel(OpId::kPoolingBackward, DeviceKind::kCPU, pooling_backward, HalfSupport::kAny);
 }
 
 }  // namespace kiln

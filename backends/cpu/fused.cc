@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/cpu/elemwise_kernels.h"
 #include "backends/cpu/jit/fused_jit.h"
 #include "backends/cpu/parallel.h"
 #include "runtime/kernel.h"
@@ -28,6 +29,30 @@ struct Broadcast {
   int64_t inner;  // positions per element (channel), or the row length (row)
   int64_t size;   // elements along the axis
 };
+
+// n elements of a 16-bit type at `src` into float32 `dst`, and back.
+void widen_chunk(DType t, const void* src, float* dst, int64_t n) {
+  if (t == DType::kBfloat16) {
+    const auto* x = static_cast<const BFloat16*>(src);
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) dst[i] = load(x[i]);
+  } else {
+    const auto* x = static_cast<const Half*>(src);
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) dst[i] = load(x[i]);
+  }
+}
+void narrow_chunk(DType t, const float* src, void* dst, int64_t n) {
+  if (t == DType::kBfloat16) {
+    auto* y = static_cast<BFloat16*>(dst);
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) y[i] = store<BFloat16>(src[i]);
+  } else {
+    auto* y = static_cast<Half*>(dst);
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) y[i] = store<Half>(src[i]);
+  }
+}
 
 }  // namespace
 
@@ -62,11 +87,18 @@ FusedLoopFn fused_loop(const FusedProgramRef& ref) {
 }
 
 void fused_run(const FusedProgramRef& ref, FusedLoopFn loop, void* const* bufs, const Shape* in_shapes,
-               const Shape& out, int num_threads) {
+               const Shape& out, int num_threads, DType dtype) {
   const FusedProgram& p = ref.program();
   const int64_t n = out.size();
   if (n == 0) return;
   const size_t k = p.inputs.size(), num_bufs = k + p.outputs.size();
+  const bool narrow = dtype != DType::kFloat32;
+  const int64_t elem = static_cast<int64_t>(dtype_size(dtype));
+  // Element i of buffer `base`.
+  auto at = [elem](void* base, int64_t i) -> void* { return static_cast<char*>(base) + i * elem; };
+  auto is_point = [&](size_t j) {  // an input read at [0] for every position of a run
+    return j < k && (p.inputs[j] == FusedInputKind::kScalar || p.inputs[j] == FusedInputKind::kChannel);
+  };
   std::vector<Broadcast> bcast;
   for (size_t j = 0; j < k; ++j) {
     bool row = p.inputs[j] == FusedInputKind::kRow;
@@ -82,31 +114,48 @@ void fused_run(const FusedProgramRef& ref, FusedLoopFn loop, void* const* bufs, 
   };
   // Outputs written over an input (in-place): the compiled loop takes its
   // buffers as noalias, so such outputs go to a small per-thread buffer,
-  // copied out after each chunk of positions has been read.
+  // copied out after each chunk of positions has been read. 16-bit calls
+  // stage every array in such buffers, so they need nothing more.
   std::vector<size_t> aliased;
-  for (size_t o = 0; o < p.outputs.size(); ++o)
+  for (size_t o = 0; o < p.outputs.size() && !narrow; ++o)
     for (size_t j = 0; j < k; ++j)
       if (bufs[k + o] == bufs[j]) {
         aliased.push_back(k + o);
         break;
       }
+  constexpr int64_t kChunk = 2048;
+  // 16-bit: chunks of positions through float32 buffers, one per array
+  // (a point input: one element).
+  auto call_narrow = [&](void** b, int64_t begin, int64_t end) {
+    // Per thread, reused: a call may cover one short run (a channel's plane).
+    thread_local std::vector<float> scratch;
+    thread_local std::vector<void*> c;
+    if (scratch.size() < num_bufs * kChunk) scratch.resize(num_bufs * kChunk);
+    c.resize(num_bufs);
+    for (size_t j = 0; j < num_bufs; ++j) c[j] = scratch.data() + j * kChunk;
+    for (size_t j = 0; j < k; ++j)
+      if (is_point(j)) widen_chunk(dtype, b[j], static_cast<float*>(c[j]), 1);
+    for (int64_t pos = begin; pos < end; pos += kChunk) {
+      const int64_t len = std::min(kChunk, end - pos);
+      for (size_t j = 0; j < k; ++j)
+        if (!is_point(j)) widen_chunk(dtype, at(b[j], pos), static_cast<float*>(c[j]), len);
+      run_loop(c.data(), 0, len);
+      for (size_t j = k; j < num_bufs; ++j) narrow_chunk(dtype, static_cast<float*>(c[j]), at(b[j], pos), len);
+    }
+  };
   auto call = [&](void** b, int64_t begin, int64_t end) {
+    if (narrow) return call_narrow(b, begin, end);
     if (aliased.empty()) return run_loop(b, begin, end);
-    constexpr int64_t kChunk = 2048;
     thread_local std::vector<float> scratch;
     if (scratch.size() < aliased.size() * kChunk) scratch.resize(aliased.size() * kChunk);
     std::vector<void*> c(b, b + num_bufs);
-    for (int64_t at = begin; at < end; at += kChunk) {
-      const int64_t len = std::min(kChunk, end - at);
-      for (size_t j = 0; j < num_bufs; ++j) {
-        bool scalar = j < k && (p.inputs[j] == FusedInputKind::kScalar || p.inputs[j] == FusedInputKind::kChannel);
-        c[j] = scalar ? b[j] : static_cast<float*>(b[j]) + at;
-      }
+    for (int64_t pos = begin; pos < end; pos += kChunk) {
+      const int64_t len = std::min(kChunk, end - pos);
+      for (size_t j = 0; j < num_bufs; ++j) c[j] = is_point(j) ? b[j] : at(b[j], pos);
       for (size_t a = 0; a < aliased.size(); ++a) c[aliased[a]] = scratch.data() + a * kChunk;
       run_loop(c.data(), 0, len);
       for (size_t a = 0; a < aliased.size(); ++a)
-        std::memcpy(static_cast<float*>(b[aliased[a]]) + at, scratch.data() + a * kChunk,
-                    static_cast<size_t>(len) * sizeof(float));
+        std::memcpy(at(b[aliased[a]], pos), scratch.data() + a * kChunk, static_cast<size_t>(len) * sizeof(float));
     }
   };
   // Cheap programs split at the default grain; each instruction adds work.
@@ -120,19 +169,18 @@ void fused_run(const FusedProgramRef& ref, FusedLoopFn loop, void* const* bufs, 
         for (int64_t pos = begin; pos < end;) {
           int64_t len = end - pos;
           for (const Broadcast& c : bcast) {
-            const float* base = static_cast<const float*>(bufs[c.input]);
             if (c.row) {
-              int64_t at = pos % c.inner;
-              len = std::min(len, c.inner - at);
-              b[c.input] = const_cast<float*>(base + at);
+              int64_t col = pos % c.inner;
+              len = std::min(len, c.inner - col);
+              b[c.input] = at(bufs[c.input], col);
             } else {
               len = std::min(len, c.inner - pos % c.inner);
-              b[c.input] = const_cast<float*>(base + (pos / c.inner) % c.size);
+              b[c.input] = at(bufs[c.input], (pos / c.inner) % c.size);
             }
           }
           for (size_t j = 0; j < num_bufs; ++j) {
             bool offset = j >= k || p.inputs[j] == FusedInputKind::kFull;
-            if (offset) b[j] = static_cast<float*>(bufs[j]) + pos;
+            if (offset) b[j] = at(bufs[j], pos);
           }
           call(b.data(), 0, len);
           pos += len;
@@ -164,7 +212,7 @@ void fused_kernel(const KernelContext& ctx, std::span<const TensorView> in, std:
     s[i] = in[i].shape;
   }
   for (size_t i = 0; i < out.size(); ++i) b[in.size() + i] = out[i].data;
-  fused_run(ref, loop, b, s, out[0].shape, ctx.run.num_threads);
+  fused_run(ref, loop, b, s, out[0].shape, ctx.run.num_threads, out[0].dtype);
 }
 
 void fused_prepare(const OpAttrs& attrs) { fused_loop(attrs.as<FusedElemwiseAttrs>().program); }
@@ -176,7 +224,7 @@ void fused_prepare(const OpAttrs& attrs) { fused_loop(attrs.as<FusedElemwiseAttr
 namespace kiln {
 
 void register_cpu_fused_kernels() {
-  register_kernel(OpId::kFusedElemwise, DeviceKind::kCPU, cpu::fused_kernel);
+  register_kernel(OpId::kFusedElemwise, DeviceKind::kCPU, cpu::fused_kernel, HalfSupport::kAny);
   register_kernel_prepare(OpId::kFusedElemwise, DeviceKind::kCPU, cpu::fused_prepare);
 }
 

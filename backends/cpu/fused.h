@@ -6,7 +6,8 @@
 //   loop(program, bufs, 0, n);                          // bufs: inputs then outputs
 //
 // A loop computes positions [begin, end) of a run: `bufs` holds one float
-// pointer per program input, then one per output. Full and row inputs and
+// pointer per program input, then one per output (16-bit arrays reach it
+// through float32 chunks: fused_run). Full and row inputs and
 // the outputs are accessed at [i]; scalar and channel inputs at [0] (the
 // kernel points them at the run's element). The kernel (fused.cc) splits an
 // output into runs within which every channel input is one element and every
@@ -25,7 +26,9 @@
 
 #include <cstdint>
 
+#include "ir/dtype.h"
 #include "ir/ops/fused.h"
+#include "ir/shape.h"
 
 namespace kiln::cpu {
 
@@ -49,8 +52,11 @@ bool fused_jit_enabled();
 // An output may be the same buffer as an input (in-place: the memory planner
 // pairs every output with every full input, passes::inplace_pairs); other
 // overlaps between outputs and inputs are not allowed.
-// `in_shapes` are the inputs' shapes, `out` the output shape.
+// `in_shapes` are the inputs' shapes, `out` the output shape. Every buffer
+// holds `dtype` elements: float32, or float16/bfloat16, which are converted
+// to float32 in chunks of positions for the loop (inputs before outputs, so
+// in-place is safe) and its float32 results rounded once into the outputs.
 void fused_run(const FusedProgramRef& ref, FusedLoopFn loop, void* const* bufs, const Shape* in_shapes,
-               const Shape& out, int num_threads);
+               const Shape& out, int num_threads, DType dtype = DType::kFloat32);
 
 }  // namespace kiln::cpu

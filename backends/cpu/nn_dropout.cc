@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "backends/counter_rng.h"
+#include "backends/cpu/elemwise_kernels.h"
 #include "backends/cpu/nn_kernels.h"
 #include "backends/cpu/parallel.h"
 #include "ir/ops/nn.h"
@@ -19,10 +20,11 @@ using rng::uniform_at;
 template <typename T>
 void fill_mask(int threads, const DropoutAttrs& a, T* mask, int64_t n) {
   const double keep = 1.0 - a.p;
-  const T scale = keep > 0 ? static_cast<T>(1.0 / keep) : T(0);
+  const T scale = store<T>(keep > 0 ? static_cast<compute_t<T>>(1.0 / keep) : 0);
+  const T zero = store<T>(0);
   const auto seed = static_cast<uint64_t>(a.seed), offset = static_cast<uint64_t>(a.offset);
   parallel_for(threads, n, [&](int64_t b, int64_t e) {
-    for (int64_t j = b; j < e; ++j) mask[j] = uniform_at(seed, offset + static_cast<uint64_t>(j)) < keep ? scale : T(0);
+    for (int64_t j = b; j < e; ++j) mask[j] = uniform_at(seed, offset + static_cast<uint64_t>(j)) < keep ? scale : zero;
   });
 }
 
@@ -36,7 +38,7 @@ void apply_mask(int threads, const TensorView& x, const TensorView& mask, const 
   if (mask.shape == x.shape) {
     parallel_for(threads, n, [&](int64_t b, int64_t e) {
 #pragma omp simd
-      for (int64_t i = b; i < e; ++i) yp[i] = xp[i] * mp[i];
+      for (int64_t i = b; i < e; ++i) yp[i] = store<T>(load(xp[i]) * load(mp[i]));
     });
     return;
   }
@@ -59,11 +61,11 @@ void apply_mask(int threads, const TensorView& x, const TensorView& mask, const 
           T* yr = yp + r * row;
           if (mask_varies) {
 #pragma omp simd
-            for (int64_t j = 0; j < row; ++j) yr[j] = xr[j] * mp[m + j];
+            for (int64_t j = 0; j < row; ++j) yr[j] = store<T>(load(xr[j]) * load(mp[m + j]));
           } else {
-            const T s = mp[m];
+            const auto s = load(mp[m]);
 #pragma omp simd
-            for (int64_t j = 0; j < row; ++j) yr[j] = xr[j] * s;
+            for (int64_t j = 0; j < row; ++j) yr[j] = store<T>(load(xr[j]) * s);
           }
         }
       },
@@ -74,11 +76,11 @@ void dropout_kernel(const KernelContext& ctx, std::span<const TensorView> in, st
   const auto& a = ctx.attrs.as<DropoutAttrs>();
   const bool active = (a.mode == DropoutMode::kAlways || ctx.is_train) && a.p > 0;
   const int threads = ctx.run.num_threads;
-  dispatch_float(in[0].dtype, [&](auto tag) {
+  dispatch_floating(in[0].dtype, [&](auto tag) {
     using T = decltype(tag);
     T* mask = out[1].ptr<T>();
     if (!active) {
-      std::fill(mask, mask + out[1].size(), T(1));
+      std::fill(mask, mask + out[1].size(), store<T>(1));
       if (out[0].data != in[0].data) std::memcpy(out[0].data, in[0].data, in[0].bytes());
       return;
     }
@@ -89,6 +91,8 @@ void dropout_kernel(const KernelContext& ctx, std::span<const TensorView> in, st
 
 }  // namespace
 
-void register_nn_dropout_kernels() { register_kernel(OpId::kDropout, DeviceKind::kCPU, dropout_kernel); }
+void register_nn_dropout_kernels() {
+  register_kernel(OpId::kDropout, DeviceKind::kCPU, dropout_kernel, HalfSupport::kAny);
+}
 
 }  // namespace kiln::cpu

@@ -23,7 +23,7 @@ decltype(auto) dispatch_float(DType t, Fn&& fn) {
   throw InternalError(fmt::format("internal error: nn kernel reached with dtype {} (inference admits floats only)", t));
 }
 
-// y = act(y) in place, float32 or float64 (nn_activation.cc).
+// y = act(y) in place, float32, float64, float16 or bfloat16 (nn_activation.cc).
 void activation_inplace(int threads, ActType act, const TensorView& y);
 
 void register_nn_dense_kernels();       // nn_dense.cc: FullyConnected, Flatten, add_n

@@ -7,11 +7,16 @@
 // before exponentiating. Index-like inputs (pick's index, the labels) are
 // read into int64 first and checked serially, so a bad label throws before
 // any parallel region starts.
+//
+// float16 and bfloat16 arrays are loaded into float32 (a row, or a block of
+// columns, into a per-thread buffer), computed by the float32 code, and
+// rounded once on store; row sums accumulate in double as for float32.
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
 
+#include "backends/cpu/elemwise_kernels.h"
 #include "backends/cpu/elemwise_math.h"
 #include "backends/cpu/nn_kernels.h"
 #include "backends/cpu/parallel.h"
@@ -77,47 +82,84 @@ void for_rows(int threads, const AxisSplit& d, F fn) {
       std::max<int64_t>(1, kDefaultGrain / (per_row * kCols)));
 }
 
+// A per-thread float32 buffer of at least n elements; `slot` tells apart
+// buffers used at once.
+float* stage_buffer(int slot, int64_t n) {
+  thread_local std::vector<float> buffers[3];
+  auto& b = buffers[slot];
+  if (b.size() < static_cast<size_t>(n)) b.resize(static_cast<size_t>(n));
+  return b.data();
+}
+
+// rows x w elements, `stride` apart in `src`, into dense float32 `dst` (and back).
+template <typename T>
+void stage_in(const T* src, int64_t rows, int64_t stride, int64_t w, float* dst) {
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t c = 0; c < w; ++c) dst[i * w + c] = load(src[i * stride + c]);
+}
+template <typename T>
+void stage_out(const float* src, int64_t rows, int64_t stride, int64_t w, T* dst) {
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t c = 0; c < w; ++c) dst[i * stride + c] = store<T>(src[i * w + c]);
+}
+
 double inverse_temperature(const SoftmaxAttrs& a) { return a.temperature ? 1.0 / *a.temperature : 1.0; }
 
 // ---- softmax, log_softmax
 
+// softmax over `n` rows of `w` columns, rows `stride` apart (one column of
+// stride 1: a contiguous row). y may not be x.
+template <typename T, bool kLog>
+void softmax_block(const T* xb, T* yb, int64_t n, int64_t stride, int64_t w, T s) {
+  if (w == 1 && stride == 1) {
+    T m = max_scaled(xb, s, n);
+    exp_scaled(xb, s, &m, 0, yb, n);
+    double total = sum_of(yb, n);
+    if constexpr (kLog) {
+      T shift = m + static_cast<T>(std::log(total));
+      for (int64_t j = 0; j < n; ++j) yb[j] = xb[j] * s - shift;
+    } else {
+      T inv = static_cast<T>(1.0 / total);
+      for (int64_t j = 0; j < n; ++j) yb[j] *= inv;
+    }
+    return;
+  }
+  std::vector<T> m(static_cast<size_t>(w), -std::numeric_limits<T>::infinity());
+  std::vector<double> total(static_cast<size_t>(w), 0.0);
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t c = 0; c < w; ++c) m[c] = std::max(m[c], xb[i * stride + c] * s);
+  for (int64_t i = 0; i < n; ++i) {
+    T* yr = yb + i * stride;
+    exp_scaled(xb + i * stride, s, m.data(), 1, yr, w);
+    for (int64_t c = 0; c < w; ++c) total[c] += yr[c];
+  }
+  for (int64_t c = 0; c < w; ++c) total[c] = kLog ? static_cast<double>(m[c]) + std::log(total[c]) : 1.0 / total[c];
+  for (int64_t i = 0; i < n; ++i) {
+    const T* xr = xb + i * stride;
+    T* yr = yb + i * stride;
+    for (int64_t c = 0; c < w; ++c)
+      yr[c] = kLog ? xr[c] * s - static_cast<T>(total[c]) : yr[c] * static_cast<T>(total[c]);
+  }
+}
+
 template <typename T, bool kLog>
 void softmax_typed(const KernelContext& ctx, const TensorView& x, const TensorView& y) {
+  using C = compute_t<T>;
   const auto& a = ctx.attrs.as<SoftmaxAttrs>();
   const AxisSplit d = split_at_axis(x.shape, normalize_axis(a.axis, x.shape.ndim(), "softmax"));
-  const T s = static_cast<T>(inverse_temperature(a));
+  const C s = static_cast<C>(inverse_temperature(a));
   for_rows(ctx.run.num_threads, d, [&](int64_t o, int64_t c0, int64_t c1) {
-    const T* xb = x.ptr<T>() + o * d.n * d.inner;
-    T* yb = y.ptr<T>() + o * d.n * d.inner;
-    if (d.inner == 1) {
-      T m = max_scaled(xb, s, d.n);
-      exp_scaled(xb, s, &m, 0, yb, d.n);
-      double total = sum_of(yb, d.n);
-      if constexpr (kLog) {
-        T shift = m + static_cast<T>(std::log(total));
-        for (int64_t j = 0; j < d.n; ++j) yb[j] = xb[j] * s - shift;
-      } else {
-        T inv = static_cast<T>(1.0 / total);
-        for (int64_t j = 0; j < d.n; ++j) yb[j] *= inv;
-      }
-      return;
-    }
+    const T* xb = x.ptr<T>() + o * d.n * d.inner + c0;
+    T* yb = y.ptr<T>() + o * d.n * d.inner + c0;
     const int64_t w = c1 - c0;
-    std::vector<T> m(static_cast<size_t>(w), -std::numeric_limits<T>::infinity());
-    std::vector<double> total(static_cast<size_t>(w), 0.0);
-    for (int64_t i = 0; i < d.n; ++i)
-      for (int64_t c = 0; c < w; ++c) m[c] = std::max(m[c], xb[i * d.inner + c0 + c] * s);
-    for (int64_t i = 0; i < d.n; ++i) {
-      T* yr = yb + i * d.inner + c0;
-      exp_scaled(xb + i * d.inner + c0, s, m.data(), 1, yr, w);
-      for (int64_t c = 0; c < w; ++c) total[c] += yr[c];
-    }
-    for (int64_t c = 0; c < w; ++c) total[c] = kLog ? static_cast<double>(m[c]) + std::log(total[c]) : 1.0 / total[c];
-    for (int64_t i = 0; i < d.n; ++i) {
-      const T* xr = xb + i * d.inner + c0;
-      T* yr = yb + i * d.inner + c0;
-      for (int64_t c = 0; c < w; ++c)
-        yr[c] = kLog ? xr[c] * s - static_cast<T>(total[c]) : yr[c] * static_cast<T>(total[c]);
+    if constexpr (std::is_same_v<T, C>) {
+      softmax_block<C, kLog>(xb, yb, d.n, d.inner, w, s);
+    } else {
+      float* xs = stage_buffer(0, d.n * w);
+      float* ys = stage_buffer(1, d.n * w);
+      stage_in(xb, d.n, d.inner, w, xs);
+      softmax_block<C, kLog>(xs, ys, d.n, w, w, s);
+      stage_out(ys, d.n, d.inner, w, yb);
     }
   });
 }
@@ -131,7 +173,8 @@ void softmax_length_typed(const KernelContext& ctx, const TensorView& x, const T
                           const TensorView& y) {
   const auto& a = ctx.attrs.as<SoftmaxAttrs>();
   const AxisSplit d = split_at_axis(x.shape, normalize_axis(a.axis, x.shape.ndim(), "softmax"));
-  const T s = static_cast<T>(inverse_temperature(a));
+  using C = compute_t<T>;
+  const C s = static_cast<C>(inverse_temperature(a));
   const std::vector<int64_t> lengths = read_indices(length);
   parallel_for(
       ctx.run.num_threads, d.outer * d.inner,
@@ -141,13 +184,13 @@ void softmax_length_typed(const KernelContext& ctx, const TensorView& x, const T
           const T* xr = x.ptr<T>() + base;
           T* yr = y.ptr<T>() + base;
           const int64_t len = std::clamp<int64_t>(lengths[static_cast<size_t>(r)], 0, d.n);
-          T m = -std::numeric_limits<T>::infinity();
-          for (int64_t j = 0; j < len; ++j) m = std::max(m, xr[j * d.inner] * s);
+          C m = -std::numeric_limits<C>::infinity();
+          for (int64_t j = 0; j < len; ++j) m = std::max(m, load(xr[j * d.inner]) * s);
           double total = 0;
-          for (int64_t j = 0; j < len; ++j) total += std::exp(static_cast<double>(xr[j * d.inner] * s - m));
+          for (int64_t j = 0; j < len; ++j) total += std::exp(static_cast<double>(load(xr[j * d.inner]) * s - m));
           for (int64_t j = 0; j < d.n; ++j)
-            yr[j * d.inner] =
-                j < len ? static_cast<T>(std::exp(static_cast<double>(xr[j * d.inner] * s - m)) / total) : T(0);
+            yr[j * d.inner] = store<T>(
+                j < len ? static_cast<C>(std::exp(static_cast<double>(load(xr[j * d.inner]) * s - m)) / total) : C(0));
         }
       },
       std::max<int64_t>(1, kDefaultGrain / std::max<int64_t>(d.n, 1)));
@@ -156,43 +199,58 @@ void softmax_length_typed(const KernelContext& ctx, const TensorView& x, const T
 template <bool kLog>
 void softmax_kernel(const KernelContext& ctx, std::span<const TensorView> in, std::span<const TensorView> out) {
   if (in.size() == 2) {  // use_length (softmax only: inference rejects it for log_softmax)
-    return dispatch_float(in[0].dtype,
-                          [&](auto tag) { softmax_length_typed<decltype(tag)>(ctx, in[0], in[1], out[0]); });
+    return dispatch_floating(in[0].dtype,
+                             [&](auto tag) { softmax_length_typed<decltype(tag)>(ctx, in[0], in[1], out[0]); });
   }
-  dispatch_float(in[0].dtype, [&](auto tag) { softmax_typed<decltype(tag), kLog>(ctx, in[0], out[0]); });
+  dispatch_floating(in[0].dtype, [&](auto tag) { softmax_typed<decltype(tag), kLog>(ctx, in[0], out[0]); });
 }
 
 // softmax: dx = s * y * (dy - sum(dy * y));  log_softmax: dx = s * (dy - exp(y) * sum(dy)).
+// Over `n` rows of `w` columns, rows `stride` apart. gx may be g.
+template <typename T, bool kLog>
+void softmax_backward_block(const T* g, const T* yb, T* gx, int64_t n, int64_t stride, int64_t w, T s) {
+  if (w == 1 && stride == 1) {
+    double dot = 0;
+    for (int64_t i = 0; i < n; ++i) dot += kLog ? static_cast<double>(g[i]) : static_cast<double>(g[i]) * yb[i];
+    const T sum = static_cast<T>(dot);
+    for (int64_t i = 0; i < n; ++i) gx[i] = kLog ? s * (g[i] - std::exp(yb[i]) * sum) : s * yb[i] * (g[i] - sum);
+    return;
+  }
+  std::vector<double> dot(static_cast<size_t>(w), 0.0);
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t c = 0; c < w; ++c) {
+      const int64_t k = i * stride + c;
+      dot[c] += kLog ? static_cast<double>(g[k]) : static_cast<double>(g[k]) * yb[k];
+    }
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t c = 0; c < w; ++c) {
+      const int64_t k = i * stride + c;
+      const T sum = static_cast<T>(dot[c]);
+      gx[k] = kLog ? s * (g[k] - std::exp(yb[k]) * sum) : s * yb[k] * (g[k] - sum);
+    }
+  }
+}
+
 template <typename T, bool kLog>
 void softmax_backward_typed(const KernelContext& ctx, const TensorView& dy, const TensorView& y, const TensorView& dx) {
+  using C = compute_t<T>;
   const auto& a = ctx.attrs.as<SoftmaxAttrs>();
   const AxisSplit d = split_at_axis(y.shape, normalize_axis(a.axis, y.shape.ndim(), "softmax"));
-  const T s = static_cast<T>(inverse_temperature(a));
+  const C s = static_cast<C>(inverse_temperature(a));
   for_rows(ctx.run.num_threads, d, [&](int64_t o, int64_t c0, int64_t c1) {
-    const int64_t base = o * d.n * d.inner;
+    const int64_t base = o * d.n * d.inner + c0, w = c1 - c0;
     const T* g = dy.ptr<T>() + base;
     const T* yb = y.ptr<T>() + base;
     T* gx = dx.ptr<T>() + base;
-    if (d.inner == 1) {
-      double dot = 0;
-      for (int64_t i = 0; i < d.n; ++i) dot += kLog ? static_cast<double>(g[i]) : static_cast<double>(g[i]) * yb[i];
-      const T sum = static_cast<T>(dot);
-      for (int64_t i = 0; i < d.n; ++i) gx[i] = kLog ? s * (g[i] - std::exp(yb[i]) * sum) : s * yb[i] * (g[i] - sum);
-      return;
-    }
-    const int64_t w = c1 - c0;
-    std::vector<double> dot(static_cast<size_t>(w), 0.0);
-    for (int64_t i = 0; i < d.n; ++i)
-      for (int64_t c = 0; c < w; ++c) {
-        const int64_t k = i * d.inner + c0 + c;
-        dot[c] += kLog ? static_cast<double>(g[k]) : static_cast<double>(g[k]) * yb[k];
-      }
-    for (int64_t i = 0; i < d.n; ++i) {
-      for (int64_t c = 0; c < w; ++c) {
-        const int64_t k = i * d.inner + c0 + c;
-        const T sum = static_cast<T>(dot[c]);
-        gx[k] = kLog ? s * (g[k] - std::exp(yb[k]) * sum) : s * yb[k] * (g[k] - sum);
-      }
+    if constexpr (std::is_same_v<T, C>) {
+      softmax_backward_block<C, kLog>(g, yb, gx, d.n, d.inner, w, s);
+    } else {
+      float* gs = stage_buffer(0, d.n * w);
+      float* ys = stage_buffer(1, d.n * w);
+      stage_in(g, d.n, d.inner, w, gs);
+      stage_in(yb, d.n, d.inner, w, ys);
+      softmax_backward_block<C, kLog>(gs, ys, gs, d.n, w, w, s);
+      stage_out(gs, d.n, d.inner, w, gx);
     }
   });
 }
@@ -200,8 +258,8 @@ void softmax_backward_typed(const KernelContext& ctx, const TensorView& dy, cons
 template <bool kLog>
 void softmax_backward_kernel(const KernelContext& ctx, std::span<const TensorView> in,
                              std::span<const TensorView> out) {
-  dispatch_float(in[0].dtype,
-                 [&](auto tag) { softmax_backward_typed<decltype(tag), kLog>(ctx, in[0], in[1], out[0]); });
+  dispatch_floating(in[0].dtype,
+                    [&](auto tag) { softmax_backward_typed<decltype(tag), kLog>(ctx, in[0], in[1], out[0]); });
 }
 
 // ---- index inputs
@@ -211,7 +269,7 @@ std::vector<int64_t> read_indices(const TensorView& v) {
   std::vector<int64_t> out(static_cast<size_t>(v.size()));
   auto copy = [&](const auto* p) {
     for (size_t i = 0; i < out.size(); ++i) {
-      double x = static_cast<double>(p[i]);
+      double x = static_cast<double>(load(p[i]));
       out[i] = std::isnan(x) ? 0 : static_cast<int64_t>(std::clamp(x, -9.2e18, 9.2e18));
     }
   };
@@ -221,6 +279,12 @@ std::vector<int64_t> read_indices(const TensorView& v) {
       break;
     case DType::kFloat64:
       copy(v.ptr<double>());
+      break;
+    case DType::kFloat16:
+      copy(v.ptr<Half>());
+      break;
+    case DType::kBfloat16:
+      copy(v.ptr<BFloat16>());
       break;
     case DType::kInt32:
       copy(v.ptr<int32_t>());
@@ -329,7 +393,7 @@ std::vector<int64_t> read_labels(const TensorView& label, int64_t classes) {
     double value = 0;
     dispatch_dtype(label.dtype, [&](auto tag) {
       using L = decltype(tag);
-      if constexpr (std::is_arithmetic_v<L>) value = static_cast<double>(label.ptr<L>()[i]);
+      if constexpr (std::is_arithmetic_v<L> || kIsHalfType<L>) value = static_cast<double>(load(label.ptr<L>()[i]));
     });
     throw ValueError(fmt::format("label {} at position {} is out of range for {} classes (expected 0 to {})", value, i,
                                  classes, classes - 1));
@@ -337,30 +401,57 @@ std::vector<int64_t> read_labels(const TensorView& label, int64_t classes) {
   return idx;
 }
 
+// Rows of x [N, C] (float32 or float64 here; 16-bit callers stage rows):
+// the loss per row, or (dy given) the gradient rows into `grad`.
+template <typename T>
+void cross_entropy_row(const T* xr, int64_t classes, int64_t k, const T* dy, T* buf, T* loss, T* grad) {
+  const T one = 1;
+  T m = max_scaled(xr, one, classes);
+  T* er = dy ? grad : buf;  // the backward writes exps into its output row
+  exp_scaled(xr, one, &m, 0, er, classes);
+  const double total = sum_of(er, classes);
+  if (!dy) {
+    *loss = static_cast<T>(static_cast<double>(m) + std::log(total) - static_cast<double>(xr[k]));
+    return;
+  }
+  const T g = *dy;
+  const T scale = static_cast<T>(static_cast<double>(g) / total);
+  for (int64_t c = 0; c < classes; ++c) er[c] *= scale;
+  er[k] -= g;
+}
+
 template <typename T>
 void cross_entropy_typed(const KernelContext& ctx, const TensorView& x, const std::vector<int64_t>& label,
                          const TensorView* dy, const TensorView& out) {
+  using C = compute_t<T>;
   const int64_t rows = x.shape[0], classes = x.shape[1];
   parallel_for(
       ctx.run.num_threads, rows,
       [&](int64_t b, int64_t e) {
-        std::vector<T> buf(static_cast<size_t>(classes));
-        const T one = 1;
+        std::vector<C> buf(static_cast<size_t>(classes));
+        std::vector<C> staged(std::is_same_v<T, C> ? 0 : static_cast<size_t>(2 * classes));
         for (int64_t r = b; r < e; ++r) {
           const T* xr = x.ptr<T>() + r * classes;
-          T m = max_scaled(xr, one, classes);
-          T* er = dy ? out.ptr<T>() + r * classes : buf.data();  // the backward writes exps into its output row
-          exp_scaled(xr, one, &m, 0, er, classes);
-          const double total = sum_of(er, classes);
           const int64_t k = label[static_cast<size_t>(r)];
-          if (!dy) {
-            out.ptr<T>()[r] = static_cast<T>(static_cast<double>(m) + std::log(total) - static_cast<double>(xr[k]));
-            continue;
+          if constexpr (std::is_same_v<T, C>) {
+            if (dy)
+              cross_entropy_row<C>(xr, classes, k, dy->ptr<T>() + r, buf.data(), nullptr, out.ptr<T>() + r * classes);
+            else
+              cross_entropy_row<C>(xr, classes, k, nullptr, buf.data(), out.ptr<T>() + r, nullptr);
+          } else {
+            C* xs = staged.data();
+            C* gs = xs + classes;
+            for (int64_t c = 0; c < classes; ++c) xs[c] = load(xr[c]);
+            const C g = dy ? load(dy->ptr<T>()[r]) : C(0);
+            C loss = 0;
+            cross_entropy_row<C>(xs, classes, k, dy ? &g : nullptr, buf.data(), &loss, gs);
+            if (!dy) {
+              out.ptr<T>()[r] = store<T>(loss);
+              continue;
+            }
+            T* gr = out.ptr<T>() + r * classes;
+            for (int64_t c = 0; c < classes; ++c) gr[c] = store<T>(gs[c]);
           }
-          const T g = dy->ptr<T>()[r];
-          const T scale = static_cast<T>(static_cast<double>(g) / total);
-          for (int64_t c = 0; c < classes; ++c) er[c] *= scale;
-          er[k] -= g;
         }
       },
       std::max<int64_t>(1, kDefaultGrain / std::max<int64_t>(classes, 1)));
@@ -368,28 +459,30 @@ void cross_entropy_typed(const KernelContext& ctx, const TensorView& x, const st
 
 void cross_entropy_kernel(const KernelContext& ctx, std::span<const TensorView> in, std::span<const TensorView> out) {
   std::vector<int64_t> label = read_labels(in[1], in[0].shape[1]);
-  dispatch_float(in[0].dtype,
-                 [&](auto tag) { cross_entropy_typed<decltype(tag)>(ctx, in[0], label, nullptr, out[0]); });
+  dispatch_floating(in[0].dtype,
+                    [&](auto tag) { cross_entropy_typed<decltype(tag)>(ctx, in[0], label, nullptr, out[0]); });
 }
 
 // (out_grad [N], data [N, C], label) -> (softmax(data) - onehot(label)) * out_grad[:, None]
 void cross_entropy_backward_kernel(const KernelContext& ctx, std::span<const TensorView> in,
                                    std::span<const TensorView> out) {
   std::vector<int64_t> label = read_labels(in[2], in[1].shape[1]);
-  dispatch_float(in[1].dtype, [&](auto tag) { cross_entropy_typed<decltype(tag)>(ctx, in[1], label, &in[0], out[0]); });
+  dispatch_floating(in[1].dtype,
+                    [&](auto tag) { cross_entropy_typed<decltype(tag)>(ctx, in[1], label, &in[0], out[0]); });
 }
 
 }  // namespace
 
 void register_nn_softmax_kernels() {
-  register_kernel(OpId::kSoftmax, DeviceKind::kCPU, softmax_kernel<false>);
-  register_kernel(OpId::kLogSoftmax, DeviceKind::kCPU, softmax_kernel<true>);
-  register_kernel(OpId::kSoftmaxBackward, DeviceKind::kCPU, softmax_backward_kernel<false>);
-  register_kernel(OpId::kLogSoftmaxBackward, DeviceKind::kCPU, softmax_backward_kernel<true>);
+  constexpr auto kAny = HalfSupport::kAny;
+  register_kernel(OpId::kSoftmax, DeviceKind::kCPU, softmax_kernel<false>, kAny);
+  register_kernel(OpId::kLogSoftmax, DeviceKind::kCPU, softmax_kernel<true>, kAny);
+  register_kernel(OpId::kSoftmaxBackward, DeviceKind::kCPU, softmax_backward_kernel<false>, kAny);
+  register_kernel(OpId::kLogSoftmaxBackward, DeviceKind::kCPU, softmax_backward_kernel<true>, kAny);
   register_kernel(OpId::kPick, DeviceKind::kCPU, pick_kernel);
   register_kernel(OpId::kPickBackward, DeviceKind::kCPU, pick_backward_kernel);
-  register_kernel(OpId::kSoftmaxCrossEntropy, DeviceKind::kCPU, cross_entropy_kernel);
-  register_kernel(OpId::kSoftmaxCrossEntropyBackward, DeviceKind::kCPU, cross_entropy_backward_kernel);
+  register_kernel(OpId::kSoftmaxCrossEntropy, DeviceKind::kCPU, cross_entropy_kernel, kAny);
+  register_kernel(OpId::kSoftmaxCrossEntropyBackward, DeviceKind::kCPU, cross_entropy_backward_kernel, kAny);
 }
 
 }  // namespace kiln::cpu

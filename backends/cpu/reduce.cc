@@ -17,6 +17,10 @@
 // kBlock elements (each lane adds kBlock / 32 values), and blocks merge in
 // double; column sums accumulate in double. Integer sums and products wrap
 // modulo 2^64 and are then narrowed, as MXNet's int32 arithmetic wraps.
+//
+// float16 and bfloat16 inputs are reduced by the float32 reducers: elements
+// are converted as they are loaded, so they accumulate exactly as float32
+// does, and each output is rounded once to the 16-bit type.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -24,6 +28,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "backends/cpu/elemwise_kernels.h"
 #include "backends/cpu/parallel.h"
 #include "ir/ops/reduce.h"
 #include "runtime/kernel.h"
@@ -56,16 +61,34 @@ Vec<L> splat(L x) {
   return v;
 }
 
+// One element of type T as the accumulator type A (16-bit floats through float32).
+template <typename A, typename T>
+A widen(T v) {
+  return static_cast<A>(cpu::load(v));
+}
+
 // kWidth<L> elements of type T at p, converted to L.
 template <typename L, typename T>
 Vec<L> load(const T* p) {
-  typedef T Src __attribute__((vector_size(sizeof(T) * kWidth<L>)));
-  Src s;
-  std::memcpy(&s, p, sizeof s);
-  if constexpr (std::is_same_v<L, T>)
-    return s;
-  else
-    return __builtin_convertvector(s, Vec<L>);
+  if constexpr (cpu::kIsHalfType<T>) {
+    Vec<L> v;
+    for (int64_t i = 0; i < kWidth<L>; ++i) v[i] = widen<L>(p[i]);
+    return v;
+  } else {
+    typedef T Src __attribute__((vector_size(sizeof(T) * kWidth<L>)));
+    Src s;
+    std::memcpy(&s, p, sizeof s);
+    if constexpr (std::is_same_v<L, T>)
+      return s;
+    else
+      return __builtin_convertvector(s, Vec<L>);
+  }
+}
+
+// A reducer's result (its compute type) stored as T.
+template <typename T, typename V>
+T put(V v) {
+  return cpu::store<T>(v);
 }
 
 // ---- reducers: step folds one value into an accumulator (scalar or vector),
@@ -166,7 +189,7 @@ typename R::Acc reduce_run(const T* x, int64_t n) {
   constexpr int64_t W = kWidth<L>;
   A acc = R::template init<A>();
   if (n < 4 * W) {  // short rows: vectors cost more than they save
-    for (int64_t i = 0; i < n; ++i) acc = R::step(acc, static_cast<A>(x[i]));
+    for (int64_t i = 0; i < n; ++i) acc = R::step(acc, widen<A>(x[i]));
     return acc;
   }
   for (int64_t b = 0; b < n; b += kBlock) {
@@ -185,7 +208,7 @@ typename R::Acc reduce_run(const T* x, int64_t n) {
     Vec<L> v = R::merge(R::merge(v0, v1), R::merge(v2, v3));
     L s = v[0];
     for (int64_t l = 1; l < W; ++l) s = R::merge(s, v[l]);
-    for (; i < len; ++i) s = R::step(s, static_cast<L>(p[i]));
+    for (; i < len; ++i) s = R::step(s, widen<L>(p[i]));
     acc = R::merge(acc, static_cast<A>(s));
   }
   return acc;
@@ -302,13 +325,13 @@ void reduce_rows(int threads, const T* x, T* y, const Layout& l, int64_t count) 
         threads, outs,
         [&](int64_t b, int64_t e) {
           if (red.n == 0 && kept.n <= 1) {  // [rows, row]: outputs walk the rows in order
-            for (int64_t o = b; o < e; ++o) y[o] = R::finish(reduce_run<R>(x + o * row, row), count);
+            for (int64_t o = b; o < e; ++o) y[o] = put<T>(R::finish(reduce_run<R>(x + o * row, row), count));
             return;
           }
           Walk k = kept, r = red;
           k.seek(b);
           for (int64_t o = b; o < e; ++o, k.next())
-            y[o] = R::finish(reduce_rows_range<R>(x + k.offset, r, row, 0, count), count);
+            y[o] = put<T>(R::finish(reduce_rows_range<R>(x + k.offset, r, row, 0, count), count));
         },
         std::max<int64_t>(1, kPiece / count));
     return;
@@ -328,7 +351,7 @@ void reduce_rows(int threads, const T* x, T* y, const Layout& l, int64_t count) 
   for (int64_t o = 0; o < outs; ++o) {
     A acc = partial[o * pieces];
     for (int64_t p = 1; p < pieces; ++p) acc = R::merge(acc, partial[o * pieces + p]);
-    y[o] = R::finish(acc, count);
+    y[o] = put<T>(R::finish(acc, count));
   }
 }
 
@@ -344,7 +367,7 @@ void accumulate_row(typename R::Acc* acc, const T* x, int64_t w) {
     a = R::step(a, load<A>(x + j));
     std::memcpy(acc + j, &a, sizeof a);
   }
-  for (; j < w; ++j) acc[j] = R::step(acc[j], static_cast<A>(x[j]));
+  for (; j < w; ++j) acc[j] = R::step(acc[j], widen<A>(x[j]));
 }
 
 // The last axis is kept: tiles of up to kTile outputs along it, each folding
@@ -391,7 +414,7 @@ void reduce_columns(int threads, const T* x, T* y, const Layout& l, int64_t coun
             int64_t o = it / tiles, t = it % tiles;
             int64_t w = fold(o, t, 0, count, acc);
             T* out = y + o * inner + t * tw;
-            for (int64_t j = 0; j < w; ++j) out[j] = R::finish(acc[j], count);
+            for (int64_t j = 0; j < w; ++j) out[j] = put<T>(R::finish(acc[j], count));
           }
         },
         std::max<int64_t>(1, kPiece / (count * tw)));
@@ -414,7 +437,7 @@ void reduce_columns(int threads, const T* x, T* y, const Layout& l, int64_t coun
     for (int64_t p = 1; p < pieces; ++p)
       for (int64_t j = 0; j < w; ++j) acc[j] = R::merge(acc[j], acc[p * stride + j]);
     T* out = y + o * inner + t * tw;
-    for (int64_t j = 0; j < w; ++j) out[j] = R::finish(acc[j], count);
+    for (int64_t j = 0; j < w; ++j) out[j] = put<T>(R::finish(acc[j], count));
   }
 }
 
@@ -425,12 +448,12 @@ void reduce(int threads, const TensorView& in, const TensorView& out, uint32_t m
   T* y = out.ptr<T>();
   const int64_t count = reduce_count(in.shape, mask), outs = out.size();
   if (in.size() == 0) {  // sum 0, prod 1, norm 0 (inference rejects the others)
-    std::fill(y, y + outs, R::finish(R::template init<A>(), 0));
+    std::fill(y, y + outs, put<T>(R::finish(R::template init<A>(), 0)));
     return;
   }
   if (count == 1) {  // only size-1 axes reduce: the output is the input, finished
     cpu::parallel_for(threads, outs, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) y[i] = R::finish(R::step(R::template init<A>(), static_cast<A>(x[i])), 1);
+      for (int64_t i = b; i < e; ++i) y[i] = put<T>(R::finish(R::step(R::template init<A>(), widen<A>(x[i])), 1));
     });
     return;
   }
@@ -564,8 +587,8 @@ void reduce_kernel(const KernelContext& ctx, std::span<const TensorView> in, std
   dispatch_dtype(in[0].dtype, [&](auto t) {
     using T = decltype(t);
     if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, int32_t> ||
-                  std::is_same_v<T, int64_t>)
-      reduce<R<T>, T>(ctx.run.num_threads, in[0], out[0], mask);
+                  std::is_same_v<T, int64_t> || cpu::kIsHalfType<T>)
+      reduce<R<cpu::compute_t<T>>, T>(ctx.run.num_threads, in[0], out[0], mask);
     else
       KILN_ASSERT(!"reduce: dtype not admitted by inference");
   });
@@ -583,17 +606,14 @@ using Norm2Reducer = NormReducer<T, 2>;
 void norm_kernel(const KernelContext& ctx, std::span<const TensorView> in, std::span<const TensorView> out) {
   const auto& a = ctx.attrs.as<NormAttrs>();
   uint32_t mask = reduce_axes_mask(in[0].shape, a.axis, false);
-  auto run = [&](auto t) {
+  cpu::dispatch_floating(in[0].dtype, [&](auto t) {
     using T = decltype(t);
+    using C = cpu::compute_t<T>;
     if (a.ord == 1)
-      reduce<Norm1Reducer<T>, T>(ctx.run.num_threads, in[0], out[0], mask);
+      reduce<Norm1Reducer<C>, T>(ctx.run.num_threads, in[0], out[0], mask);
     else
-      reduce<Norm2Reducer<T>, T>(ctx.run.num_threads, in[0], out[0], mask);
-  };
-  if (in[0].dtype == DType::kFloat32)
-    run(float{});
-  else
-    run(double{});
+      reduce<Norm2Reducer<C>, T>(ctx.run.num_threads, in[0], out[0], mask);
+  });
 }
 
 template <bool kMax>
@@ -612,12 +632,13 @@ void arg_kernel(const KernelContext& ctx, std::span<const TensorView> in, std::s
 }  // namespace
 
 void register_cpu_reduce_kernels() {
-  register_kernel(OpId::kSum, DeviceKind::kCPU, reduce_kernel<SumReducer>);
-  register_kernel(OpId::kMean, DeviceKind::kCPU, reduce_kernel<MeanReducer>);
-  register_kernel(OpId::kMax, DeviceKind::kCPU, reduce_kernel<MaxReducer>);
-  register_kernel(OpId::kMin, DeviceKind::kCPU, reduce_kernel<MinReducer>);
-  register_kernel(OpId::kProd, DeviceKind::kCPU, reduce_kernel<ProdReducer>);
-  register_kernel(OpId::kNorm, DeviceKind::kCPU, norm_kernel);
+  constexpr auto kAny = HalfSupport::kAny;  // argmax/argmin: float32 outputs for 16-bit inputs, widened
+  register_kernel(OpId::kSum, DeviceKind::kCPU, reduce_kernel<SumReducer>, kAny);
+  register_kernel(OpId::kMean, DeviceKind::kCPU, reduce_kernel<MeanReducer>, kAny);
+  register_kernel(OpId::kMax, DeviceKind::kCPU, reduce_kernel<MaxReducer>, kAny);
+  register_kernel(OpId::kMin, DeviceKind::kCPU, reduce_kernel<MinReducer>, kAny);
+  register_kernel(OpId::kProd, DeviceKind::kCPU, reduce_kernel<ProdReducer>, kAny);
+  register_kernel(OpId::kNorm, DeviceKind::kCPU, norm_kernel, kAny);
   register_kernel(OpId::kArgmax, DeviceKind::kCPU, arg_kernel<true>);
   register_kernel(OpId::kArgmin, DeviceKind::kCPU, arg_kernel<false>);
 }

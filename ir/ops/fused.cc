@@ -120,8 +120,12 @@ void infer_fused(const OpAttrs& attrs, std::span<const TensorType> in, std::vect
   KILN_CHECK(in.size() == p.inputs.size(), ValueError, "the program reads {} input(s), the node has {}",
              p.inputs.size(), in.size());
   const TensorType* full = nullptr;
+  const DType t = in.empty() ? DType::kFloat32 : in[0].dtype;
+  KILN_CHECK(t == DType::kFloat32 || t == DType::kFloat16 || t == DType::kBfloat16, TypeError,
+             "input 0 is {}; fused programs run on float32, float16 or bfloat16", t);
   for (size_t i = 0; i < in.size(); ++i) {
-    KILN_CHECK(in[i].dtype == DType::kFloat32, TypeError, "input {} is {}; fused programs are float32", i, in[i].dtype);
+    KILN_CHECK(in[i].dtype == t, TypeError,
+               "input {} is {} but input 0 is {}; a fused program's inputs share one dtype", i, in[i].dtype, t);
     if (p.inputs[i] == FusedInputKind::kFull && full == nullptr) full = &in[i];
   }
   KILN_ASSERT(full != nullptr);  // validate() requires a full input
@@ -146,7 +150,7 @@ void infer_fused(const OpAttrs& attrs, std::span<const TensorType> in, std::vect
       }
     }
   }
-  for (size_t i = 0; i < p.outputs.size(); ++i) out.push_back({shape, DType::kFloat32});
+  for (size_t i = 0; i < p.outputs.size(); ++i) out.push_back({shape, t});
 }
 
 }  // namespace
@@ -240,7 +244,8 @@ std::string print_attr(const FusedProgramRef& v) { return v.empty() ? std::strin
 
 void register_fused_ops(OpRegistry& r) {
   OpDef& d = r.define(OpId::kFusedElemwise,
-                      "A group of float32 elementwise ops run as one loop (made by fuse-elementwise; not exported).");
+                      "A group of float32, float16 or bfloat16 elementwise ops run as one loop (made by "
+                      "fuse-elementwise; not exported).");
   d.num_inputs = -1;
   d.infer = infer_fused;
   d.parse_attrs = parse_attrs_as<FusedElemwiseAttrs>;

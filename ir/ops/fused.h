@@ -1,5 +1,6 @@
-// _kiln_fused_elemwise: a group of float32 elementwise ops that the
-// fuse-elementwise pass (passes/fuse_elementwise.h) replaced by one node.
+// _kiln_fused_elemwise: a group of elementwise ops of one dtype (float32,
+// float16 or bfloat16) that the fuse-elementwise pass
+// (passes/fuse_elementwise.h) replaced by one node.
 // Kiln-internal: it appears only after the gradient graph is built, is not
 // differentiable and is never exported.
 //
@@ -23,7 +24,11 @@
 //
 // Semantics are the unfused kernels' for float32 (backends/cpu/elemwise*.cc,
 // nn_activation.cc): comparisons give 1 or 0, max/min propagate NaN,
-// relu(NaN) is 0, where(c, x, y) picks x where c != 0.
+// relu(NaN) is 0, where(c, x, y) picks x where c != 0. The node's inputs
+// share one dtype, which its outputs have; for float16/bfloat16 the program
+// still computes in float32 on the loaded inputs and each output is rounded
+// once (the unfused ops would round after every op: the fused node is at
+// least as accurate).
 #pragma once
 
 #include <array>

@@ -28,7 +28,6 @@ const std::map<std::string, std::string>& not_16bit() {
       {"nag_mom_update", "optimizer updates run on float32 master weights"},
       {"adam_update", "optimizer updates run on float32 master weights"},
       {"adamw_update", "optimizer updates run on float32 master weights"},
-      {"_kiln_fused_elemwise", "fused programs are float32; fuse-elementwise leaves 16-bit nodes unfused"},
   };
   return m;
 }

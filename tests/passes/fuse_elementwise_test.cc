@@ -3,6 +3,7 @@
 // and after.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdlib>
 
 #include "ir/ops/fused.h"
@@ -218,6 +219,33 @@ TEST(FuseElementwise, LeavesOtherDtypesAndSingleOpsAlone) {
   EXPECT_EQ(fused, 0);
 }
 
+// 16-bit chains fuse like float32 ones (the node keeps their dtype); a Cast
+// between dtypes is not elementwise-fusible and bounds the groups.
+TEST(FuseElementwise, Bfloat16ChainsFuseAndCastsBoundThem) {
+  const char* before = R"IR(graph {
+  %x = input f32[4,5]
+  %a = exp(%x) : f32[4,5]
+  %b = relu(%a) : f32[4,5]
+  %h = Cast(%b) {dtype="bfloat16"} : bf16[4,5]
+  %c = _mul_scalar(%h) {scalar="2"} : bf16[4,5]
+  %d = sigmoid(%c) : bf16[4,5]
+  return %d
+}
+)IR";
+  const char* after = R"IR(graph {
+  %x = input f32[4,5]
+  %fused/b = _kiln_fused_elemwise(%x) {program="in=f;%1=exp(%0);%2=relu(%1);out=%2"} : f32[4,5]
+  %h = Cast(%fused/b) {dtype="bfloat16"} : bf16[4,5]
+  %fused/d = _kiln_fused_elemwise(%h) {program="in=f;%1=mul(%0,2);%2=sigmoid(%1);out=%2"} : bf16[4,5]
+  return %fused/d
+}
+)IR";
+  int64_t fused = 0;
+  EXPECT_EQ(fuse(before, &fused), after);
+  EXPECT_EQ(fused, 4);
+  EXPECT_EQ(ir::parse_graph(after).to_text(), after);
+}
+
 TEST(FuseElementwise, ActivationFormsLeakyClipWhereAndBackward) {
   const char* before = R"IR(graph {
   %x = input f32[8]
@@ -293,6 +321,40 @@ TEST(FuseElementwise, RandomGraphsComputeTheSameOutputs) {
                               fmt::format("seed {}", seed));
   }
   EXPECT_GT(fused, 40);
+}
+
+// The random graphs in float16 and bfloat16: a fused group rounds once per
+// output where the unfused ops round after each op, so the two agree to a
+// few 16-bit roundings relative to the output's magnitude.
+TEST(FuseElementwise, RandomGraphsIn16BitComputeTheSameOutputs) {
+  for (const char* dtype : {"bf16", "f16"}) {
+    int64_t fused = 0;
+    const double eps = std::string(dtype) == "bf16" ? 1.0 / 128 : 1.0 / 1024;
+    for (uint32_t seed = 1; seed <= 40; ++seed) {
+      std::string text = testing::random_graph(seed, 30).to_text();
+      for (size_t at = text.find("f64"); at != std::string::npos; at = text.find("f64", at)) text.replace(at, 3, dtype);
+      ir::Graph g = ir::parse_graph(text);
+      PassContext ctx(PassOptions{});
+      ir::Graph out = run_pass("fuse-elementwise", g, ctx);
+      fused += ctx.stats.back().fused;
+      auto bind = testing::random_bindings(g, seed);
+      std::vector<NDArray> want = testing::eval_graph(g, bind), got = testing::eval_graph(out, bind);
+      ASSERT_EQ(want.size(), got.size());
+      for (size_t i = 0; i < want.size(); ++i) {
+        EXPECT_EQ(got[i].dtype(), want[i].dtype());
+        std::vector<double> x = got[i].astype(DType::kFloat64).to_vector<double>();
+        std::vector<double> y = want[i].astype(DType::kFloat64).to_vector<double>();
+        double scale = 0;
+        for (double v : y) scale = std::isfinite(v) ? std::max(scale, std::fabs(v)) : scale;
+        for (size_t k = 0; k < x.size(); ++k) {
+          if (!std::isfinite(y[k])) continue;  // an overflow the unfused chain rounded into
+          ASSERT_NEAR(x[k], y[k], 4 * eps * (std::fabs(y[k]) + scale) + 1e-6)
+              << dtype << " seed " << seed << " output " << i << " element " << k;
+        }
+      }
+    }
+    EXPECT_GT(fused, 40) << dtype;
+  }
 }
 
 // Hybridized graphs on a GPU stay unfused (an interpreter kernel would run the

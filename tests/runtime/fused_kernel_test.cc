@@ -254,6 +254,58 @@ TEST(FusedKernel, OutputsOverTheirInputsAgreeWithSeparateBuffers) {
   }
 }
 
+// float16/bfloat16 buffers: the loop runs on float32 chunks, so a 16-bit run
+// gives the float32 run's results rounded once, in-place or not, with
+// broadcast inputs, on one and several threads.
+TEST(FusedKernel, SixteenBitBuffersGiveTheFloat32ResultRoundedOnce) {
+  FusedProgramRef ref = FusedProgramRef::make(
+      FusedProgram::parse("in=f,f,c,s;%4=add(%0,%2);%5=mul(%4,%1);%6=tanh(%5);%7=sub(%1,%3);out=%6,%7"));
+  const Shape shape{4, 3, 61, 53};
+  const int64_t n = shape.size();
+  Shape shapes[] = {shape, shape, Shape{1, shape[1], 1, 1}, Shape{1}};
+  for (DType t : {DType::kBfloat16, DType::kFloat16}) {
+    // Inputs exactly representable in t, so float32 sees the same values.
+    auto rounded = [&](std::vector<float> v) {
+      Shape s{static_cast<int64_t>(v.size())};
+      return nd::array<float>(v, s).astype(t).astype(DType::kFloat32).to_vector<float>();
+    };
+    auto x = rounded(random_floats(n, -2, 2, 1)), y = rounded(random_floats(n, -2, 2, 2));
+    auto c = rounded(random_floats(shape[1], -2, 2, 3)), s = rounded({0.75f});
+    std::vector<float> w0(static_cast<size_t>(n)), w1(static_cast<size_t>(n));
+    std::vector<float> xf = x, yf = y;
+    void* wide[] = {xf.data(), yf.data(), c.data(), s.data(), w0.data(), w1.data()};
+    cpu::fused_run(ref, nullptr, wide, shapes, shape, 1);
+    const std::vector<float> want0 = rounded(w0), want1 = rounded(w1);
+    auto narrow = [&](const std::vector<float>& v) {
+      return nd::array<float>(v, Shape{static_cast<int64_t>(v.size())}).astype(t);
+    };
+    std::vector<cpu::FusedLoopFn> loops{nullptr};
+    if (cpu::jit::available()) {
+      std::string error;
+      loops.push_back(cpu::jit::compile_fused(ref.program(), ref.text(), &error));
+      ASSERT_NE(loops.back(), nullptr) << error;
+    }
+    for (cpu::FusedLoopFn loop : loops) {
+      for (int threads : {1, 4}) {
+        for (bool inplace : {false, true}) {
+          NDArray xs = narrow(x), ys = narrow(y), cs = narrow(c), ss = narrow(s), o0 = narrow(w0), o1 = narrow(w1);
+          for (NDArray* a : {&xs, &ys, &cs, &ss, &o0, &o1}) a->wait_to_write();
+          void* out0 = inplace ? xs.data() : o0.data();
+          void* out1 = inplace ? ys.data() : o1.data();
+          void* bufs[] = {xs.data(), ys.data(), cs.data(), ss.data(), out0, out1};
+          cpu::fused_run(ref, loop, bufs, shapes, shape, threads, t);
+          std::string what = fmt::format("{} {} threads {} {}", dtype_name(t), loop ? "JIT" : "interpreter", threads,
+                                         inplace ? "in-place" : "separate");
+          const NDArray& r0 = inplace ? xs : o0;
+          const NDArray& r1 = inplace ? ys : o1;
+          ASSERT_EQ(r0.astype(DType::kFloat32).to_vector<float>(), want0) << what;
+          ASSERT_EQ(r1.astype(DType::kFloat32).to_vector<float>(), want1) << what;
+        }
+      }
+    }
+  }
+}
+
 TEST(FusedKernel, JitCompilesOncePerProgram) {
   if (!cpu::jit::available()) GTEST_SKIP() << "built without LLVM";
   FusedProgram p = FusedProgram::parse("in=f;%1=exp(%0);%2=mul(%1,3);out=%2");
