@@ -1,6 +1,6 @@
 // CPU kernels: Activation, LeakyReLU and their fused backward ops.
 //
-// float32 relu, sigmoid, tanh and gelu_tanh use the vectorized polynomials of
+// float32 relu, sigmoid, tanh, gelu and gelu_tanh use the vectorized polynomials of
 // elemwise_math.h; the other forms are loops GCC vectorizes where it can
 // (libm calls for exp/erf stay scalar). Every kernel is elementwise and may
 // run in place (output == input).
@@ -189,6 +189,7 @@ void leaky_forward(int threads, const LeakyReLUAttrs& a, const T* x, T* y, int64
         return gelu_tanh::value<VecF, float>(v, vec_tanh(gelu_tanh::arg<VecF, float>(v)));
       });
     }
+    if (a.act_type == LeakyType::kGelu) return map_vec(threads, x, y, n, [](VecF v) { return v * vec_normal_cdf(v); });
   }
   const C slope = static_cast<C>(a.slope);
   const C alpha = static_cast<C>(kSeluAlpha), lambda = static_cast<C>(kSeluLambda);
@@ -216,6 +217,14 @@ void leaky_backward(int threads, const LeakyReLUAttrs& a, const T* dy, const T* 
       return map2_vec(threads, dy, x, dx, n, [](VecF g, VecF v) {
         return g * gelu_tanh::slope<VecF, float>(v, vec_tanh(gelu_tanh::arg<VecF, float>(v)));
       });
+    }
+    if (a.act_type == LeakyType::kGelu) {
+      return map2_vec(threads, dy, x, dx, n,
+                      [](VecF g, VecF v) {
+                        VecF pdf;
+                        VecF cdf = vec_normal_cdf(v, &pdf);
+                        return g * (cdf + v * pdf);
+                      });
     }
   }
   const C slope = static_cast<C>(a.slope);

@@ -90,6 +90,37 @@ TEST(GeluTanh, Float32AgreesWithFloat64) {
   }
 }
 
+// The erf form's float32 kernel (vectorized normal CDF and density) against
+// float64's libm erfc: relative to the value in the far negative tail,
+// where the output is tiny, and relative to the terms of the derivative
+// (which cancel near its zero at x = -0.75).
+TEST(Gelu, Float32KernelIsAccurateRelativeToTheValueInTheTail) {
+  const int n = 24001;
+  std::vector<double> x = ramp(n, -12, 12);
+  std::vector<float> x32(x.begin(), x.end());
+  std::vector<double> xd(x32.begin(), x32.end());  // the float32 inputs, exactly
+  auto forward = [&](DType t) { return nd::leaky_relu(nd::array(xd, Shape{n}).astype(t), LeakyType::kGelu); };
+  std::vector<double> f = forward(DType::kFloat32).to_vector<double>(), d = forward(DType::kFloat64).to_vector<double>();
+  auto grad = [&](DType t) {
+    NDArray xa = nd::array(xd, Shape{n}).astype(t);
+    xa.attach_grad();
+    {
+      autograd::Record r;
+      autograd::backward({nd::sum(nd::leaky_relu(xa, LeakyType::kGelu))});
+    }
+    return xa.grad().to_vector<double>();
+  };
+  std::vector<double> gf = grad(DType::kFloat32), gd = grad(DType::kFloat64);
+  for (int i = 0; i < n; ++i) {
+    const double v = xd[static_cast<size_t>(i)], cdf = 0.5 * std::erfc(-v / std::numbers::sqrt2);
+    const double pdf = std::exp(-0.5 * v * v) / std::sqrt(2 * std::numbers::pi);
+    ASSERT_NEAR(f[static_cast<size_t>(i)], d[static_cast<size_t>(i)], 2e-6 * std::abs(d[static_cast<size_t>(i)]) + 1e-44)
+        << "gelu(" << v << ")";
+    ASSERT_NEAR(gf[static_cast<size_t>(i)], gd[static_cast<size_t>(i)], 2e-6 * (cdf + std::abs(v) * pdf) + 1e-44)
+        << "gelu'(" << v << ")";
+  }
+}
+
 TEST(GeluTanh, ActTypeSpellings) {
   const OpDef* d = find_op("LeakyReLU");
   ASSERT_NE(d, nullptr);
