@@ -27,6 +27,7 @@ const std::vector<Benchmark>& registry() {
     register_conv_benchmarks();
     register_cuda_benchmarks();
     register_checkpoint_benchmarks();
+    register_attention_benchmarks();
     return true;
   }();
   (void)registered;
