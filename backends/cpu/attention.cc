@@ -75,7 +75,7 @@ T sum_of(const T* x, int64_t n) {
 template <typename T>
 struct ForwardScratch {
   std::vector<T> kt, s, acc, m, l;
-  ForwardScratch(const AttentionDims& d)
+  explicit ForwardScratch(const AttentionDims& d)
       : kt(static_cast<size_t>(d.d * kBc)), s(static_cast<size_t>(kBr * kBc)), acc(static_cast<size_t>(kBr * d.dv)),
         m(kBr), l(kBr) {}
 };
@@ -161,7 +161,7 @@ void attention_kernel(const KernelContext& ctx, std::span<const TensorView> in, 
 template <typename T>
 struct BackwardScratch {
   std::vector<T> kt, vt, s, dp, st, di;
-  BackwardScratch(const AttentionDims& d)
+  explicit BackwardScratch(const AttentionDims& d)
       : kt(static_cast<size_t>(d.d * kBc)), vt(static_cast<size_t>(d.dv * kBc)), s(static_cast<size_t>(kBr * kBc)),
         dp(static_cast<size_t>(kBr * kBc)), st(static_cast<size_t>(kBc * kBr)), di(static_cast<size_t>(d.tq)) {}
 };
@@ -251,10 +251,13 @@ void attention_backward_kernel(const KernelContext& ctx, std::span<const TensorV
 }
 
 }  // namespace
+}  // namespace kiln::cpu
+
+namespace kiln {
 
 void register_cpu_attention_kernels() {
-  register_kernel(OpId::kAttention, DeviceKind::kCPU, attention_kernel);
-  register_kernel(OpId::kAttentionBackward, DeviceKind::kCPU, attention_backward_kernel);
+  register_kernel(OpId::kAttention, DeviceKind::kCPU, cpu::attention_kernel);
+  register_kernel(OpId::kAttentionBackward, DeviceKind::kCPU, cpu::attention_backward_kernel);
 }
 
-}  // namespace kiln::cpu
+}  // namespace kiln

@@ -7,11 +7,13 @@
 // float64, and must not overlap. Tiles are at most a few hundred rows and
 // columns: the blocking keeps 4 rows x 4 vectors of 64 bytes of c in
 // registers over the whole k loop and streams rows of b, which then come from
-// L1. Each output adds its k products in order of p.
+// L1; the last n % lanes columns go through zero-padded copies. Each output
+// adds its k products in order of p.
 #pragma once
 
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 namespace kiln::cpu::tile {
 
@@ -59,15 +61,16 @@ void matmul_add(int64_t m, int64_t k, int64_t n, const T* a, int64_t lda, const 
   for (; j + NV * L <= n; j += NV * L) column_block<T, NV>(m, k, a, lda, b + j, ldb, c + j, ldc);
   for (; j + L <= n; j += L) column_block<T, 1>(m, k, a, lda, b + j, ldb, c + j, ldc);
   if (j == n) return;
-  // The last n % lanes columns, in the same order over p.
-  for (int64_t i = 0; i < m; ++i) {
-    T* crow = c + i * ldc;
-    for (int64_t p = 0; p < k; ++p) {
-      const T x = a[i * lda + p];
-      const T* brow = b + p * ldb;
-      for (int64_t jj = j; jj < n; ++jj) crow[jj] += x * brow[jj];
-    }
-  }
+  // The last n % lanes columns: through zero-padded copies of b's and c's
+  // columns, so that they run on the vector path too.
+  const int64_t tail = n - j;
+  thread_local std::vector<T> pad;
+  pad.assign(static_cast<size_t>((k + m) * L), T(0));
+  T *bp = pad.data(), *cp = pad.data() + k * L;
+  for (int64_t p = 0; p < k; ++p) std::memcpy(bp + p * L, b + p * ldb + j, tail * sizeof(T));
+  for (int64_t i = 0; i < m; ++i) std::memcpy(cp + i * L, c + i * ldc + j, tail * sizeof(T));
+  column_block<T, 1>(m, k, a, lda, bp, L, cp, L);
+  for (int64_t i = 0; i < m; ++i) std::memcpy(c + i * ldc + j, cp + i * L, tail * sizeof(T));
 }
 
 // dst[c][r] = src[r][c] for r < rows, c < cols.
