@@ -14,7 +14,7 @@
 // blocks outside, query blocks inside, skipping tiles the causal rule masks
 // entirely; per tile P = exp(scale * S - lse) is recomputed from the saved
 // lse, dv += P^T dout, dS = P * (dout v^T - Di) * scale with
-// Di = rowsum(dout * out), dq += dS k, dk += dS^T q.
+// Di = rowsum(dout * out) - dlse, dq += dS k, dk += dS^T q.
 //
 // The tile products run tile::matmul_add (backends/cpu/attention_tile.h). In
 // float32 and float64, accumulating in the data's dtype; 16-bit calls go
@@ -166,10 +166,10 @@ struct BackwardScratch {
         dp(static_cast<size_t>(kBr * kBc)), st(static_cast<size_t>(kBc * kBr)), di(static_cast<size_t>(d.tq)) {}
 };
 
-// One batch row: dq [tq, d], dk [tk, d], dv [tk, dv] from dout, q, k, v, out, lse.
+// One batch row: dq [tq, d], dk [tk, d], dv [tk, dv] from dout, dlse, q, k, v, out, lse.
 template <typename T>
-void backward_row(const AttentionDims& d, const T* dout, const T* q, const T* k, const T* v, const T* o, const T* lse,
-                  T* dq, T* dk, T* dv, BackwardScratch<T>& w) {
+void backward_row(const AttentionDims& d, const T* dout, const T* dlse, const T* q, const T* k, const T* v,
+                  const T* o, const T* lse, T* dq, T* dk, T* dv, BackwardScratch<T>& w) {
   constexpr T kNegInf = -std::numeric_limits<T>::infinity();
   const T scale = static_cast<T>(d.scale);
   std::fill(dq, dq + d.tq * d.d, T(0));
@@ -180,7 +180,7 @@ void backward_row(const AttentionDims& d, const T* dout, const T* q, const T* k,
     T s = 0;
 #pragma omp simd reduction(+ : s)
     for (int64_t e = 0; e < d.dv; ++e) s += g[e] * y[e];
-    w.di[i] = s;
+    w.di[i] = s - dlse[i];
   }
   for (int64_t kb = 0; kb < d.tk; kb += kBc) {
     const int64_t nc = std::min(kBc, d.tk - kb);
@@ -227,9 +227,9 @@ void backward_row(const AttentionDims& d, const T* dout, const T* q, const T* k,
 template <typename T>
 void attention_backward_typed(const KernelContext& ctx, std::span<const TensorView> in,
                               std::span<const TensorView> out) {
-  const AttentionDims d = dims_of(ctx, in[1], in[2], in[3]);
-  const T *dout = in[0].ptr<T>(), *q = in[1].ptr<T>(), *k = in[2].ptr<T>(), *v = in[3].ptr<T>(),
-          *o = in[4].ptr<T>(), *lse = in[5].ptr<T>();
+  const AttentionDims d = dims_of(ctx, in[2], in[3], in[4]);
+  const T *dout = in[0].ptr<T>(), *dlse = in[1].ptr<T>(), *q = in[2].ptr<T>(), *k = in[3].ptr<T>(),
+          *v = in[4].ptr<T>(), *o = in[5].ptr<T>(), *lse = in[6].ptr<T>();
   T *dq = out[0].ptr<T>(), *dk = out[1].ptr<T>(), *dv = out[2].ptr<T>();
   const int64_t work = std::max<int64_t>(1, d.tq * d.tk * (d.d + d.dv));
   parallel_for(
@@ -237,7 +237,7 @@ void attention_backward_typed(const KernelContext& ctx, std::span<const TensorVi
       [&](int64_t b0, int64_t b1) {
         BackwardScratch<T> w(d);
         for (int64_t b = b0; b < b1; ++b)
-          backward_row(d, dout + b * d.tq * d.dv, q + b * d.tq * d.d, k + b * d.tk * d.d, v + b * d.tk * d.dv,
+          backward_row(d, dout + b * d.tq * d.dv, dlse + b * d.tq, q + b * d.tq * d.d, k + b * d.tk * d.d, v + b * d.tk * d.dv,
                        o + b * d.tq * d.dv, lse + b * d.tq, dq + b * d.tq * d.d, dk + b * d.tk * d.d,
                        dv + b * d.tk * d.dv, w);
       },
@@ -247,7 +247,7 @@ void attention_backward_typed(const KernelContext& ctx, std::span<const TensorVi
 void attention_backward_kernel(const KernelContext& ctx, std::span<const TensorView> in,
                                std::span<const TensorView> out) {
   if (out[0].size() == 0 && out[1].size() == 0 && out[2].size() == 0) return;
-  dispatch_float(in[1].dtype, [&](auto tag) { attention_backward_typed<decltype(tag)>(ctx, in, out); });
+  dispatch_float(in[2].dtype, [&](auto tag) { attention_backward_typed<decltype(tag)>(ctx, in, out); });
 }
 
 }  // namespace

@@ -1,12 +1,11 @@
 // _kiln_attention and _backward_kiln_attention: inference and gradients
 // (semantics in ir/ops/attention.h).
 //
-// The forward's gradient sends out's gradient through the fused backward op
-// and lse's (d lse[i] / d S[i, j] = P[i, j]) through ordinary ops. Because
-// lse's gradient is passed on, the backward op may read out and lse as
-// independent inputs, and its own gradient is its formula in ordinary ops
-// (grad_of_composite): a second differentiation reaches q, k and v through the
-// forward node's outputs.
+// The forward's gradient is the fused backward op, which takes the gradients
+// of both outputs. Because lse's gradient is passed on, the backward op may
+// read out and lse as independent inputs, and its own gradient is its
+// formula in ordinary ops (grad_of_composite): a second differentiation
+// reaches q, k and v through the forward node's outputs.
 #include "ir/ops/attention.h"
 
 #include <cmath>
@@ -77,21 +76,22 @@ void infer_attention(const OpAttrs& attrs, std::span<const TensorType> in, std::
   out.push_back({lse_shape(in[0].shape), lse_dtype(in[0].dtype)});
 }
 
-// (dout, q, k, v, out, lse) -> (dq, dk, dv)
+// (dout, dlse, q, k, v, out, lse) -> (dq, dk, dv)
 void infer_attention_backward(const OpAttrs& attrs, std::span<const TensorType> in, std::vector<TensorType>& out) {
-  check_qkv(attrs.as<AttentionAttrs>(), in[1], in[2], in[3]);
-  const Shape o = out_shape(in[1].shape, in[3].shape);
-  const DType t = in[1].dtype;
-  KILN_CHECK(in[0].shape == o && in[0].dtype == t, ShapeError, "dout is {}{} but the output is {}{}", in[0].dtype,
-             in[0].shape, t, o);
-  KILN_CHECK(in[4].shape == o && in[4].dtype == t, ShapeError, "out is {}{} but must be {}{}", in[4].dtype,
-             in[4].shape, t, o);
-  const Shape l = lse_shape(in[1].shape);
-  KILN_CHECK(in[5].shape == l && in[5].dtype == lse_dtype(t), ShapeError, "lse is {}{} but must be {}{}",
-             in[5].dtype, in[5].shape, lse_dtype(t), l);
-  out.push_back(in[1]);
+  check_qkv(attrs.as<AttentionAttrs>(), in[2], in[3], in[4]);
+  const DType t = in[2].dtype;
+  const TensorType o{out_shape(in[2].shape, in[4].shape), t}, l{lse_shape(in[2].shape), lse_dtype(t)};
+  auto check = [](const TensorType& got, const TensorType& want, const char* name) {
+    KILN_CHECK(got == want, ShapeError, "{} is {}{} but must be {}{}", name, got.dtype, got.shape, want.dtype,
+               want.shape);
+  };
+  check(in[0], o, "dout");
+  check(in[1], l, "dlse");
+  check(in[5], o, "out");
+  check(in[6], l, "lse");
   out.push_back(in[2]);
   out.push_back(in[3]);
+  out.push_back(in[4]);
 }
 
 // ---- the math in ordinary ops (second order, and lse's gradient)
@@ -111,25 +111,23 @@ GradValue causal_mask(GradBuilder& b, int64_t tq, int64_t tk, DType t) {
   return b.op(OpId::kBroadcastLesserEqual, {key, query});
 }
 
-// P = exp(S - lse) on allowed entries, 0 elsewhere, [..., Tq, Tk] in q's dtype.
-GradValue probabilities(GradBuilder& b, const AttentionDims& d, GradValue q, GradValue k, GradValue lse) {
-  const TensorType qt = b.type(q);
-  if (b.type(lse).dtype != qt.dtype) lse = b.op(OpId::kCast, {lse}, OpAttrs::make(CastAttrs{qt.dtype}));
-  Shape col = b.type(lse).shape;
+// v as a column [..., Tq, 1] in `t`.
+GradValue column(GradBuilder& b, GradValue v, DType t) {
+  if (b.type(v).dtype != t) v = b.op(OpId::kCast, {v}, OpAttrs::make(CastAttrs{t}));
+  Shape col = b.type(v).shape;
   col.push_back(1);
-  GradValue s = scalar(b, OpId::kMulScalar, batch_dot(b, q, k, false, true), d.scale);
-  GradValue e = sub(b, s, grad_ops::reshape_to(b, lse, col));
-  if (!d.causal) return grad_ops::unary(b, OpId::kExp, e);
-  // Masked entries are zeroed before exp, so they cannot overflow.
-  GradValue m = causal_mask(b, d.tq, d.tk, qt.dtype);
-  return mul(b, grad_ops::unary(b, OpId::kExp, mul(b, e, m)), m);
+  return grad_ops::reshape_to(b, v, col);
 }
 
-// dq and dk of a given dS: scale dS k, scale dS^T q.
-std::pair<GradValue, GradValue> grads_of_scores(GradBuilder& b, const AttentionDims& d, GradValue ds, GradValue q,
-                                                GradValue k) {
-  return {scalar(b, OpId::kMulScalar, batch_dot(b, ds, k, false, false), d.scale),
-          scalar(b, OpId::kMulScalar, batch_dot(b, ds, q, true, false), d.scale)};
+// P = exp(S - lse) on allowed entries, 0 elsewhere, [..., Tq, Tk] in q's dtype.
+GradValue probabilities(GradBuilder& b, const AttentionDims& d, GradValue q, GradValue k, GradValue lse) {
+  const DType t = b.type(q).dtype;
+  GradValue s = scalar(b, OpId::kMulScalar, batch_dot(b, q, k, false, true), d.scale);
+  GradValue e = sub(b, s, column(b, lse, t));
+  if (!d.causal) return grad_ops::unary(b, OpId::kExp, e);
+  // Masked entries are zeroed before exp, so they cannot overflow.
+  GradValue m = causal_mask(b, d.tq, d.tk, t);
+  return mul(b, grad_ops::unary(b, OpId::kExp, mul(b, e, m)), m);
 }
 
 AttentionDims dims_of(const GradArgs& g, int first) {
@@ -137,42 +135,34 @@ AttentionDims dims_of(const GradArgs& g, int first) {
                         g.input_types[first + 2].shape);
 }
 
-GradValue add_or(GradBuilder& b, GradValue acc, GradValue x) { return acc.is_none() ? x : grad_ops::add(b, acc, x); }
+// The given gradient, or zeros of `t` where it is none.
+GradValue or_zeros(GradBuilder& b, GradValue g, const TensorType& t) {
+  return g.is_none() ? b.op(OpId::kZeros, {}, OpAttrs::make(InitAttrs{t.shape, t.dtype})) : g;
+}
 
 void grad_attention(GradBuilder& b, const GradArgs& g, std::span<GradValue> in_grads) {
-  GradValue dout = g.out_grads[0], dlse = g.out_grads[1];
-  GradValue q = g.inputs[0], k = g.inputs[1], v = g.inputs[2];
-  if (!dout.is_none()) {
-    GradValue in[] = {dout, q, k, v, g.outputs[0], g.outputs[1]};
-    std::vector<GradValue> r = b.apply(OpId::kAttentionBackward, in, g.attrs);
-    for (int i = 0; i < 3; ++i)
-      if (g.needs_grad[i]) in_grads[i] = r[i];
-  }
-  if (dlse.is_none() || !(g.needs_grad[0] || g.needs_grad[1])) return;
-  // d lse[i] / d S[i, j] = P[i, j]: dS = P * dlse[i].
-  const AttentionDims d = dims_of(g, 0);
-  GradValue p = probabilities(b, d, q, k, g.outputs[1]);
-  const TensorType pt = b.type(p);
-  if (b.type(dlse).dtype != pt.dtype) dlse = b.op(OpId::kCast, {dlse}, OpAttrs::make(CastAttrs{pt.dtype}));
-  Shape col = b.type(dlse).shape;
-  col.push_back(1);
-  GradValue ds = mul(b, p, grad_ops::reshape_to(b, dlse, col));
-  auto [dq, dk] = grads_of_scores(b, d, ds, q, k);
-  if (g.needs_grad[0]) in_grads[0] = add_or(b, in_grads[0], dq);
-  if (g.needs_grad[1]) in_grads[1] = add_or(b, in_grads[1], dk);
+  if (g.out_grads[0].is_none() && g.out_grads[1].is_none()) return;
+  GradValue dout = or_zeros(b, g.out_grads[0], b.type(g.outputs[0]));
+  GradValue dlse = or_zeros(b, g.out_grads[1], b.type(g.outputs[1]));
+  GradValue in[] = {dout, dlse, g.inputs[0], g.inputs[1], g.inputs[2], g.outputs[0], g.outputs[1]};
+  std::vector<GradValue> r = b.apply(OpId::kAttentionBackward, in, g.attrs);
+  for (int i = 0; i < 3; ++i)
+    if (g.needs_grad[i]) in_grads[i] = r[i];
 }
 
 // _backward_kiln_attention's formula (ir/ops/attention.h) in ordinary ops.
 void grad_attention_backward(GradBuilder& b, const GradArgs& g, std::span<GradValue> in_grads) {
-  const AttentionDims d = dims_of(g, 1);
+  const AttentionDims d = dims_of(g, 2);
   grad_of_composite(b, g, in_grads, [&](GradBuilder& t, std::span<const GradValue> in) {
-    GradValue dout = in[0], q = in[1], k = in[2], v = in[3], out = in[4], lse = in[5];
+    GradValue dout = in[0], dlse = in[1], q = in[2], k = in[3], v = in[4], out = in[5], lse = in[6];
+    const DType dt = t.type(q).dtype;
     GradValue p = probabilities(t, d, q, k, lse);
     GradValue dv = batch_dot(t, p, dout, true, false);
     GradValue dp = batch_dot(t, dout, v, false, true);
-    GradValue di = grad_ops::sum(t, mul(t, dout, out), {-1}, true);
+    GradValue di = sub(t, grad_ops::sum(t, mul(t, dout, out), {-1}, true), column(t, dlse, dt));
     GradValue ds = mul(t, p, sub(t, dp, di));
-    auto [dq, dk] = grads_of_scores(t, d, ds, q, k);
+    GradValue dq = scalar(t, OpId::kMulScalar, batch_dot(t, ds, k, false, false), d.scale);
+    GradValue dk = scalar(t, OpId::kMulScalar, batch_dot(t, ds, q, true, false), d.scale);
     return std::vector<GradValue>{dq, dk, dv};
   });
 }
@@ -188,13 +178,13 @@ void register_attention_ops(OpRegistry& r) {
   fwd.grad = grad_attention;
   fwd.grad_uses_outputs = true;
 
-  OpDef& back = r.define(OpId::kAttentionBackward, "Gradient of _kiln_attention's output with respect to q, k, v.");
-  back.num_inputs = 6;
-  back.input_names = {"out_grad", "query", "key", "value", "out", "lse"};
+  OpDef& back = r.define(OpId::kAttentionBackward, "Gradient of _kiln_attention with respect to q, k, v.");
+  back.num_inputs = 7;
+  back.input_names = {"out_grad", "lse_grad", "query", "key", "value", "out", "lse"};
   back.infer = infer_attention_backward;
   back.parse_attrs = parse_attrs_as<AttentionAttrs>;
   back.grad = grad_attention_backward;
-  back.amp_float32_inputs = 1u << 5;  // lse is float32 whatever the data's dtype
+  back.amp_float32_inputs = (1u << 1) | (1u << 6);  // dlse and lse are float32 whatever the data's dtype
 }
 
 }  // namespace kiln

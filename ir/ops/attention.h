@@ -16,12 +16,16 @@
 // inputs, whose gradients are checked to 1e-12 and so need lse unrounded).
 // lse is the auxiliary output the backward reads; it is differentiable too.
 //
-// _backward_kiln_attention(dout, q, k, v, out, lse) -> (dq, dk, dv): with
-// P = exp(S - lse) on allowed entries (0 elsewhere), Di = sum_c dout[i,c] out[i,c],
+// _backward_kiln_attention(dout, dlse, q, k, v, out, lse) -> (dq, dk, dv):
+// with P = exp(S - lse) on allowed entries (0 elsewhere) and
+// Di = sum_c dout[i, c] out[i, c] - dlse[i],
 //   dv = P^T dout,  dS = P * (dout v^T - Di),  dq = scale dS k,  dk = scale dS^T q
-// evaluated at the given out and lse (not recomputed), so that it is a
-// function of its six inputs that ordinary ops also express; its own
-// gradient (second order) is that expression differentiated.
+// (d lse[i] / d S[i, j] = P[i, j], so lse's gradient costs one subtraction
+// per row; autograd hands zeros for an output nobody read). dlse and lse are
+// float32 (float64 for float64 data). The op is evaluated at the given out
+// and lse (not recomputed), so that it is a function of its seven inputs
+// that ordinary ops also express; its own gradient (second order) is that
+// expression differentiated.
 #pragma once
 
 #include <algorithm>
