@@ -64,6 +64,9 @@ double peak_mib(AttentionFn attention, int64_t t) {
   Inputs in({1, 4, t, 64});
   forward_backward(attention, in.q, in.k, in.v);  // gradient buffers exist from here on
   storage::Pool& pool = storage::pool(Device::cpu(0));
+  // No cached blocks: a request would otherwise take a cached block up to
+  // twice its size (left by an earlier, larger run) and count all of it.
+  pool.release_cached();
   const int64_t base = pool.stats().in_use;
   pool.reset_peak();
   forward_backward(attention, in.q, in.k, in.v);
