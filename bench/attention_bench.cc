@@ -1,8 +1,11 @@
 // Scaled dot-product attention, fused (_kiln_attention) against its
 // decomposition (nd::attention_reference): forward + backward time at a
-// training shape, and the peak of the device pool's bytes in use for
-// forward + backward as the sequence grows (the fused op keeps O(T) per
-// head, the decomposition its [T, T] scores and their gradients).
+// training shape, forward time for one generated token, and the peak of the
+// device pool's bytes in use for forward + backward as the sequence grows
+// (the fused op keeps O(T) per head, the decomposition its [T, T] scores and
+// their gradients).
+#include <algorithm>
+
 #include "bench/bench.h"
 #include "frontend/autograd.h"
 #include "frontend/nd.h"
@@ -56,6 +59,25 @@ std::vector<Figure> bench_time(const Options& o) {
           {"attention_fused_speedup", reference / fused, "x"}};
 }
 
+// Generation: one new query per sequence against a cache of 256 keys,
+// forward only (inference).
+double decode_seconds(AttentionFn attention, const Options& o) {
+  nd::random::seed(12);
+  NDArray q = nd::random::normal({32, 4, 1, 64}), k = nd::random::normal({32, 4, 256, 64});
+  NDArray v = nd::random::normal({32, 4, 256, 64});
+  attention(q, k, v, {.causal = true}).wait_to_read();
+  return best_of(std::max(o.repeat, 10), [&] {
+    auto start = Clock::now();
+    attention(q, k, v, {.causal = true}).wait_to_read();
+    return seconds_since(start);
+  });
+}
+
+std::vector<Figure> bench_decode(const Options& o) {
+  return {{"attention_decode_fused_us", decode_seconds(nd::scaled_dot_product_attention, o) * 1e6, "us"},
+          {"attention_decode_reference_us", decode_seconds(nd::attention_reference, o) * 1e6, "us"}};
+}
+
 constexpr int64_t kLengths[] = {256, 512, 1024, 2048, 4096};
 
 // Bytes in use at the peak of one forward + backward, beyond the inputs and
@@ -97,6 +119,7 @@ void register_attention_benchmarks() {
   add({"attention_time",
        {"attention_fused_fwd_bwd_ms", "attention_reference_fwd_bwd_ms", "attention_fused_speedup"},
        &bench_time});
+  add({"attention_decode", {"attention_decode_fused_us", "attention_decode_reference_us"}, &bench_decode});
   add({"attention_memory", memory_figures(), &bench_memory});
 }
 

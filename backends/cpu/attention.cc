@@ -76,8 +76,11 @@ template <typename T>
 struct ForwardScratch {
   std::vector<T> kt, s, acc, m, l;
   explicit ForwardScratch(const AttentionDims& d)
-      : kt(static_cast<size_t>(d.d * kBc)), s(static_cast<size_t>(kBr * kBc)), acc(static_cast<size_t>(kBr * d.dv)),
-        m(kBr), l(kBr) {}
+      : kt(static_cast<size_t>(d.d * kBc)),
+        s(static_cast<size_t>(kBr * kBc)),
+        acc(static_cast<size_t>(kBr * d.dv)),
+        m(kBr),
+        l(kBr) {}
 };
 
 // Rows [i0, i0 + nr) of one batch row: q [tq, d], k [tk, d], v [tk, dv] -> o [tq, dv], lse [tq].
@@ -162,14 +165,18 @@ template <typename T>
 struct BackwardScratch {
   std::vector<T> kt, vt, s, dp, st, di;
   explicit BackwardScratch(const AttentionDims& d)
-      : kt(static_cast<size_t>(d.d * kBc)), vt(static_cast<size_t>(d.dv * kBc)), s(static_cast<size_t>(kBr * kBc)),
-        dp(static_cast<size_t>(kBr * kBc)), st(static_cast<size_t>(kBc * kBr)), di(static_cast<size_t>(d.tq)) {}
+      : kt(static_cast<size_t>(d.d * kBc)),
+        vt(static_cast<size_t>(d.dv * kBc)),
+        s(static_cast<size_t>(kBr * kBc)),
+        dp(static_cast<size_t>(kBr * kBc)),
+        st(static_cast<size_t>(kBc * kBr)),
+        di(static_cast<size_t>(d.tq)) {}
 };
 
 // One batch row: dq [tq, d], dk [tk, d], dv [tk, dv] from dout, dlse, q, k, v, out, lse.
 template <typename T>
-void backward_row(const AttentionDims& d, const T* dout, const T* dlse, const T* q, const T* k, const T* v,
-                  const T* o, const T* lse, T* dq, T* dk, T* dv, BackwardScratch<T>& w) {
+void backward_row(const AttentionDims& d, const T* dout, const T* dlse, const T* q, const T* k, const T* v, const T* o,
+                  const T* lse, T* dq, T* dk, T* dv, BackwardScratch<T>& w) {
   constexpr T kNegInf = -std::numeric_limits<T>::infinity();
   const T scale = static_cast<T>(d.scale);
   std::fill(dq, dq + d.tq * d.d, T(0));
@@ -228,8 +235,8 @@ template <typename T>
 void attention_backward_typed(const KernelContext& ctx, std::span<const TensorView> in,
                               std::span<const TensorView> out) {
   const AttentionDims d = dims_of(ctx, in[2], in[3], in[4]);
-  const T *dout = in[0].ptr<T>(), *dlse = in[1].ptr<T>(), *q = in[2].ptr<T>(), *k = in[3].ptr<T>(),
-          *v = in[4].ptr<T>(), *o = in[5].ptr<T>(), *lse = in[6].ptr<T>();
+  const T *dout = in[0].ptr<T>(), *dlse = in[1].ptr<T>(), *q = in[2].ptr<T>(), *k = in[3].ptr<T>(), *v = in[4].ptr<T>(),
+          *o = in[5].ptr<T>(), *lse = in[6].ptr<T>();
   T *dq = out[0].ptr<T>(), *dk = out[1].ptr<T>(), *dv = out[2].ptr<T>();
   const int64_t work = std::max<int64_t>(1, d.tq * d.tk * (d.d + d.dv));
   parallel_for(
@@ -237,9 +244,9 @@ void attention_backward_typed(const KernelContext& ctx, std::span<const TensorVi
       [&](int64_t b0, int64_t b1) {
         BackwardScratch<T> w(d);
         for (int64_t b = b0; b < b1; ++b)
-          backward_row(d, dout + b * d.tq * d.dv, dlse + b * d.tq, q + b * d.tq * d.d, k + b * d.tk * d.d, v + b * d.tk * d.dv,
-                       o + b * d.tq * d.dv, lse + b * d.tq, dq + b * d.tq * d.d, dk + b * d.tk * d.d,
-                       dv + b * d.tk * d.dv, w);
+          backward_row(d, dout + b * d.tq * d.dv, dlse + b * d.tq, q + b * d.tq * d.d, k + b * d.tk * d.d,
+                       v + b * d.tk * d.dv, o + b * d.tq * d.dv, lse + b * d.tq, dq + b * d.tq * d.d,
+                       dk + b * d.tk * d.d, dv + b * d.tk * d.dv, w);
       },
       std::max<int64_t>(1, (1 << 16) / work));
 }

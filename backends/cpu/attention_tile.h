@@ -53,8 +53,7 @@ inline void column_block(int64_t m, int64_t k, const T* a, int64_t lda, const T*
 }
 
 template <typename T>
-void matmul_add(int64_t m, int64_t k, int64_t n, const T* a, int64_t lda, const T* b, int64_t ldb, T* c,
-                int64_t ldc) {
+void matmul_add(int64_t m, int64_t k, int64_t n, const T* a, int64_t lda, const T* b, int64_t ldb, T* c, int64_t ldc) {
   constexpr int L = Vec<T>::kLanes;
   constexpr int NV = 4;
   int64_t j = 0;

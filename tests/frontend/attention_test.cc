@@ -19,7 +19,9 @@
 #include "frontend/nd_attention.h"
 #include "frontend/nn/export_onnx.h"
 #include "ir/ops/attention.h"
+#include "runtime/engine.h"
 #include "runtime/kernel.h"
+#include "runtime/storage.h"
 #include "tests/frontend/grad_check.h"
 #include "tests/test_util.h"
 
@@ -70,12 +72,12 @@ const std::vector<Shapes>& shapes() {
   static const std::vector<Shapes> all = {
       {{2, 3, 37, 24}, {2, 3, 37, 24}, {2, 3, 37, 24}, false},
       {{2, 3, 37, 24}, {2, 3, 37, 24}, {2, 3, 37, 24}, true},
-      {{1, 1, 1}, {1, 1, 1}, {1, 1, 1}, true},                       // T = 1
+      {{1, 1, 1}, {1, 1, 1}, {1, 1, 1}, true},  // T = 1
       {{2, 1, 5}, {2, 1, 5}, {2, 1, 7}, false},
-      {{1, 2, 130, 16}, {1, 2, 130, 16}, {1, 2, 130, 8}, true},      // three tiles, a partial one
-      {{3, 70, 8}, {3, 70, 8}, {3, 70, 8}, false, 0.3},             // an explicit scale
-      {{2, 2, 5, 8}, {2, 2, 70, 8}, {2, 2, 70, 12}, true},          // Tq < Tk: the last 5 positions
-      {{2, 1, 9}, {2, 200, 9}, {2, 200, 9}, true},                  // decoding one token
+      {{1, 2, 130, 16}, {1, 2, 130, 16}, {1, 2, 130, 8}, true},  // three tiles, a partial one
+      {{3, 70, 8}, {3, 70, 8}, {3, 70, 8}, false, 0.3},          // an explicit scale
+      {{2, 2, 5, 8}, {2, 2, 70, 8}, {2, 2, 70, 12}, true},       // Tq < Tk: the last 5 positions
+      {{2, 1, 9}, {2, 200, 9}, {2, 200, 9}, true},               // decoding one token
       {{2, 65, 3}, {2, 129, 3}, {2, 129, 5}, true},
   };
   return all;
@@ -138,7 +140,8 @@ TEST(Attention, SixteenBitInputsMatchFloat32) {
     EXPECT_EQ(got.dtype(), low);
     NDArray want = nd::attention_reference(q.astype(DType::kFloat32), k.astype(DType::kFloat32),
                                            v.astype(DType::kFloat32), {.causal = true});
-    test::expect_close(got.astype(DType::kFloat32), want, low == DType::kBfloat16 ? 2e-2 : 4e-3, std::string(dtype_name(low)));
+    test::expect_close(got.astype(DType::kFloat32), want, low == DType::kBfloat16 ? 2e-2 : 4e-3,
+                       std::string(dtype_name(low)));
   }
 }
 
@@ -221,28 +224,55 @@ TEST(Attention, ExportsToOnnxAsItsDecompositionAndReimports) {
 
 TEST(Attention, BadInputsAreErrorsAtTheCall) {
   NDArray q = nd::zeros({2, 5, 4}), k = nd::zeros({2, 6, 4}), v = nd::zeros({2, 6, 3});
-  EXPECT_CONTAINS(test::error_of<ShapeError>([&] { nd::scaled_dot_product_attention(q, nd::zeros({2, 6, 5}), v); }),
+  EXPECT_CONTAINS(test::error_of<ShapeError>([&] {
+                    nd::scaled_dot_product_attention(q, nd::zeros({2, 6, 5}), v);
+                  }),
                   "k [2,6,5]");
-  EXPECT_CONTAINS(test::error_of<ShapeError>([&] { nd::scaled_dot_product_attention(q, k, nd::zeros({2, 7, 3})); }),
+  EXPECT_CONTAINS(test::error_of<ShapeError>([&] {
+                    nd::scaled_dot_product_attention(q, k, nd::zeros({2, 7, 3}));
+                  }),
                   "expected q [..., Tq, D]");
-  EXPECT_CONTAINS(test::error_of<ShapeError>([&] { nd::scaled_dot_product_attention(nd::zeros({5, 4}), k, v); }),
+  EXPECT_CONTAINS(test::error_of<ShapeError>([&] {
+                    nd::scaled_dot_product_attention(nd::zeros({5, 4}), k, v);
+                  }),
                   "rank >= 3");
-  EXPECT_CONTAINS(test::error_of<TypeError>(
-                      [&] { nd::scaled_dot_product_attention(q, k.astype(DType::kFloat64), v); }),
+  EXPECT_CONTAINS(test::error_of<TypeError>([&] { nd::scaled_dot_product_attention(q, k.astype(DType::kFloat64), v); }),
                   "need one dtype");
   EXPECT_CONTAINS(test::error_of<TypeError>([&] {
                     nd::scaled_dot_product_attention(q.astype(DType::kInt32), k.astype(DType::kInt32),
                                                      v.astype(DType::kInt32));
                   }),
                   "_kiln_attention");
-  EXPECT_CONTAINS(test::error_of<ValueError>(
-                      [&] { nd::scaled_dot_product_attention(k, q, nd::zeros({2, 5, 3}), {.causal = true}); }),
+  EXPECT_CONTAINS(test::error_of<ValueError>([&] {
+                    nd::scaled_dot_product_attention(k, q, nd::zeros({2, 5, 3}), {.causal = true});
+                  }),
                   "Tq <= Tk");
   // The op itself (a graph or a direct invoke) checks the same.
   EXPECT_CONTAINS(test::error_of<ShapeError>([&] {
                     invoke(OpId::kAttention, {q, nd::zeros({3, 6, 4}), v}, OpAttrs::make(AttentionAttrs{}));
                   }),
                   "_kiln_attention");
+}
+
+// Forward and backward allocate O(T) arrays: no [T, T] scores, probabilities
+// or gradients of them (which a gradient path through ordinary ops would make).
+TEST(Attention, ForwardAndBackwardHoldNoSquareArray) {
+  const int64_t t = 2048;  // one [t, t] float32 array: 16 MiB
+  NDArray q = values({1, 1, t, 16}, 1, DType::kFloat32), k = values({1, 1, t, 16}, 2, DType::kFloat32);
+  NDArray v = values({1, 1, t, 16}, 3, DType::kFloat32);
+  for (NDArray* x : {&q, &k, &v}) x->attach_grad();
+  engine::wait_all();
+  storage::Pool& pool = storage::pool(Device::cpu(0));
+  pool.release_cached();
+  const int64_t base = pool.stats().in_use;
+  pool.reset_peak();
+  {
+    autograd::Record record;
+    autograd::backward({nd::sum(nd::scaled_dot_product_attention(q, k, v, {.causal = true}))});
+  }
+  engine::wait_all();
+  const int64_t peak = pool.stats().peak_in_use - base;
+  EXPECT_LT(peak, 2 << 20) << "bytes at the peak of forward + backward";
 }
 
 // Second differentiation runs through the backward op's math in ordinary ops.
