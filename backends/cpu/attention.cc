@@ -70,6 +70,21 @@ T sum_of(const T* x, int64_t n) {
   return s;
 }
 
+// Query blocks of at most this many rows take their scores as dot products
+// with k's rows; larger ones transpose the key tile once and run the
+// register-blocked product (one generated token: Tq = 1).
+constexpr int64_t kDotRows = 4;
+
+// s[r][c] = q_r . k_c for a block of nr queries and nc keys (kt: the key
+// tile transposed, [d][kBc], read only when nr > kDotRows). Forward and
+// backward share it, so they compute the same scores.
+template <typename T>
+void scores(const AttentionDims& d, int64_t nr, int64_t nc, const T* q, const T* k, const T* kt, T* s) {
+  if (nr <= kDotRows) return tile::dot_rows(nr, d.d, nc, q, d.d, k, d.d, s, kBc);
+  std::fill(s, s + nr * kBc, T(0));
+  tile::matmul_add(nr, d.d, nc, q, d.d, kt, kBc, s, kBc);
+}
+
 // ---- forward
 
 template <typename T>
@@ -95,10 +110,9 @@ void forward_block(const AttentionDims& d, const T* q, const T* k, const T* v, T
   const int64_t kend = d.allowed(i0 + nr - 1);
   for (int64_t kb = 0; kb < kend; kb += kBc) {
     const int64_t nc = std::min(kBc, kend - kb);
-    tile::transpose(nc, d.d, k + kb * d.d, d.d, w.kt.data(), kBc);
+    if (nr > kDotRows) tile::transpose(nc, d.d, k + kb * d.d, d.d, w.kt.data(), kBc);
     T* s = w.s.data();
-    std::fill(s, s + nr * kBc, T(0));
-    tile::matmul_add(nr, d.d, nc, q + i0 * d.d, d.d, w.kt.data(), kBc, s, kBc);
+    scores(d, nr, nc, q + i0 * d.d, k + kb * d.d, w.kt.data(), s);
     for (int64_t r = 0; r < nr; ++r) {
       T* row = s + r * kBc;
       const int64_t nv = visible(d, i0 + r, kb, nc);
@@ -197,8 +211,7 @@ void backward_row(const AttentionDims& d, const T* dout, const T* dlse, const T*
       const int64_t nr = std::min(kBr, d.tq - i0);
       if (visible(d, i0 + nr - 1, kb, nc) == 0) continue;  // every row of the block is masked here
       T *s = w.s.data(), *dp = w.dp.data();
-      std::fill(s, s + nr * kBc, T(0));
-      tile::matmul_add(nr, d.d, nc, q + i0 * d.d, d.d, w.kt.data(), kBc, s, kBc);
+      scores(d, nr, nc, q + i0 * d.d, k + kb * d.d, w.kt.data(), s);
       for (int64_t r = 0; r < nr; ++r) {
         T* row = s + r * kBc;
         const int64_t nv = visible(d, i0 + r, kb, nc);

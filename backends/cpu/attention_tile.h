@@ -2,6 +2,7 @@
 // small dense products on one tile, register-blocked.
 //
 //   cpu::tile::matmul_add(m, k, n, a, lda, b, ldb, c, ldc);   // c[m, n] += a[m, k] . b[k, n]
+//   cpu::tile::dot_rows(m, k, n, a, lda, b, ldb, c, ldc);     // c[m, n] = a[m, k] . b[n, k]^T
 //
 // All operands are row-major with the given row strides, float32 or
 // float64, and must not overlap. Tiles are at most a few hundred rows and
@@ -70,6 +71,20 @@ void matmul_add(int64_t m, int64_t k, int64_t n, const T* a, int64_t lda, const 
   for (int64_t i = 0; i < m; ++i) std::memcpy(cp + i * L, c + i * ldc + j, tail * sizeof(T));
   column_block<T, 1>(m, k, a, lda, bp, L, cp, L);
   for (int64_t i = 0; i < m; ++i) std::memcpy(c + i * ldc + j, cp + i * L, tail * sizeof(T));
+}
+
+// c[i][j] = a_i . b_j for i < m, j < n (b's rows as given, not transposed):
+// for a few rows of a, where transposing b would cost more than the products.
+template <typename T>
+void dot_rows(int64_t m, int64_t k, int64_t n, const T* a, int64_t lda, const T* b, int64_t ldb, T* c, int64_t ldc) {
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      const T *x = a + i * lda, *y = b + j * ldb;
+      T s = 0;
+#pragma omp simd reduction(+ : s)
+      for (int64_t p = 0; p < k; ++p) s += x[p] * y[p];
+      c[i * ldc + j] = s;
+    }
 }
 
 // dst[c][r] = src[r][c] for r < rows, c < cols.
