@@ -28,6 +28,7 @@ const std::vector<Benchmark>& registry() {
     register_cuda_benchmarks();
     register_checkpoint_benchmarks();
     register_gpt_benchmarks();
+    register_attention_benchmarks();
     return true;
   }();
   (void)registered;

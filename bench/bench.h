@@ -66,6 +66,7 @@ void register_conv_benchmarks();       // bench/conv_bench.cc
 void register_cuda_benchmarks();       // bench/cuda_bench.cc (skip without a GPU)
 void register_checkpoint_benchmarks();  // bench/checkpoint_bench.cc
 void register_gpt_benchmarks();         // bench/gpt_bench.cc
+void register_attention_benchmarks();   // bench/attention_bench.cc
 
 // ---- helpers
 

@@ -2,6 +2,10 @@
 
 #include <cmath>
 
+#include "frontend/invoke.h"
+#include "ir/ops/attention.h"
+#include "runtime/kernel.h"
+
 #include "frontend/nd_elemwise.h"
 #include "frontend/nd_init.h"
 #include "frontend/nd_linalg.h"
@@ -14,12 +18,12 @@ namespace {
 
 void check_shapes(const NDArray& q, const NDArray& k, const NDArray& v) {
   const Shape &qs = q.shape(), &ks = k.shape(), &vs = v.shape();
-  const auto r = static_cast<size_t>(q.ndim());
-  KILN_CHECK(r >= 3 && static_cast<size_t>(k.ndim()) == r && static_cast<size_t>(v.ndim()) == r, ShapeError,
+  const int r = qs.ndim();
+  KILN_CHECK(r >= 3 && ks.ndim() == r && vs.ndim() == r, ShapeError,
              "scaled_dot_product_attention: q, k and v need the same rank >= 3 ([..., T, D]), got q {}, k {}, v {}",
              qs, ks, vs);
   bool fits = qs[r - 1] == ks[r - 1] && ks[r - 2] == vs[r - 2];
-  for (size_t i = 0; i + 2 < r; ++i) fits = fits && qs[i] == ks[i] && ks[i] == vs[i];
+  for (int i = 0; i + 2 < r; ++i) fits = fits && qs[i] == ks[i] && ks[i] == vs[i];
   KILN_CHECK(fits, ShapeError,
              "scaled_dot_product_attention: expected q [..., Tq, D], k [..., Tk, D], v [..., Tk, Dv] with equal "
              "leading axes, got q {}, k {}, v {}",
@@ -43,8 +47,7 @@ NDArray causal_mask(int64_t tq, int64_t tk, ArrayOptions options) {
 NDArray attention_reference(const NDArray& q, const NDArray& k, const NDArray& v, const AttentionOptions& options) {
   check_shapes(q, k, v);
   const Shape& qs = q.shape();
-  const int r = q.ndim();
-  const int64_t tq = qs[r - 2], tk = k.shape()[r - 2], d = qs[r - 1];
+  const int64_t tq = qs[qs.ndim() - 2], tk = k.shape()[qs.ndim() - 2], d = qs[qs.ndim() - 1];
   const double scale = options.scale.value_or(1.0 / std::sqrt(static_cast<double>(d)));
   NDArray scores = nd::batch_dot(q, k, false, true) * scale;  // [..., Tq, Tk]
   std::optional<NDArray> mask = options.mask;
@@ -58,7 +61,11 @@ NDArray attention_reference(const NDArray& q, const NDArray& k, const NDArray& v
 
 NDArray scaled_dot_product_attention(const NDArray& q, const NDArray& k, const NDArray& v,
                                      const AttentionOptions& options) {
-  return attention_reference(q, k, v, options);
+  check_shapes(q, k, v);
+  if (options.mask || !has_kernel(OpId::kAttention, q.device().kind))
+    return attention_reference(q, k, v, options);
+  const AttentionAttrs attrs{.causal = options.causal, .scale = options.scale};
+  return invoke(OpId::kAttention, {q, k, v}, OpAttrs::make(attrs))[0];
 }
 
 }  // namespace kiln::nd

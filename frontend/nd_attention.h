@@ -19,11 +19,17 @@
 // A query row with no allowed key gives zeros.
 //
 // attention_reference is the decomposition (batch_dot, masked_softmax,
-// batch_dot): it is what exports write and what tests compare against.
-// scaled_dot_product_attention gives the same values and gradients.
+// batch_dot): it is what tests compare against. scaled_dot_product_attention
+// gives the same values and gradients: without a mask, on a device with a
+// kernel for it (the CPU), it runs one fused op, _kiln_attention
+// (ir/ops/attention.h: flash-style tiles, O(T) memory per head, the row
+// logsumexp saved for the backward); with a mask, or elsewhere, the
+// decomposition. ONNX export writes the fused op as the decomposition; MXNet
+// JSON keeps it as _kiln_attention.
 //
 // Errors (at the call): ShapeError naming the shapes when q, k and v do not
-// fit or the mask does not broadcast; TypeError when their dtypes differ.
+// fit or the mask does not broadcast; TypeError when their dtypes differ or
+// are not floating (fused path); ValueError for causal with Tq > Tk.
 #pragma once
 
 #include <optional>

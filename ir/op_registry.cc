@@ -23,6 +23,7 @@ void register_fused_layer_ops(OpRegistry& r);
 void register_fused_ops(OpRegistry& r);
 void register_amp_policies(OpRegistry& r);  // ir/ops/amp_policy.cc: after every op is defined
 void register_layer_norm_ops(OpRegistry& r);
+void register_attention_ops(OpRegistry& r);
 
 namespace {
 
@@ -87,6 +88,7 @@ const Registry& built_registry() {
     register_fused_layer_ops(builder);
     register_fused_ops(builder);
     register_layer_norm_ops(builder);
+    register_attention_ops(builder);
     register_elemwise_grads(builder);
     register_conv_grads(builder);
     register_nn_grads(builder);

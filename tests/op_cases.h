@@ -230,6 +230,16 @@ inline const std::vector<Case>& cases() {
     {"LayerNorm", {in({3, 5, 6}, -2, 3), in({5}), in({5})}, {{"axis", "1"}, {"eps", "0.001"}}, 1e-5, 1e-5},
     {"_backward_LayerNorm", {in({40, 33}), in({40, 33}, -2, 3), in({33}), in({40, 1}), in({40, 1}, 0.5, 2)}, {}, 1e-4, 1e-5},
     {"_backward_LayerNorm", {in({3, 5, 6}), in({3, 5, 6}), in({5}), in({3, 1, 6}), in({3, 1, 6}, 0.5, 2)}, {{"axis", "1"}}, 1e-4, 1e-5},
+    // ---- attention: partial tiles, causal with Tq < Tk, one query against many keys
+    {"_kiln_attention", {in({2, 3, 37, 24}), in({2, 3, 37, 24}), in({2, 3, 37, 16})}, {{"causal", "True"}}, 1e-4, 1e-5},
+    {"_kiln_attention", {in({3, 5, 8}), in({3, 70, 8}), in({3, 70, 8})}, {{"scale", "0.5"}}, 1e-4, 1e-5},
+    {"_kiln_attention", {in({2, 1, 16}), in({2, 130, 16}), in({2, 130, 16})}, {{"causal", "True"}}, 1e-4, 1e-5},
+    {"_backward_kiln_attention",
+     {in({2, 2, 37, 16}), in({2, 2, 37}), in({2, 2, 37, 24}), in({2, 2, 37, 24}), in({2, 2, 37, 16}), in({2, 2, 37, 16}),
+      in({2, 2, 37}, 2, 4)},
+     {{"causal", "True"}}, 1e-4, 1e-5},
+    {"_backward_kiln_attention",
+     {in({3, 5, 8}), in({3, 5}), in({3, 5, 8}), in({3, 70, 8}), in({3, 70, 8}), in({3, 5, 8}), in({3, 5}, 4, 5)}, {}, 1e-4, 1e-5},
     // ---- fused layers
     {"_kiln_conv_act", {in({2, 3, 6, 6}), in({4, 3, 3, 3}), in({4})},
      {{"kernel", "(3, 3)"}, {"num_filter", "4"}, {"pad", "(1, 1)"}, {"act_type", "relu"}}, 1e-4, 1e-4},

@@ -12,6 +12,7 @@ void register_cpu_optimizer_kernels();
 void register_cpu_fused_kernels();
 void register_cpu_widening_kernel();
 void register_cpu_layer_norm_kernels();
+void register_cpu_attention_kernels();
 
 void register_cpu_kernels() {
   register_cpu_init_kernels();
@@ -25,6 +26,7 @@ void register_cpu_kernels() {
   register_cpu_fused_kernels();
   register_cpu_widening_kernel();
   register_cpu_layer_norm_kernels();
+  register_cpu_attention_kernels();
 }
 
 }  // namespace kiln

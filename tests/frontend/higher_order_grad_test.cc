@@ -237,6 +237,13 @@ const std::vector<Case>& cases() {
     {"_backward_LayerNorm", {in({3, 5}), in({3, 5}, -2, 2), in({5}), in({3, 1}), in({3, 1}, 0.5, 2)}, {{"eps", "0.01"}}},
     {"_backward_LayerNorm", {in({2, 4, 3}), in({2, 4, 3}), in({4}), in({2, 1, 3}), in({2, 1, 3}, 0.5, 2)}, {{"axis", "1"}}},
     // ---- fused layers (made by passes; differentiable as their parts)
+    // ---- attention: every output weighted, so lse's gradient is checked too
+    {"_kiln_attention", {in({2, 3, 3}), in({2, 4, 3}), in({2, 4, 2})}, {{"causal", "True"}}},
+    {"_kiln_attention", {in({1, 2, 3}), in({1, 3, 3}), in({1, 3, 2})}, {{"scale", "0.7"}}},
+    {"_backward_kiln_attention",
+     {in({2, 3, 2}), in({2, 3}), in({2, 3, 3}), in({2, 4, 3}), in({2, 4, 2}), in({2, 3, 2}), in({2, 3}, 1, 2)},
+     {{"causal", "True"}}},
+    outputs({"_kiln_attention", {in({2, 3, 3}), in({2, 3, 3}), in({2, 3, 2})}, {{"causal", "True"}}}, {1}),  // lse alone
     f32({"_kiln_conv_act", {in({2, 3, 5, 5}), in({4, 3, 3, 3}), in({4})},
          {{"kernel", "(3, 3)"}, {"num_filter", "4"}, {"pad", "(1, 1)"}, {"act_type", "tanh"}}}),
     {"_kiln_fc_act", {in({3, 4}), in({5, 4}), in({5})}, {{"num_hidden", "5"}, {"act_type", "sigmoid"}}},

@@ -5,6 +5,7 @@
 #include <onnx/shape_inference/implementation.h>
 
 #include <cmath>
+#include <limits>
 #include <map>
 #include <optional>
 #include <set>
@@ -15,6 +16,7 @@
 #include "frontend/formats/onnx/model.h"
 #include "frontend/formats/onnx/tensor.h"
 #include "frontend/nd_init.h"
+#include "ir/ops/attention.h"
 #include "ir/ops/conv.h"
 #include "ir/ops/elemwise.h"
 #include "ir/ops/layer_norm.h"
@@ -465,6 +467,51 @@ void write_add_n(Writer& w, const ir::Node& n) {
   w.node("Sum", in, {w.out(n)}, n.name);
 }
 
+// Whether any node or graph output reads output k of n.
+bool output_is_read(Writer& w, const ir::Node& n, int k) {
+  for (const ir::Node& m : w.g().nodes())
+    for (const ir::Entry& e : m.inputs)
+      if (&w.g().node(e.node) == &n && e.index == k) return true;
+  for (const ir::Entry& e : w.g().outputs())
+    if (&w.g().node(e.node) == &n && e.index == k) return true;
+  return false;
+}
+
+// _kiln_attention as its decomposition: MatMul(q, Transpose(k)) * scale,
+// plus a constant 0 / lowest-value [Tq, Tk] bias when causal, Softmax over
+// the keys, MatMul with v.
+void write_attention(Writer& w, const ir::Node& n) {
+  if (output_is_read(w, n, 1)) unsupported(n, "a read of attention's logsumexp output");
+  const Shape &qs = w.in_type(n, 0).shape, &ks = w.in_type(n, 1).shape;
+  const DType t = w.in_type(n, 0).dtype;
+  const AttentionDims d = attention_dims(n.attrs.as<AttentionAttrs>(), qs, ks, w.in_type(n, 2).shape);
+  const int rank = qs.ndim();
+  std::vector<int64_t> perm;
+  for (int i = 0; i < rank; ++i) perm.push_back(i);
+  std::swap(perm[rank - 1], perm[rank - 2]);
+  std::string kt = w.fresh(n.name + "/key_t");
+  attr(w.node("Transpose", {w.in(n, 1)}, {kt}, n.name), "perm", perm);
+  std::string scores = w.fresh(n.name + "/scores");
+  w.node("MatMul", {w.in(n, 0), kt}, {scores}, n.name);
+  std::string scaled = w.fresh(n.name + "/scaled");
+  w.node("Mul", {scores, w.scalar(n.name + "/scale", d.scale, t)}, {scaled}, n.name);
+  if (d.causal) {
+    const double low = t == DType::kFloat64 ? std::numeric_limits<double>::lowest()
+                                            : static_cast<double>(std::numeric_limits<float>::lowest());
+    std::vector<double> bias(static_cast<size_t>(d.tq * d.tk));
+    for (int64_t i = 0; i < d.tq; ++i)
+      for (int64_t j = 0; j < d.tk; ++j)
+        bias[static_cast<size_t>(i * d.tk + j)] = j < d.allowed(i) ? 0.0 : low;
+    NDArray b = nd::array(bias, Shape{d.tq, d.tk}).astype(t);
+    std::string masked = w.fresh(n.name + "/masked");
+    w.node("Add", {scaled, w.constant(n.name + "/causal_bias", b)}, {masked}, n.name);
+    scaled = masked;
+  }
+  std::string probs = w.fresh(n.name + "/probs");
+  attr(w.node("Softmax", {scaled}, {probs}, n.name), "axis", int64_t{-1});
+  w.node("MatMul", {probs, w.in(n, 2)}, {w.out(n)}, n.name);
+}
+
 const std::map<OpId, WriteFn>& writers() {
   static const std::map<OpId, WriteFn> table{
       {OpId::kElemwiseAdd, binary<kAdd>},          {OpId::kElemwiseSub, binary<kSub>},
@@ -495,6 +542,7 @@ const std::map<OpId, WriteFn>& writers() {
       {OpId::kLayerNorm, write_layer_norm},       {OpId::kSliceAxis, write_slice_axis},
       {OpId::kExpandDims, write_expand_dims},     {OpId::kSplit, write_split},
       {OpId::kBatchDot, write_batch_dot},
+      {OpId::kAttention, write_attention},
   };
   return table;
 }

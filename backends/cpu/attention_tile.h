@@ -1,0 +1,97 @@
+// Internal to the CPU attention kernels (backends/cpu/attention.cc): the
+// small dense products on one tile, register-blocked.
+//
+//   cpu::tile::matmul_add(m, k, n, a, lda, b, ldb, c, ldc);   // c[m, n] += a[m, k] . b[k, n]
+//   cpu::tile::dot_rows(m, k, n, a, lda, b, ldb, c, ldc);     // c[m, n] = a[m, k] . b[n, k]^T
+//
+// All operands are row-major with the given row strides, float32 or
+// float64, and must not overlap. Tiles are at most a few hundred rows and
+// columns: the blocking keeps 4 rows x 4 vectors of 64 bytes of c in
+// registers over the whole k loop and streams rows of b, which then come from
+// L1; the last n % lanes columns go through zero-padded copies. Each output
+// adds its k products in order of p.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+namespace kiln::cpu::tile {
+
+template <typename T>
+struct Vec {
+  typedef T type __attribute__((vector_size(64)));
+  static constexpr int kLanes = 64 / sizeof(T);
+};
+
+// c[R rows][NV vectors] += a[R rows][k] . b[k][NV vectors].
+template <typename T, int R, int NV>
+inline void micro(int64_t k, const T* a, int64_t lda, const T* b, int64_t ldb, T* c, int64_t ldc) {
+  using V = typename Vec<T>::type;
+  constexpr int L = Vec<T>::kLanes;
+  V acc[R][NV];
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < NV; ++v) std::memcpy(&acc[r][v], c + r * ldc + v * L, sizeof(V));
+  for (int64_t p = 0; p < k; ++p) {
+    V bv[NV];
+    for (int v = 0; v < NV; ++v) std::memcpy(&bv[v], b + p * ldb + v * L, sizeof(V));
+    for (int r = 0; r < R; ++r) {
+      const T x = a[r * lda + p];
+      for (int v = 0; v < NV; ++v) acc[r][v] += x * bv[v];
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < NV; ++v) std::memcpy(c + r * ldc + v * L, &acc[r][v], sizeof(V));
+}
+
+// Columns [j, j + NV * lanes) of every row.
+template <typename T, int NV>
+inline void column_block(int64_t m, int64_t k, const T* a, int64_t lda, const T* b, int64_t ldb, T* c, int64_t ldc) {
+  constexpr int R = 4;
+  int64_t i = 0;
+  for (; i + R <= m; i += R) micro<T, R, NV>(k, a + i * lda, lda, b, ldb, c + i * ldc, ldc);
+  for (; i < m; ++i) micro<T, 1, NV>(k, a + i * lda, lda, b, ldb, c + i * ldc, ldc);
+}
+
+template <typename T>
+void matmul_add(int64_t m, int64_t k, int64_t n, const T* a, int64_t lda, const T* b, int64_t ldb, T* c, int64_t ldc) {
+  constexpr int L = Vec<T>::kLanes;
+  constexpr int NV = 4;
+  int64_t j = 0;
+  for (; j + NV * L <= n; j += NV * L) column_block<T, NV>(m, k, a, lda, b + j, ldb, c + j, ldc);
+  for (; j + L <= n; j += L) column_block<T, 1>(m, k, a, lda, b + j, ldb, c + j, ldc);
+  if (j == n) return;
+  // The last n % lanes columns: through zero-padded copies of b's and c's
+  // columns, so that they run on the vector path too.
+  const int64_t tail = n - j;
+  thread_local std::vector<T> pad;
+  pad.assign(static_cast<size_t>((k + m) * L), T(0));
+  T *bp = pad.data(), *cp = pad.data() + k * L;
+  for (int64_t p = 0; p < k; ++p) std::memcpy(bp + p * L, b + p * ldb + j, tail * sizeof(T));
+  for (int64_t i = 0; i < m; ++i) std::memcpy(cp + i * L, c + i * ldc + j, tail * sizeof(T));
+  column_block<T, 1>(m, k, a, lda, bp, L, cp, L);
+  for (int64_t i = 0; i < m; ++i) std::memcpy(c + i * ldc + j, cp + i * L, tail * sizeof(T));
+}
+
+// c[i][j] = a_i . b_j for i < m, j < n (b's rows as given, not transposed):
+// for a few rows of a, where transposing b would cost more than the products.
+template <typename T>
+void dot_rows(int64_t m, int64_t k, int64_t n, const T* a, int64_t lda, const T* b, int64_t ldb, T* c, int64_t ldc) {
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      const T *x = a + i * lda, *y = b + j * ldb;
+      T s = 0;
+#pragma omp simd reduction(+ : s)
+      for (int64_t p = 0; p < k; ++p) s += x[p] * y[p];
+      c[i * ldc + j] = s;
+    }
+}
+
+// dst[c][r] = src[r][c] for r < rows, c < cols.
+template <typename T>
+void transpose(int64_t rows, int64_t cols, const T* src, int64_t lds, T* dst, int64_t ldd) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) dst[c * ldd + r] = src[r * lds + c];
+}
+
+}  // namespace kiln::cpu::tile
