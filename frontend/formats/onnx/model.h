@@ -11,7 +11,9 @@
 // parse as a ModelProto with a graph and an opset of the default domain of
 // at most kMaxOpset; an older one than kMinOpset is first raised to
 // kUpgradeOpset by libonnx's version converter (NotSupported when it cannot);
-// onnx::checker::check_model runs, then ONNX's shape inference. Every initializer is decoded once (raw_data or the typed
+// onnx::checker::check_model runs (libonnx's shape inference does not: Kiln
+// types every value itself in to_graph, and libonnx 1.12's inference crashes
+// on malformed attributes). Every initializer is decoded once (raw_data or the typed
 // fields, little-endian; its byte count checked against its dims and dtype)
 // into an array on cpu(0). External data (data_location EXTERNAL) is read
 // from `location` relative to the model's folder: absolute paths, paths that
