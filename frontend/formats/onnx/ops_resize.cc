@@ -137,7 +137,8 @@ void resize_linear(NodeContext& n, const std::string& coord, const std::vector<d
     int64_t out;
     if (!sizes.empty()) {
       out = sizes[static_cast<size_t>(d)];
-      KILN_CHECK(out > 0, ValueError, "sizes [{}] has a dim below 1", fmt::join(sizes, ","));
+      KILN_CHECK(out > 0 && out <= kMaxImportElements, ValueError, "sizes [{}] has a dim below 1 or above {}",
+                 fmt::join(sizes, ","), kMaxImportElements);
       scale = x[d] > 0 ? static_cast<double>(out) / static_cast<double>(x[d]) : 1.0;
     } else {
       scale = scales[static_cast<size_t>(d)];
