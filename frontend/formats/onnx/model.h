@@ -1,7 +1,7 @@
 // ONNX models (`.onnx`, a serialized onnx.ModelProto) read into Kiln's neutral
 // form: an ir::Graph plus named arrays.
 //
-//   onnx::Model m = onnx::Model::load("resnet18.onnx");       // checked, shapes inferred
+//   onnx::Model m = onnx::Model::load("resnet18.onnx");       // checked, initializers decoded
 //   m.opset();  m.inputs()[0].dims;                            // 13, [-1, 3, 224, 224] (-1: "N")
 //   onnx::Imported im = m.to_graph({{Shape{8, 3, 224, 224}, DType::kFloat32}});
 //   // im.graph: inputs named as in the file, initializers as params (aux: BatchNorm's
