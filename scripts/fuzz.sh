@@ -21,14 +21,7 @@ build=${KILN_FUZZ_BUILD_DIR:-build-asan}
 targets=("$@")
 if [[ ${#targets[@]} -eq 0 ]]; then
   for f in "$build"/tests/fuzz/*_fuzz; do
-    t=$(basename "$f" _fuzz)
-    # Known to crash inside libonnx 1.12 (Debian's), not in Kiln: its shape
-    # inference (convPoolShapeInference) and version converter
-    # (graphProtoToGraph) dereference null on malformed models within seconds
-    # of fuzzing. Run it by naming it (`bash scripts/fuzz.sh 60 onnx`);
-    # tests/fuzz/README.md says what is left to do.
-    if [[ $t == onnx ]]; then echo "fuzz.sh: skipping onnx (crashes inside libonnx 1.12; name it to run it)"; continue; fi
-    targets+=("$t")
+    targets+=("$(basename "$f" _fuzz)")
   done
 fi
 

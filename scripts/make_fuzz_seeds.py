@@ -7,7 +7,9 @@ after changing this script). Standard library only.
 symbol_json/ and params/ also hold real MXNet exports copied from
 tests/data/mxnet-models (not written here); onnx/ holds models copied from
 tests/data/onnx (PyTorch exports) and from Debian's libonnx-testdata
-(node/test_conv_with_strides_padding, node/test_reshape_negative_dim).
+(node/test_conv_with_strides_padding, node/test_reshape_negative_dim,
+node/test_convtranspose_1d, node/test_maxpool_2d_uint8,
+node/test_resize_upsample_scales_linear).
 """
 import gzip
 import hashlib

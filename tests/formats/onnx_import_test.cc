@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "frontend/formats/onnx/model.h"
+#include "frontend/nd_init.h"
 #include "frontend/nn/symbol_block.h"
 #include "frontend/npy.h"
 #include "tests/test_util.h"
@@ -200,6 +201,35 @@ TEST(OnnxImportErrors, UnsupportedOpNamesOpNodeAndOpset) {
   onnx::Model old = onnx::Model::parse(one_node_model("Relu", 6).SerializeAsString(), "old.onnx");
   EXPECT_EQ(old.file_opset(), 6);
   EXPECT_EQ(old.opset(), onnx::kUpgradeOpset);
+}
+
+// Upsample's linear mode (asymmetric coordinates) against the example in
+// ONNX's operator documentation; Resize's linear mode is covered by ONNX's
+// node tests (onnx_node_test), which hold no linear Upsample.
+TEST(OnnxImport, UpsampleLinearMatchesOnnxsExample) {
+  ::onnx::ModelProto m = one_node_model("Upsample", 7);
+  auto* g = m.mutable_graph();
+  for (auto* v : {g->mutable_input(0), g->mutable_output(0)}) {
+    auto* shape = v->mutable_type()->mutable_tensor_type()->mutable_shape();
+    const int64_t side = v == g->mutable_input(0) ? 2 : 4;
+    shape->clear_dim();
+    for (int64_t d : {int64_t{1}, int64_t{1}, side, side}) shape->add_dim()->set_dim_value(d);
+  }
+  auto* node = g->mutable_node(0);
+  auto* mode = node->add_attribute();
+  mode->set_name("mode");
+  mode->set_type(::onnx::AttributeProto::STRING);
+  mode->set_s("linear");
+  auto* scales = node->add_attribute();
+  scales->set_name("scales");
+  scales->set_type(::onnx::AttributeProto::FLOATS);
+  for (float f : {1.0f, 1.0f, 2.0f, 2.0f}) scales->add_floats(f);
+  onnx::Model model = onnx::Model::parse(m.SerializeAsString(), "upsample.onnx");
+  NDArray x = nd::array(std::vector<float>{1, 2, 3, 4}, Shape{1, 1, 2, 2});
+  std::vector<NDArray> y = model.run(std::vector<NDArray>{x});
+  ASSERT_EQ(y.size(), 1u);
+  EXPECT_EQ(y[0].shape(), (Shape{1, 1, 4, 4}));
+  EXPECT_EQ(y[0].to_vector<float>(), (std::vector<float>{1, 1.5, 2, 2, 2, 2.5, 3, 3, 3, 3.5, 4, 4, 3, 3.5, 4, 4}));
 }
 
 TEST(OnnxImportErrors, OpsOfOtherDomainsAreNamed) {

@@ -4,7 +4,6 @@
 #include <cstdlib>
 
 #include <onnx/checker.h>
-#include <onnx/shape_inference/implementation.h>
 #include <onnx/version_converter/convert.h>
 
 #include <filesystem>
@@ -151,11 +150,12 @@ Model Model::parse(std::string_view bytes, std::string_view source, const std::s
   } catch (const std::exception& e) {
     throw ValueError(fmt::format("{}: the ONNX checker rejects the model: {}", source, e.what()));
   }
-  try {
-    pb::shape_inference::InferShapes(m);
-  } catch (const std::exception& e) {
-    throw ValueError(fmt::format("{}: ONNX shape inference fails: {}", source, e.what()));
-  }
+  // libonnx's shape inference does not run here: Kiln types every value
+  // itself, per input signature, in to_graph, and libonnx 1.12's per-op
+  // inference functions trust the attributes and input types the checker
+  // leaves unchecked (a zero stride divides by zero in
+  // convPoolShapeInference; ConvTranspose and others dereference null), so
+  // on untrusted files they crashed where Kiln's own checks give an error.
   // The values live in st->initializers now; the proto keeps names, dims and dtypes.
   for (pb::TensorProto& t : *m.mutable_graph()->mutable_initializer()) {
     t.clear_raw_data();

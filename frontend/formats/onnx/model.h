@@ -1,7 +1,7 @@
 // ONNX models (`.onnx`, a serialized onnx.ModelProto) read into Kiln's neutral
 // form: an ir::Graph plus named arrays.
 //
-//   onnx::Model m = onnx::Model::load("resnet18.onnx");       // checked, shapes inferred
+//   onnx::Model m = onnx::Model::load("resnet18.onnx");       // checked, initializers decoded
 //   m.opset();  m.inputs()[0].dims;                            // 13, [-1, 3, 224, 224] (-1: "N")
 //   onnx::Imported im = m.to_graph({{Shape{8, 3, 224, 224}, DType::kFloat32}});
 //   // im.graph: inputs named as in the file, initializers as params (aux: BatchNorm's
@@ -11,7 +11,9 @@
 // parse as a ModelProto with a graph and an opset of the default domain of
 // at most kMaxOpset; an older one than kMinOpset is first raised to
 // kUpgradeOpset by libonnx's version converter (NotSupported when it cannot);
-// onnx::checker::check_model runs, then ONNX's shape inference. Every initializer is decoded once (raw_data or the typed
+// onnx::checker::check_model runs (libonnx's shape inference does not: Kiln
+// types every value itself in to_graph, and libonnx 1.12's inference crashes
+// on malformed attributes). Every initializer is decoded once (raw_data or the typed
 // fields, little-endian; its byte count checked against its dims and dtype)
 // into an array on cpu(0). External data (data_location EXTERNAL) is read
 // from `location` relative to the model's folder: absolute paths, paths that

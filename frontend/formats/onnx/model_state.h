@@ -1,5 +1,5 @@
 // What a loaded ONNX model holds (internal to frontend/formats/onnx): the
-// checked ModelProto, shapes inferred, and what was decoded from it once.
+// checked ModelProto and what was decoded from it once.
 #pragma once
 
 #include <set>

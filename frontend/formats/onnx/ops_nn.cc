@@ -66,6 +66,17 @@ Shape apply_pads(NodeContext& n, ir::Entry& x, const std::vector<int64_t>& pads,
   return Shape(std::vector<int64_t>(nsp, 0));
 }
 
+// What max pooling pads with: -inf, or the lowest value of an integer type
+// (which has no infinity to convert to).
+double max_pool_pad_value(DType dtype) {
+  if (is_floating(dtype)) return -std::numeric_limits<double>::infinity();
+  return dispatch_dtype(dtype, [](auto tag) -> double {
+    using T = decltype(tag);
+    if constexpr (std::is_integral_v<T>) return static_cast<double>(std::numeric_limits<T>::lowest());
+    else return -std::numeric_limits<double>::infinity();
+  });
+}
+
 Shape shape_attr(const NodeContext& n, std::string_view name, int nsp, int64_t dflt) {
   std::vector<int64_t> v = n.attr_ints(name, std::vector<int64_t>(static_cast<size_t>(nsp), dflt));
   KILN_CHECK(v.size() == static_cast<size_t>(nsp), ValueError, "{} [{}] has {} entries, expected {}", name,
@@ -205,7 +216,7 @@ void convert_pool(NodeContext& n, std::string pool_type) {
       return;
     }
   }
-  a.pad = apply_pads(n, data, pads, a.pool_type == "max" ? -std::numeric_limits<double>::infinity() : 0.0);
+  a.pad = apply_pads(n, data, pads, a.pool_type == "max" ? max_pool_pad_value(n.type(0).dtype) : 0.0);
   n.set_output(0, n.op1(OpId::kPooling, {data}, a));
 }
 

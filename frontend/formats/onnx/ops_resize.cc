@@ -1,14 +1,27 @@
-// ONNX's Resize (and Upsample, before opset 10) in nearest mode with whole
-// scale factors, as Kiln layout ops: each scaled axis gains a length-1 axis
-// after it, is broadcast to the factor and merged back, so every element is
-// repeated exactly (what nearest sampling gives for whole factors with
+// ONNX's Resize (and Upsample, before opset 10) as Kiln ops.
+//
+// Nearest mode with whole scale factors: each scaled axis gains a length-1
+// axis after it, is broadcast to the factor and merged back, so every element
+// is repeated exactly (what nearest sampling gives for whole factors with
 // asymmetric coordinates and floor, or half-pixel coordinates and rounding).
-// Other modes and fractional factors are NotSupported.
+//
+// Linear mode, any scales or sizes: interpolating along one axis is a linear
+// map, so each resized axis is moved last and multiplied by a constant
+// [in, out] matrix whose column j holds the two weights of output j
+// (1 - r at floor(x), r at floor(x) + 1, indices clamped to the axis, as
+// ONNX's edge padding gives; x is output j's coordinate in the input under
+// coordinate_transformation_mode). Separable, so N-linear over several axes.
+//
+// Other modes (cubic), nearest with fractional factors and
+// tf_crop_and_resize are NotSupported.
 #include <cmath>
+#include <numeric>
 
 #include <fmt/ranges.h>
 
 #include "frontend/formats/onnx/node_context.h"
+#include "frontend/nd_init.h"
+#include "ir/ops/linalg.h"
 #include "ir/ops/matrix.h"
 
 namespace kiln::onnx {
@@ -69,7 +82,93 @@ void check_nearest(NodeContext& n, bool resize) {
   n.require_attr_int("exclude_outside", 0, "excluded samples");
 }
 
+// Output j's coordinate in an input axis of `in` elements scaled by `scale`
+// (out = floor(in * scale) elements), as ONNX's Resize defines it.
+double source_coordinate(NodeContext& n, const std::string& coord, int64_t j, int64_t in, double scale) {
+  const double x = static_cast<double>(j), width = scale * static_cast<double>(in);
+  if (coord == "half_pixel") return (x + 0.5) / scale - 0.5;
+  if (coord == "pytorch_half_pixel") return width > 1 ? (x + 0.5) / scale - 0.5 : -0.5;
+  if (coord == "align_corners") return width > 1 ? x * static_cast<double>(in - 1) / (width - 1) : 0.0;
+  if (coord == "asymmetric") return x / scale;
+  if (coord == "tf_half_pixel_for_nn") return (x + 0.5) / scale;
+  n.unsupported(fmt::format("coordinate_transformation_mode '{}'", coord));
+}
+
+// `y` (of n.type(0)'s dtype) interpolated linearly along `axis` from `in` to `out` elements.
+ir::Entry linear_axis(NodeContext& n, ir::Entry y, int axis, int64_t out, double scale, const std::string& coord) {
+  const Shape s = n.entry_type(y).shape;
+  const int last = s.ndim() - 1;
+  const int64_t in = s[axis];
+  KILN_CHECK(in > 0, ShapeError, "linear resizing of the empty axis {} of {}", axis, s);
+  KILN_CHECK(in * out <= kMaxImportElements, ValueError, "the {}x{} interpolation matrix of axis {} is too large", in,
+             out, axis);
+  std::vector<float> w(static_cast<size_t>(in * out), 0.0f);
+  for (int64_t j = 0; j < out; ++j) {
+    double x = source_coordinate(n, coord, j, in, scale);
+    KILN_CHECK(std::isfinite(x), ValueError, "scale {} of axis {} gives no finite coordinates", scale, axis);
+    double lo = std::floor(x), r = x - lo;
+    auto at = [&](double i) { return static_cast<int64_t>(std::clamp(i, 0.0, static_cast<double>(in - 1))); };
+    w[static_cast<size_t>(at(lo) * out + j)] += static_cast<float>(1 - r);
+    w[static_cast<size_t>(at(lo + 1) * out + j)] += static_cast<float>(r);
+  }
+  ir::Entry m = n.constant(nd::array(w, Shape{in, out}).astype(n.type(0).dtype));
+  std::vector<int64_t> perm(static_cast<size_t>(s.ndim()));
+  std::iota(perm.begin(), perm.end(), 0);
+  std::swap(perm[static_cast<size_t>(axis)], perm[static_cast<size_t>(last)]);
+  if (axis != last) y = n.op1(OpId::kTranspose, {y}, TransposeAttrs{.axes = IntTuple(perm)});
+  Shape moved = n.entry_type(y).shape;
+  y = reshape_to(n, y, {moved.size() / in, in});
+  y = n.op1(OpId::kDot, {y, m}, DotAttrs{});
+  std::vector<int64_t> dims(moved.begin(), moved.end());
+  dims.back() = out;
+  y = reshape_to(n, y, dims);
+  if (axis != last) y = n.op1(OpId::kTranspose, {y}, TransposeAttrs{.axes = IntTuple(perm)});
+  return y;
+}
+
+// Linear Resize/Upsample: `scales` or `sizes` (one per axis) give each axis's output length.
+void resize_linear(NodeContext& n, const std::string& coord, const std::vector<double>& scales,
+                   const std::vector<int64_t>& sizes) {
+  const Shape& x = n.shape(0);
+  KILN_CHECK(is_floating(n.type(0).dtype), NotSupported, "linear resizing of {} data", dtype_name(n.type(0).dtype));
+  ir::Entry y = n.input(0);
+  for (int d = 0; d < x.ndim(); ++d) {
+    double scale;
+    int64_t out;
+    if (!sizes.empty()) {
+      out = sizes[static_cast<size_t>(d)];
+      KILN_CHECK(out > 0 && out <= kMaxImportElements, ValueError, "sizes [{}] has a dim below 1 or above {}",
+                 fmt::join(sizes, ","), kMaxImportElements);
+      scale = x[d] > 0 ? static_cast<double>(out) / static_cast<double>(x[d]) : 1.0;
+    } else {
+      scale = scales[static_cast<size_t>(d)];
+      KILN_CHECK(scale > 0 && std::isfinite(scale), ValueError, "scales [{}] has a scale that is not positive",
+                 fmt::join(scales, ","));
+      double len = std::floor(static_cast<double>(x[d]) * scale);
+      KILN_CHECK(len >= 1 && len <= static_cast<double>(kMaxImportElements), ValueError,
+                 "scale {} gives axis {} of {} a length of {}", scale, d, x, len);
+      out = static_cast<int64_t>(len);
+    }
+    if (scale == 1.0 && out == x[d]) continue;
+    y = linear_axis(n, y, d, out, scale, coord);
+  }
+  n.set_output(0, y);
+}
+
 void convert_resize(NodeContext& n) {
+  if (n.attr_string("mode", "nearest") == "linear") {
+    std::string coord = n.opset() < 11 ? "asymmetric" : n.attr_string("coordinate_transformation_mode", "half_pixel");
+    std::vector<double> scales;
+    std::vector<int64_t> sizes;
+    if (n.opset() < 11) scales = n.known_doubles(1, "scales");
+    else if (n.has_input(3)) sizes = n.known_ints(3, "sizes");
+    else scales = n.known_doubles(2, "scales");
+    KILN_CHECK(scales.size() == static_cast<size_t>(n.shape(0).ndim()) ||
+                   sizes.size() == static_cast<size_t>(n.shape(0).ndim()),
+               ValueError, "expected one scale or size per axis of {}", n.shape(0));
+    resize_linear(n, coord, scales, sizes);
+    return;
+  }
   check_nearest(n, true);
   std::vector<double> scales;
   std::vector<int64_t> sizes;
@@ -86,10 +185,11 @@ void convert_resize(NodeContext& n) {
 }
 
 void convert_upsample(NodeContext& n) {
-  check_nearest(n, false);
   std::vector<double> scales = n.opset() < 9 ? n.attr_floats("scales") : n.known_doubles(1, "scales");
   KILN_CHECK(scales.size() == static_cast<size_t>(n.shape(0).ndim()), ValueError, "expected one scale per axis of {}",
              n.shape(0));
+  if (n.attr_string("mode", "nearest") == "linear") return resize_linear(n, "asymmetric", scales, {});
+  check_nearest(n, false);
   repeat(n, factors(n, n.shape(0), scales, {}));
 }
 

@@ -115,7 +115,8 @@ void convert_reshape(NodeContext& n) {
     }
     KILN_CHECK(d >= 0, ShapeError, "shape [{}] has a negative dim", fmt::join(spec, ","));
     dims.push_back(d);
-    known *= d;
+    KILN_CHECK(!__builtin_mul_overflow(known, d, &known), ShapeError, "shape [{}] has more elements than int64 holds",
+               fmt::join(spec, ","));
   }
   if (infer >= 0) {
     KILN_CHECK(known > 0 && x.size() % known == 0, ShapeError, "cannot reshape {} to [{}]", x, fmt::join(spec, ","));
