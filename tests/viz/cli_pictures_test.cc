@@ -131,8 +131,9 @@ TEST(CliPictures, TrainRedrawsItsCurvesEveryEpoch) {
   ASSERT_EQ(r.status, 0) << r.err;
   test::SvgDoc doc = test::parse_and_render(read_file(svg), "cli_train");
   ASSERT_TRUE(doc.ok());
-  EXPECT_EQ(doc.count("//s:path[@class='curve' and @data-run='mlp']"), 4);
-  EXPECT_EQ(doc.count("//s:g[@class='panel' and @data-panel='loss']//s:circle"), 2);  // a dot per epoch
+  // loss, test_loss, train_acc, test_acc, images_per_sec
+  EXPECT_EQ(doc.count("//s:path[@class='curve' and @data-run='mlp']"), 5);
+  EXPECT_EQ(doc.count("//s:g[@class='panel' and @data-panel='loss']//s:circle"), 4);  // a dot per epoch and curve
   EXPECT_EQ(doc.count("//s:text[@class='title' and starts-with(., 'kiln train: mlp')]"), 1);
   for (const auto& f : fs::directory_iterator(svg.parent_path()))
     EXPECT_EQ(f.path().filename().string().find(std::string("cli_train.svg") + std::string(kTempMarker)),
