@@ -2,7 +2,7 @@
 """The PyTorch twin of Kiln's byte-level GPT (models/gpt.h), for benchmarks.
 
     /usr/bin/python3 bench/pytorch_gpt.py --threads 2 bench      # name value unit lines
-    /usr/bin/python3 bench/pytorch_gpt.py --threads 2 recipe --steps 300 --test-windows 512
+    /usr/bin/python3 bench/pytorch_gpt.py --threads 2 recipe --steps 300 --test-windows 512 --warmup 100
 
 `bench` prints train_gpt_tokens_per_s (float32), train_gpt_bf16_tokens_per_s
 (torch.autocast bf16) and generate_gpt_tokens_per_s (a sampling loop without
@@ -164,10 +164,12 @@ def window_starts(n, context, seed, jitter):
 
 
 def recipe(steps, test_windows, seed, warmup=100):
+    """Kiln's `kiln train --model gpt --epochs 1 --train-limit 32*steps --test-limit test_windows`:
+    the first 32*steps training windows, one pass in a seeded order."""
     text = fortunes()
     held = int(len(text) * 0.1)
     train, test = text[: len(text) - held], text[len(text) - held :]
-    starts = window_starts(len(train), CONTEXT, seed, True)
+    starts = window_starts(len(train), CONTEXT, seed, True)[: steps * BATCH]
     tstarts = window_starts(len(test), CONTEXT, seed, False)[:test_windows]
     data = torch.frombuffer(bytearray(train), dtype=torch.uint8).long()
     tdata = torch.frombuffer(bytearray(test), dtype=torch.uint8).long()
@@ -222,13 +224,14 @@ def main():
     r.add_argument("--steps", type=int, default=300)
     r.add_argument("--test-windows", type=int, default=512)
     r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--warmup", type=int, default=100, help="linear warmup steps (kiln's --warmup-steps)")
     a = ap.parse_args()
     init_torch(a.threads)
     if a.cmd == "bench":
         for name, (unit, fn) in BENCHES.items():
             print(f"{name} {fn():.4g} {unit}", flush=True)
     else:
-        recipe(a.steps, a.test_windows, a.seed)
+        recipe(a.steps, a.test_windows, a.seed, a.warmup)
 
 
 if __name__ == "__main__":
