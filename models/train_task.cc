@@ -12,13 +12,7 @@
 namespace kiln::models {
 namespace {
 
-template <typename D>
-std::shared_ptr<const data::Dataset> limited(D set, int64_t limit) {
-  if (limit > 0 && limit < set.size()) set = set.subset(0, limit);
-  return std::make_shared<const D>(std::move(set));
-}
-
-// The first `limit` rows of a dataset without a subset() of its own.
+// The first `limit` rows of any dataset (train_limit / test_limit).
 class FirstRows final : public data::Dataset {
  public:
   FirstRows(std::shared_ptr<const data::Dataset> all, int64_t n) : all_(std::move(all)), n_(n) {}
@@ -83,8 +77,8 @@ TrainTask make_task(const TrainConfig& cfg) {
   t.item = "images";
   t.default_init = "xavier";
   const std::string dir = cfg.data_dir.empty() ? data::FashionMNIST::default_dir() : cfg.data_dir;
-  t.train = limited(data::FashionMNIST::train(dir), cfg.train_limit);
-  t.test = limited(data::FashionMNIST::test(dir), cfg.test_limit);
+  t.train = first_rows(std::make_shared<const data::FashionMNIST>(data::FashionMNIST::train(dir)), cfg.train_limit);
+  t.test = first_rows(std::make_shared<const data::FashionMNIST>(data::FashionMNIST::test(dir)), cfg.test_limit);
   t.net = std::make_shared<nn::HybridSequential>(make(cfg.model, data::FashionMNIST::kClasses));
   return t;
 }

@@ -3,14 +3,17 @@
 #include "frontend/nd_elemwise.h"
 
 namespace kiln::nn {
+namespace {
+int64_t hidden_or_default(int64_t units, int64_t hidden) { return hidden > 0 ? hidden : 4 * units; }
+}  // namespace
 
 TransformerBlock::TransformerBlock(int64_t units, int heads, int64_t hidden, bool causal, double dropout)
     : dropout_rate_(dropout),
       ln1_(-1, 1e-5, true, true, units),
       ln2_(-1, 1e-5, true, true, units),
       attn_(units, heads, causal, dropout),
-      fc_(hidden > 0 ? hidden : 4 * units, "", true, /*flatten=*/false, units),
-      proj_(units, "", true, /*flatten=*/false, hidden > 0 ? hidden : 4 * units),
+      fc_(hidden_or_default(units, hidden), "", true, /*flatten=*/false, units),
+      proj_(units, "", true, /*flatten=*/false, hidden_or_default(units, hidden)),
       dropout_(dropout) {
   KILN_CHECK(hidden >= 0, ValueError, "TransformerBlock: hidden must be >= 0 (0: 4 x units), got {}", hidden);
   register_child("ln1", ln1_);
