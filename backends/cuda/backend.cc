@@ -1,20 +1,24 @@
-// The CUDA backend's entry points (compiled instead of backends/cuda_absent.cc
-// when CMake finds the CUDA Toolkit; see cmake/KilnDeps.cmake): the GPU count,
-// the kernel table's CUDA column and the device allocator.
+// The CUDA device backend (compiled when CMake finds the CUDA Toolkit; see
+// cmake/KilnDeps.cmake): the GPU count, the caching allocator, the lanes
+// (engine_lane.cc), copies (copy.cc) and the kernel table's CUDA column.
 #include <cuda_runtime_api.h>
 
 #include <memory>
 
 #include "backends/cuda/caching_allocator.h"
+#include "backends/cuda/device_runtime.h"
 #include "ir/device.h"
 #include "ir/error.h"
+#include "runtime/device_backend.h"
 #include "runtime/storage.h"
 
 namespace kiln {
 
-int cuda_device_count() {
+namespace {
+
+int gpu_count() {
   // Asked once: the answer cannot change within a process, and check_device
-  // calls this on every CUDA device lookup.
+  // asks on every CUDA device lookup.
   static const int count = [] {
     int n = 0;
     // No driver, no GPU or a driver too old for this runtime: report none.
@@ -26,6 +30,8 @@ int cuda_device_count() {
   }();
   return count;
 }
+
+}  // namespace
 
 void register_cuda_elemwise_kernels();  // elemwise.cc (+ the init family)
 void register_cuda_matrix_kernels();    // matrix.cc
@@ -56,8 +62,32 @@ void register_cuda_kernels() {
   register_cuda_layer_norm_kernels();
 }
 
-namespace storage {
-std::unique_ptr<Pool> make_cuda_pool(Device device) { return cuda::make_caching_allocator(device); }
-}  // namespace storage
+namespace {
+
+class CudaBackend final : public DeviceBackend {
+ public:
+  int device_count() override { return gpu_count(); }
+
+  std::string description() override {
+    std::string s;
+    for (int i = 0, n = gpu_count(); i < n; ++i) s += fmt::format("{}{}", i ? ", " : "", Device::cuda(i));
+    return s;
+  }
+
+  std::unique_ptr<storage::Pool> make_pool(Device device) override { return cuda::make_caching_allocator(device); }
+
+  void run(engine::Fn& fn, engine::RunContext ctx) override { cuda::run_on_lane(fn, ctx); }
+  void drain() override { cuda::drain_lanes(); }
+
+  void copy(void* dst, Device to, const void* src, Device from, size_t bytes) override {
+    cuda::copy(dst, to, src, from, bytes);
+  }
+
+  void register_kernels() override { register_cuda_kernels(); }
+};
+
+}  // namespace
+
+void register_cuda_device_backend() { register_device_backend(DeviceKind::kCUDA, std::make_unique<CudaBackend>()); }
 
 }  // namespace kiln
