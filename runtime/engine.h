@@ -157,12 +157,12 @@ Engine& get();
 // torn down their static objects.
 void wait_all();
 
-// Backends with asynchronous lanes (CUDA's default) complete a compute op once
-// its work is queued on the device. This returns once the work queued so far
-// on every device of `device`'s kind has finished (DeviceBackend::drain,
-// rethrowing an asynchronous device error); a no-op for CPUs. NDArray::wait_to_read
-// calls it, and wait_all() drains every kind; reading values needs no drain
-// (a backend's copies order themselves after its queued work).
+// Backends with asynchronous lanes complete a compute op once its work is
+// queued on the device. This returns once the work queued so far on every
+// device of `device`'s kind has finished (DeviceBackend::drain, rethrowing an
+// asynchronous device error); a no-op for CPUs. NDArray::wait_to_read calls
+// it, and wait_all() drains every kind; reading values needs no drain (a
+// backend's copies order themselves after its queued work).
 void drain_device(Device device);
 
 }  // namespace kiln::engine

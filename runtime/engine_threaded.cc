@@ -696,7 +696,7 @@ void Worker::main() {
   ThreadedEngine* engine = engine_;
   tl_worker_engine = engine;
 #if defined(__linux__)
-  // "kiln cpu0 comp", "kiln cuda1 copy" in debuggers and profilers (at most 15 characters).
+  // "kiln cpu0 comp" in debuggers and profilers (at most 15 characters).
   std::string name = fmt::format("kiln {}{} {}", device_kind_name(device_.kind), device_.id,
                                  lane_ == Lane::kCopy ? "copy" : "comp");
   pthread_setname_np(pthread_self(), name.substr(0, 15).c_str());

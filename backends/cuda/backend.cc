@@ -48,20 +48,6 @@ void register_cuda_layer_norm_kernels();  // layer_norm.cc
 // can run; check_device refuses cuda(i) when there is no such GPU.
 void register_cuda_widening_kernel();  // backends/cuda/widen.cc
 
-void register_cuda_kernels() {
-  register_cuda_elemwise_kernels();
-  register_cuda_matrix_kernels();
-  register_cuda_reduce_kernels();
-  register_cuda_linalg_kernels();
-  register_cuda_nn_kernels();
-  register_cuda_optimizer_kernels();
-  register_cuda_conv_kernels();
-  register_cuda_index_kernels();
-  register_cuda_fused_kernels();
-  register_cuda_widening_kernel();
-  register_cuda_layer_norm_kernels();
-}
-
 namespace {
 
 class CudaBackend final : public DeviceBackend {
@@ -83,7 +69,19 @@ class CudaBackend final : public DeviceBackend {
     cuda::copy(dst, to, src, from, bytes);
   }
 
-  void register_kernels() override { register_cuda_kernels(); }
+  void register_kernels() override {
+    register_cuda_elemwise_kernels();
+    register_cuda_matrix_kernels();
+    register_cuda_reduce_kernels();
+    register_cuda_linalg_kernels();
+    register_cuda_nn_kernels();
+    register_cuda_optimizer_kernels();
+    register_cuda_conv_kernels();
+    register_cuda_index_kernels();
+    register_cuda_fused_kernels();
+    register_cuda_widening_kernel();
+    register_cuda_layer_norm_kernels();
+  }
 };
 
 }  // namespace
