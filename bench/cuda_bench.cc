@@ -10,6 +10,7 @@
 
 #include "bench/bench.h"
 #include "frontend/nd.h"
+#include "runtime/device_backend.h"
 #include "runtime/engine.h"
 
 namespace kiln::bench {
@@ -19,7 +20,7 @@ namespace {
 constexpr Device kGpu = Device::cuda(0);
 
 bool have_gpu(const char* name) {
-  if (cuda_device_count() > 0) return true;
+  if (device_count(DeviceKind::kCUDA) > 0) return true;
   std::fprintf(stderr, "%s: no CUDA device; skipping\n", name);
   return false;
 }

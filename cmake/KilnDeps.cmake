@@ -35,7 +35,7 @@ function(kiln_header_define header name out)
 endfunction()
 
 # ---- CUDA: AUTO uses the toolkit when found; ON requires it; OFF ignores it.
-# Found, the library compiles backends/cuda/ instead of backends/cuda_absent.cc.
+# Found, the library compiles backends/cuda/ and registers its device backend.
 set(KILN_CUDA_VALUES AUTO ON OFF)
 set_property(CACHE KILN_CUDA PROPERTY STRINGS ${KILN_CUDA_VALUES})
 if(NOT KILN_CUDA IN_LIST KILN_CUDA_VALUES)

@@ -4,7 +4,8 @@
 #
 #   cmake -S . -B build-tsan -DKILN_TSAN=ON && cmake --build build-tsan -j2 && ctest --test-dir build-tsan
 #
-# The program compiles the engine and parallel_claim from source (nothing else
+# The program compiles the engine, the device-backend registry with the CPU
+# backend (without its kernels) and parallel_claim from source (nothing else
 # of Kiln, so no oneDNN or OpenMP, whose uninstrumented threads would give false reports).
 # KILN_TSAN_BUILD shrinks the stress tests: TSan runs them about 10x slower.
 find_package(GTest REQUIRED)
@@ -22,7 +23,11 @@ add_executable(engine_tests_tsan
   ${PROJECT_SOURCE_DIR}/runtime/profiler.cc
   ${PROJECT_SOURCE_DIR}/backends/cpu/parallel_claim.cc
   ${PROJECT_SOURCE_DIR}/ir/device.cc
-  ${PROJECT_SOURCE_DIR}/backends/cuda_absent.cc)
+  ${PROJECT_SOURCE_DIR}/runtime/device_backend.cc
+  ${PROJECT_SOURCE_DIR}/runtime/storage.cc
+  ${PROJECT_SOURCE_DIR}/backends/builtin_backends.cc
+  ${PROJECT_SOURCE_DIR}/backends/cpu/backend.cc
+  ${PROJECT_SOURCE_DIR}/tests/sanitize/tsan_no_cpu_kernels.cc)
 target_include_directories(engine_tests_tsan PRIVATE ${PROJECT_SOURCE_DIR})
 target_compile_options(engine_tests_tsan PRIVATE -fsanitize=thread -g -O1 -fno-omit-frame-pointer ${KILN_WARNINGS})
 target_link_options(engine_tests_tsan PRIVATE -fsanitize=thread)

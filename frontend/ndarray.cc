@@ -6,7 +6,7 @@
 #include "frontend/invoke.h"
 #include "frontend/trace.h"
 #include "ir/op.h"
-#include "runtime/device_copy.h"
+#include "runtime/device_backend.h"
 #include "runtime/record_pool.h"
 
 namespace kiln {
@@ -113,23 +113,17 @@ template int64_t NDArray::item<int64_t>() const;
 namespace {
 
 // Queues dst = src on the copy lane of copy_lane_device (the destination's
-// between CPUs, so the copy overlaps compute on both; the GPU's otherwise,
-// through the CUDA backend: runtime/device_copy.h). `options` gives the
-// priority, name and counted bytes.
+// between CPUs, so the copy overlaps compute on both; the device's otherwise),
+// copied by the devices' backend (runtime/device_backend.h). `options` gives
+// the priority, name and counted bytes.
 void push_copy(const NDArray& src, const NDArray& dst, engine::PushOptions options) {
-  const Device from = src.device(), to = dst.device();
-  options.device = copy_lane_device(from, to);
+  options.device = copy_lane_device(src.device(), dst.device());
   options.lane = engine::Lane::kCopy;
-  if (from.is_cpu() && to.is_cpu()) {
-    engine::get().push([src, dst](engine::RunContext) { std::memcpy(dst.data(), src.data(), src.nbytes()); },
-                       {src.var()}, {dst.var()}, options);
-  } else {
-    engine::get().push(
-        [src, dst](engine::RunContext) {
-          copy_between_devices(dst.data(), dst.device(), src.data(), src.device(), src.nbytes());
-        },
-        {src.var()}, {dst.var()}, options);
-  }
+  engine::get().push(
+      [src, dst](engine::RunContext) {
+        copy_bytes(dst.data(), dst.device(), src.data(), src.device(), src.nbytes());
+      },
+      {src.var()}, {dst.var()}, options);
 }
 
 }  // namespace

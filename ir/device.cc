@@ -6,9 +6,15 @@
 
 namespace kiln {
 
-std::string Device::to_string() const {
-  return fmt::format("{}({})", kind == DeviceKind::kCPU ? "cpu" : "cuda", id);
+std::string_view device_kind_name(DeviceKind kind) {
+  switch (kind) {
+    case DeviceKind::kCPU: return "cpu";
+    case DeviceKind::kCUDA: return "cuda";
+  }
+  return "unknown";
 }
+
+std::string Device::to_string() const { return fmt::format("{}({})", device_kind_name(kind), id); }
 
 Device parse_device(std::string_view s) {
   std::string_view name = s, num;
@@ -39,15 +45,5 @@ Device parse_device(std::string_view s) {
   return d;
 }
 
-
-void check_device(Device d) {
-  KILN_CHECK(d.id >= 0 && d.id < kMaxDevicesPerKind, DeviceError,
-             "device {}: id out of range (expected 0..{})", d, kMaxDevicesPerKind - 1);
-  if (d.is_cuda()) {
-    int n = cuda_device_count();
-    KILN_CHECK(d.id < n, DeviceError, "device {} requested, but this process sees {} CUDA device(s){}", d,
-               n, n == 0 ? " (Kiln was built without CUDA or no GPU is present)" : "");
-  }
-}
 
 }  // namespace kiln

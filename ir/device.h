@@ -36,11 +36,12 @@ inline constexpr int kMaxDevicesPerKind = 64;
 // Parses "cpu", "cpu:1", "cpu(1)", "gpu:0", "cuda(0)". Throws DeviceError.
 Device parse_device(std::string_view s);
 
-// Number of CUDA devices visible (0 when Kiln is built without CUDA).
-int cuda_device_count();
+// "cpu", "cuda"; "unknown" for a value outside the enum.
+std::string_view device_kind_name(DeviceKind kind);
 
 // Throws DeviceError when `d` cannot be used in this process (id out of range,
-// CUDA not compiled in or no such GPU).
+// no backend for its kind, or no such device). Defined with the device
+// backends (runtime/device_backend.cc), which know how many devices exist.
 void check_device(Device d);
 
 }  // namespace kiln

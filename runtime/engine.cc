@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "ir/error.h"
+#include "runtime/device_backend.h"
 #include "runtime/engine_impl.h"
 #include "runtime/profiler.h"
 
@@ -53,7 +54,9 @@ int64_t default_max_pending_bytes() {
 }
 
 void check_engine_device(Device d) {
-  KILN_CHECK((d.kind == DeviceKind::kCPU || d.kind == DeviceKind::kCUDA) && d.id >= 0 &&
+  // Any kind the per-device tables hold; one without a backend fails when its
+  // first op runs (run_op), with the backend registry's message.
+  KILN_CHECK(static_cast<int>(d.kind) >= 1 && static_cast<int>(d.kind) < kNumDeviceKinds && d.id >= 0 &&
                  d.id < kMaxDevicesPerKind,
              DeviceError, "engine: cannot run operations on device {} (ids go from 0 to {})", d,
              kMaxDevicesPerKind - 1);
@@ -71,11 +74,7 @@ std::exception_ptr run_op(Fn& fn, const RunContext& ctx, std::string_view name, 
   int64_t start = profiling ? profiler::now_ns() : 0;
   std::exception_ptr error;
   try {
-    if (ctx.device.is_cuda()) [[unlikely]] {
-      run_on_cuda_lane(fn, ctx);
-    } else {
-      fn(ctx);
-    }
+    device_backend(ctx.device.kind).run(fn, ctx);
   } catch (Error& e) {
     e.add_context(fmt::format("{} on {}", name, ctx.device));
     error = std::current_exception();
@@ -134,8 +133,6 @@ Engine& get() {
 
 void wait_all() { get().wait_all(); }
 
-void drain_device(Device device) {
-  if (device.is_cuda()) detail::drain_cuda_lanes();
-}
+void drain_device(Device device) { device_backend(device.kind).drain(); }
 
 }  // namespace kiln::engine

@@ -14,9 +14,11 @@
 // order of `push` calls (calls from different threads are ordered by when they
 // take effect).
 //
-// Lanes: every device (each cpu(i) and cuda(i) is its own device) has a
+// Lanes: every device (each cpu(i) and each accelerator is its own device) has a
 // compute lane and a copy lane, each served by its own worker thread(s), so
-// copies overlap compute and two CPU devices compute on two cores. Among ready
+// copies overlap compute and two CPU devices compute on two cores. How an
+// operation runs on a lane, and when it counts as complete, is up to the
+// device's backend (DeviceBackend::run, runtime/device_backend.h). Among ready
 // operations on one lane, higher `priority` runs first (FIFO among equals).
 //
 // Errors: an operation that throws poisons every variable it writes with the
@@ -82,7 +84,7 @@ struct RunContext {
   Device device;
   Lane lane = Lane::kCompute;
   int num_threads = 1;  // intra-op threads this CPU operation may use
-  void* stream = nullptr;  // cudaStream_t for CUDA lanes (the CUDA issue)
+  void* stream = nullptr;  // the lane's stream or queue, set by the device's backend (nullptr on CPUs)
 };
 
 using Fn = UniqueFunction<void(RunContext)>;
@@ -155,12 +157,12 @@ Engine& get();
 // torn down their static objects.
 void wait_all();
 
-// With asynchronous CUDA lanes (the default; KILN_CUDA_LANES=sync turns them
-// off) a GPU compute op completes once queued. For a GPU `device` this returns
-// once the work queued so far on every GPU has finished (rethrowing an
-// asynchronous GPU error); a no-op for CPUs and with synchronous lanes.
-// NDArray::wait_to_read calls it for GPU arrays, and wait_all() drains too;
-// reading values needs no drain (copies order themselves after the GPU's work).
+// Backends with asynchronous lanes complete a compute op once its work is
+// queued on the device. This returns once the work queued so far on every
+// device of `device`'s kind has finished (DeviceBackend::drain, rethrowing an
+// asynchronous device error); a no-op for CPUs. NDArray::wait_to_read calls
+// it, and wait_all() drains every kind; reading values needs no drain (a
+// backend's copies order themselves after its queued work).
 void drain_device(Device device);
 
 }  // namespace kiln::engine

@@ -27,20 +27,9 @@ inline constexpr int kNumDeviceSlots = kNumDeviceKinds * kMaxDevicesPerKind;
 // A small stable id for the calling thread (profiler rows).
 uint64_t current_thread_id();
 
-// Runs an op on a CUDA device's lane (backends/cuda/engine_lane.cc; without
-// CUDA, backends/cuda_absent.cc throws DeviceError): binds the GPU to the
-// thread, passes the lane's stream in ctx.stream, and returns once the
-// stream has finished the op's work, throwing the op's asynchronous errors.
-void run_on_cuda_lane(Fn& fn, RunContext ctx);
-
-// With asynchronous CUDA lanes (the default, backends/cuda/README.md)
-// a compute op completes once its work is queued on the GPU's stream: wait_all
-// and drain_device call this, and it returns once every GPU that ran such an
-// op has finished the work queued so far, throwing an asynchronous GPU error.
-// A no-op otherwise (and without CUDA).
-void drain_cuda_lanes();
-
-// Runs `fn` with `ctx`, recording a profiler event when the profiler is on.
+// Runs `fn` with `ctx` through the backend of ctx.device's kind
+// (DeviceBackend::run: the device's lane), recording a profiler event when
+// the profiler is on.
 // Returns the error it raised, with "<name> on <device>" added to a
 // kiln::Error's message; other exceptions become kiln::Error with that prefix.
 std::exception_ptr run_op(Fn& fn, const RunContext& ctx, std::string_view name, int64_t bytes);

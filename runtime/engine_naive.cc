@@ -7,6 +7,7 @@
 #include <mutex>
 
 #include "ir/error.h"
+#include "runtime/device_backend.h"
 #include "runtime/engine_impl.h"
 #include "runtime/engine_var.h"
 
@@ -82,7 +83,7 @@ class NaiveEngine final : public Engine {
       error = std::exchange(first_error_, nullptr);
     }
     if (error) std::rethrow_exception(error);
-    drain_cuda_lanes();
+    drain_device_backends();
   }
 
   int64_t num_pending() const override { return pending_.load(std::memory_order_acquire); }

@@ -28,6 +28,7 @@
 #include <pthread.h>
 
 #include "ir/error.h"
+#include "runtime/device_backend.h"
 #include "runtime/engine_impl.h"
 #include "runtime/engine_var.h"
 
@@ -239,7 +240,7 @@ class ThreadedEngine final : public Engine {
       error = std::exchange(first_error_, nullptr);
     }
     if (error) std::rethrow_exception(error);
-    drain_cuda_lanes();
+    drain_device_backends();
   }
 
   int64_t num_pending() const override {
@@ -696,7 +697,7 @@ void Worker::main() {
   tl_worker_engine = engine;
 #if defined(__linux__)
   // "kiln cpu0 comp" in debuggers and profilers (at most 15 characters).
-  std::string name = fmt::format("kiln {}{} {}", device_.is_cpu() ? "cpu" : "gpu", device_.id,
+  std::string name = fmt::format("kiln {}{} {}", device_kind_name(device_.kind), device_.id,
                                  lane_ == Lane::kCopy ? "copy" : "comp");
   pthread_setname_np(pthread_self(), name.substr(0, 15).c_str());
 #endif

@@ -3,10 +3,9 @@
 #include <array>
 #include <mutex>
 
-namespace kiln {
+#include "runtime/device_backend.h"
 
-void register_cpu_kernels();   // backends/cpu/register.cc
-void register_cuda_kernels();  // backends/cuda, or a no-op without CUDA
+namespace kiln {
 
 namespace {
 
@@ -38,8 +37,7 @@ PrepareTable& prepare_storage() {
 
 const Table& table() {
   static const bool filled = [] {
-    register_cpu_kernels();
-    register_cuda_kernels();
+    register_device_kernels();  // each device backend fills its column
     return true;
   }();
   (void)filled;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "ir/error.h"
+#include "runtime/device_backend.h"
 #include "runtime/record_pool.h"
 
 namespace kiln::storage {
@@ -184,7 +185,7 @@ class CpuPool final : public Pool {
 
 }  // namespace
 
-std::unique_ptr<Pool> make_cuda_pool(Device device);  // backends/cuda, or throws DeviceError
+std::unique_ptr<Pool> make_host_pool(Device device) { return std::make_unique<CpuPool>(device); }
 
 Pool& pool(Device device) {
   static std::array<std::array<std::once_flag, kMaxDevicesPerKind>, kNumDeviceKinds> once;
@@ -200,7 +201,7 @@ Pool& pool(Device device) {
   }
   check_device(device);
   std::call_once(once[k][i], [&] {
-    std::unique_ptr<Pool> p = device.is_cpu() ? std::make_unique<CpuPool>(device) : make_cuda_pool(device);
+    std::unique_ptr<Pool> p = device_backend(device.kind).make_pool(device);
     pools[k][i].store(p.release(), std::memory_order_release);
   });
   return *pools[k][i].load(std::memory_order_acquire);

@@ -55,7 +55,13 @@ class Pool {
   virtual void set_system_limit(int64_t bytes) = 0;
 };
 
+// The pool of `device`, made by its kind's backend (DeviceBackend::make_pool)
+// on first use. Throws DeviceError when `device` cannot be used.
 Pool& pool(Device device);
+
+// A pool of host memory (aligned system allocations, the free lists above):
+// the CPU backend's pool, and usable by any backend whose memory is the host's.
+std::unique_ptr<Pool> make_host_pool(Device device);
 
 // Rounded size the pool reserves for a request of `size` bytes.
 size_t round_size(size_t size);

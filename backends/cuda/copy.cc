@@ -1,4 +1,5 @@
-// Copies between the host and GPUs, and between GPUs (runtime/device_copy.h).
+// Copies between the host and GPUs, and between GPUs (the CUDA backend's
+// DeviceBackend::copy; runtime/device_backend.h).
 //
 // Host -> GPU (H2D stream of the GPU): chunk k is memcpy'd into pinned
 // buffer k % 2, then cudaMemcpyAsync'd; before a buffer is refilled its
@@ -14,7 +15,8 @@
 #include <cstring>
 
 #include "backends/cuda/pinned_staging.h"
-#include "runtime/device_copy.h"
+#include "backends/cuda/device_runtime.h"
+#include "runtime/device_backend.h"
 
 namespace kiln {
 
@@ -82,12 +84,16 @@ void device_to_device(void* dst, Device to, const void* src, Device from, size_t
 
 }  // namespace
 
-void copy_between_devices(void* dst, Device to, const void* src, Device from, size_t bytes) {
+namespace cuda {
+
+void copy(void* dst, Device to, const void* src, Device from, size_t bytes) {
   if (bytes == 0) return;
   if (from.is_cpu() && to.is_cuda()) return host_to_device(dst, to, src, bytes);
   if (from.is_cuda() && to.is_cpu()) return device_to_host(dst, src, from, bytes);
   if (from.is_cuda() && to.is_cuda()) return device_to_device(dst, to, src, from, bytes);
   std::memcpy(dst, src, bytes);  // cpu -> cpu
 }
+
+}  // namespace cuda
 
 }  // namespace kiln

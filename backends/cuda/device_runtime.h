@@ -22,7 +22,7 @@
 //    and a copy first makes its stream wait for the compute stream
 //    (order_after_compute), which also covers memory freed by a queued kernel
 //    and reused by the copy. Waits drain the compute streams
-//    (engine::detail::drain_cuda_lanes). A kernel error then surfaces at the
+//    (drain_lanes, DeviceBackend::drain). A kernel error then surfaces at the
 //    next synchronization, not in the op that caused it.
 //
 // Thread safety: streams are shared; cuBLAS/cuDNN handles are per thread and
@@ -36,6 +36,7 @@
 #endif
 
 #include "backends/cuda/check.h"
+#include "runtime/engine.h"
 #include "runtime/storage.h"
 
 namespace kiln::cuda {
@@ -98,5 +99,16 @@ void flush_deferred_frees();
 // True while this thread runs an engine op on a CUDA lane.
 bool in_cuda_lane_op();
 void set_in_cuda_lane_op(bool on);
+
+// What backend.cc puts behind the DeviceBackend interface:
+// Runs an engine op on GPU ctx.device.id's lane (engine_lane.cc): binds the
+// GPU, passes the lane's stream in ctx.stream, and returns once the op is
+// complete in the current lane mode, throwing its errors.
+void run_on_lane(engine::Fn& fn, engine::RunContext ctx);
+// Waits for the work queued on every GPU (async mode; a no-op otherwise).
+void drain_lanes();
+// Copies host <-> GPU and GPU <-> GPU (copy.cc), inside an engine op on the
+// copy lane of copy_lane_device(from, to); returns when the bytes have arrived.
+void copy(void* dst, Device to, const void* src, Device from, size_t bytes);
 
 }  // namespace kiln::cuda

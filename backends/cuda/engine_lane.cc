@@ -1,5 +1,6 @@
-// The engine's hook for CUDA lanes (declared in runtime/engine_impl.h, called
-// by run_op for every op whose device is cuda(i)).
+// How an engine op runs on a GPU's lane (the CUDA backend's
+// DeviceBackend::run and drain, backend.cc; run_op calls it for every op whose
+// device is cuda(i)).
 //
 // Completion, synchronous mode (KILN_CUDA_LANES=sync): the op's function launches its
 // work on ctx.stream (compute lane: the GPU's compute stream; copy lane: the
@@ -14,29 +15,28 @@
 // Asynchronous mode (the default, device_runtime.h): a compute-lane op
 // completes once launched; the stream orders it before later compute ops,
 // copies order themselves after the compute stream, and waits drain it
-// (drain_cuda_lanes). Launch errors still name the op.
+// (drain_lanes). Launch errors still name the op.
 #include "backends/cuda/device_runtime.h"
-#include "runtime/engine_impl.h"
 
-namespace kiln::engine::detail {
+namespace kiln::cuda {
 
 namespace {
 
 // Clears the in-lane flag and frees deferred blocks however the op ends.
 struct LaneOpScope {
-  LaneOpScope() { cuda::set_in_cuda_lane_op(true); }
+  LaneOpScope() { set_in_cuda_lane_op(true); }
   ~LaneOpScope() {
-    cuda::set_in_cuda_lane_op(false);
-    cuda::flush_deferred_frees();
+    set_in_cuda_lane_op(false);
+    flush_deferred_frees();
   }
 };
 
 }  // namespace
 
-void run_on_cuda_lane(Fn& fn, RunContext ctx) {
+void run_on_lane(engine::Fn& fn, engine::RunContext ctx) {
   const int id = ctx.device.id;
-  cuda::bind_device(id);
-  cudaStream_t s = cuda::stream(id, ctx.lane == Lane::kCompute ? cuda::StreamKind::kCompute : cuda::StreamKind::kD2D);
+  bind_device(id);
+  cudaStream_t s = stream(id, ctx.lane == engine::Lane::kCompute ? StreamKind::kCompute : StreamKind::kD2D);
   ctx.stream = s;
   LaneOpScope scope;
   try {
@@ -50,15 +50,15 @@ void run_on_cuda_lane(Fn& fn, RunContext ctx) {
   // A launch error (bad configuration, no kernel image for this GPU) is
   // reported by cudaGetLastError; an execution error by the synchronize.
   KILN_CUDA_CHECK(cudaGetLastError(), ctx.device);
-  if (ctx.lane == Lane::kCompute && cuda::lanes_async()) {
-    cuda::note_queued_work(id);
+  if (ctx.lane == engine::Lane::kCompute && lanes_async()) {
+    note_queued_work(id);
     return;
   }
   KILN_CUDA_CHECK(cudaStreamSynchronize(s), ctx.device);
 }
 
-void drain_cuda_lanes() {
-  if (cuda::lanes_async()) cuda::drain_queued_work();
+void drain_lanes() {
+  if (lanes_async()) drain_queued_work();
 }
 
-}  // namespace kiln::engine::detail
+}  // namespace kiln::cuda

@@ -1,6 +1,6 @@
 // Test hooks of the CUDA backend (no CUDA header, so tests include it freely).
 //
-//   if (cuda_device_count() == 0) GTEST_SKIP() << cuda::testing::no_device_line();
+//   if (device_count(DeviceKind::kCUDA) == 0) GTEST_SKIP() << cuda::testing::no_device_line();
 //   engine::get().push([](engine::RunContext rc) { cuda::testing::launch_bad_config(rc.stream); }, ...);
 #pragma once
 

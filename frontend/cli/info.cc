@@ -5,10 +5,10 @@
 #include <omp.h>
 
 #include <string>
-#include <thread>
 
 #include "backends/cpu/cpu_features.h"
 #include "ir/device.h"
+#include "runtime/device_backend.h"
 #include "runtime/engine.h"
 
 #ifndef KILN_CUDA_VERSION
@@ -62,11 +62,12 @@ std::string openmp_version() {
 }
 
 std::string devices() {
-  // The engine accepts any cpu(i); they share the machine's cores.
-  unsigned cores = std::thread::hardware_concurrency();
-  std::string s = fmt::format("cpu(0) [{} core{}]", cores, cores == 1 ? "" : "s");
-  int gpus = cuda_device_count();
-  for (int i = 0; i < gpus; ++i) s += fmt::format(", {}", Device::cuda(i));
+  std::string s;
+  for (int k = 0; k < kNumDeviceKinds; ++k) {
+    DeviceBackend* backend = find_device_backend(static_cast<DeviceKind>(k));
+    std::string line = backend ? backend->description() : "";
+    if (!line.empty()) s += (s.empty() ? "" : ", ") + line;
+  }
   return s;
 }
 

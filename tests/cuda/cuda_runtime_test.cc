@@ -10,6 +10,7 @@
 #include "backends/cuda/caching_allocator.h"
 #include "frontend/nd.h"
 #include "frontend/ndarray.h"
+#include "runtime/device_backend.h"
 #include "runtime/engine.h"
 #include "runtime/storage.h"
 #include "tests/cuda/cuda_test_util.h"
@@ -137,13 +138,13 @@ TEST(CudaErrors, LaunchErrorSurfacesWithTheOpName) {
 class AsyncLanes : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (cuda_device_count() == 0) return;
+    if (device_count(DeviceKind::kCUDA) == 0) return;
     engine::wait_all();
     was_async_ = cuda::testing::lanes_async();
     cuda::testing::set_lanes_async(true);
   }
   void TearDown() override {
-    if (cuda_device_count() == 0) return;
+    if (device_count(DeviceKind::kCUDA) == 0) return;
     engine::wait_all();
     cuda::testing::set_lanes_async(was_async_);
   }
@@ -186,7 +187,7 @@ TEST_F(AsyncLanes, AWaitDrainsTheComputeStream) {
 
 TEST(CudaErrors, NoSuchGpuIsADeviceError) {
   KILN_REQUIRE_CUDA();
-  Device missing = Device::cuda(cuda_device_count());
+  Device missing = Device::cuda(device_count(DeviceKind::kCUDA));
   std::string msg = test::error_of<DeviceError>([&] { (void)nd::zeros({1}, {.device = missing}); });
   EXPECT_CONTAINS(msg, missing.to_string());
 }

@@ -7,8 +7,9 @@
 
 #include "backends/cuda/testing.h"
 #include "ir/device.h"
+#include "runtime/device_backend.h"
 
-#define KILN_REQUIRE_CUDA()                                                      \
-  do {                                                                           \
-    if (::kiln::cuda_device_count() == 0) GTEST_SKIP() << ::kiln::cuda::testing::no_device_line(); \
+#define KILN_REQUIRE_CUDA()                                                                                            \
+  do {                                                                                                                 \
+    if (::kiln::device_count(::kiln::DeviceKind::kCUDA) == 0) GTEST_SKIP() << ::kiln::cuda::testing::no_device_line(); \
   } while (0)

@@ -10,6 +10,7 @@
 #include "frontend/invoke.h"
 #include "frontend/nd.h"
 #include "frontend/ndarray.h"
+#include "runtime/device_backend.h"
 #include "runtime/engine.h"
 #include "runtime/storage.h"
 
@@ -212,7 +213,7 @@ TEST(NDArray, CopyToAnotherDevice) {
   EXPECT_EQ(b.shape(), (Shape{2, 3}));
   a.assign(0.0);  // later writes to `a` do not reach the copy
   EXPECT_EQ(b.to_vector<float>(), (std::vector<float>{0, 1, 2, 3, 4, 5}));
-  if (cuda_device_count() == 0) {
+  if (device_count(DeviceKind::kCUDA) == 0) {
     EXPECT_THROW(a.copy_to(Device::cuda(0)), DeviceError);  // no GPU: a clear error
   }
 }

@@ -7,6 +7,7 @@
 #include "ir/device.h"
 #include "ir/dtype.h"
 #include "ir/shape.h"
+#include "runtime/device_backend.h"
 
 namespace kiln {
 namespace {
@@ -91,7 +92,7 @@ TEST(Device, ParseAndPrint) {
   EXPECT_THROW(parse_device("tpu:0"), DeviceError);
   EXPECT_THROW(parse_device("cpu:x"), DeviceError);
   EXPECT_THROW(parse_device("cpu:-1"), DeviceError);
-  if (cuda_device_count() == 0) {
+  if (device_count(DeviceKind::kCUDA) == 0) {
     try {
       parse_device("cuda:0");
       FAIL();
