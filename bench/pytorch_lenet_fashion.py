@@ -79,6 +79,8 @@ def recipe_args(epochs, lr, threads):
     p.add_argument("--lr", type=float, default=lr)
     p.add_argument("--threads", type=int, default=threads)
     p.add_argument("--device", default="cpu", help="cpu or cuda (the recipe's spread over many seeds is quick on a GPU)")
+    p.add_argument("--compile", action="store_true", help="ResNet-18 twin only: train torch.compile(net)")
+    p.add_argument("--amp", default="", help="ResNet-18 twin only: bf16 or fp16 autocast (fp16 with GradScaler)")
     return p.parse_args()
 
 

@@ -12,6 +12,11 @@ one `name value unit` line per epoch and seed.
 
     /usr/bin/python3 bench/pytorch_resnet18_fashion.py --epochs 2 --threads 2 --seeds 0
     python3 bench/pytorch_resnet18_fashion.py --device cuda --seeds 0 1 2 3 4 5 6 7
+    python3 bench/pytorch_resnet18_fashion.py --device cuda --compile --amp bf16 --epochs 10
+
+--compile trains torch.compile(net) (its compile time falls in the first
+epoch); --amp bf16|fp16 runs the forward under torch.autocast (fp16 with a
+GradScaler). Lines then carry the mode in their names (torch_compile_bf16_...).
 """
 import time
 
@@ -67,22 +72,35 @@ def main():
         init_weights(net, args.init)
         net.to(dev)
         opt = torch.optim.SGD(net.parameters(), lr=args.lr)
+        model = torch.compile(net) if args.compile else net
+        amp_dtype = {"": None, "bf16": torch.bfloat16, "fp16": torch.float16}[args.amp]
+        scaler = torch.amp.GradScaler(enabled=amp_dtype == torch.float16) if amp_dtype else None
+        name = "torch" + ("_compile" if args.compile else "") + (f"_{args.amp}" if args.amp else "")
         for epoch in range(1, args.epochs + 1):
             start = time.time()
             order = torch.randperm(len(xtr)).to(dev)
-            correct = 0
+            correct = torch.zeros((), dtype=torch.int64, device=dev)  # read once per epoch: no sync per step
             for i in range(0, len(xtr), args.batch_size):
                 idx = order[i:i + args.batch_size]
                 opt.zero_grad()
-                out = net(xtr[idx])
-                loss_fn(out, ytr[idx]).backward()
-                opt.step()
-                correct += (out.argmax(1) == ytr[idx]).sum().item()
+                with torch.autocast(args.device, dtype=amp_dtype, enabled=amp_dtype is not None):
+                    out = model(xtr[idx])
+                    loss = loss_fn(out, ytr[idx])
+                if scaler is not None:
+                    scaler.scale(loss).backward()
+                    scaler.step(opt)
+                    scaler.update()
+                else:
+                    loss.backward()
+                    opt.step()
+                correct += (out.argmax(1) == ytr[idx]).sum()
+            correct = correct.item()
             seconds = time.time() - start
             acc = accuracy(net, xte, yte)
-            print(f"torch_resnet18_train_acc_seed{seed}_epoch{epoch} {correct / len(xtr):.4f} fraction", flush=True)
-            print(f"torch_resnet18_test_acc_seed{seed}_epoch{epoch} {acc:.4f} fraction  # {seconds:.1f} s, "
+            print(f"{name}_resnet18_train_acc_seed{seed}_epoch{epoch} {correct / len(xtr):.4f} fraction", flush=True)
+            print(f"{name}_resnet18_test_acc_seed{seed}_epoch{epoch} {acc:.4f} fraction  # {seconds:.1f} s, "
                   f"{len(xtr) / seconds:.1f} img/s", flush=True)
+            print(f"{name}_resnet18_epoch_s_seed{seed}_epoch{epoch} {seconds:.2f} s", flush=True)
 
 
 if __name__ == "__main__":

@@ -22,6 +22,9 @@
 # when a step failed. Every step runs under `timeout`, and the whole check keeps to a budget
 # (KILN_GPU_CHECK_BUDGET_S, default 480 s): a step that would start past it is skipped, so a hang
 # cannot eat the lease. Environment: KILN_GPU_CHECK_QUICK=1 skips the training runs;
+# KILN_GPU_CHECK_SYNC_LANES=0 skips the second pass of the tests with synchronous lanes;
+# KILN_GPU_CHECK_PEERS="eager compile eager_bf16 compile_bf16" runs those PyTorch twins of the
+# ResNet-18 recipe (KILN_GPU_CHECK_PEER_EPOCHS each, default 3) one after the other;
 # KILN_GPU_CHECK_EPOCHS (default 1) sets LeNet's length, KILN_GPU_CHECK_RESNET_EPOCHS (default 2)
 # ResNet-18's; KILN_GPU_CHECK_TORCH_SEEDS (default "0 1 2 3 4 5 6 7", empty to skip) runs the
 # PyTorch twin of the ResNet-18 recipe on the GPU in the background, one 2-epoch run per seed, to
@@ -113,7 +116,7 @@ cuda_libs=""
 for dir in /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/targets/x86_64-linux/lib; do
   [[ -d $dir ]] && cuda_libs+="$dir:"
 done
-for name in libcudnn.so.9 libcublas.so.13 libcublasLt.so.13 libcudart.so.13; do
+for name in libcudnn.so.9 libcublas.so.13 libcublasLt.so.13 libcudart.so.13 libnccl.so.2 libnvrtc.so.13; do
   hit=$(find /usr /opt -name "$name" 2>/dev/null | head -1)
   [[ -n $hit ]] && cuda_libs+="$(dirname "$hit"):"
 done
@@ -186,9 +189,10 @@ if [[ -n ${extra_dir:-} && -d $extra_dir ]]; then
 fi
 
 # The same programs with synchronous lanes (KILN_CUDA_LANES=sync, the debugging mode: every GPU op
-# finishes before the next; cuda_fault_test always runs so).
-step "GPU tests with KILN_CUDA_LANES=sync"
+# finishes before the next; cuda_fault_test always runs so). KILN_GPU_CHECK_SYNC_LANES=0 skips them.
+[[ ${KILN_GPU_CHECK_SYNC_LANES:-1} == 1 ]] && step "GPU tests with KILN_CUDA_LANES=sync"
 for t in "${gpu_tests[@]}"; do
+  [[ ${KILN_GPU_CHECK_SYNC_LANES:-1} == 1 ]] || break
   [[ $t == cuda_fault_test ]] && continue
   KILN_CUDA_LANES=sync timed 90 "$bin/$t" --gtest_color=no 2>&1 | tee "$logs/$t.sync.log" \
     | grep -v '^\[       OK \]\|^\[ RUN      \]'
@@ -246,6 +250,22 @@ if [[ $chapter_epochs -gt 0 && $have_data == 1 ]]; then
   PYTHONUNBUFFERED=1 timed 200 python3 bench/pytorch_resnet18_fashion.py --device cuda --data "$data_dir" \
     --epochs "$chapter_epochs" --seeds 0
   record "PyTorch resnet18 cuda, $chapter_epochs epochs" $?
+fi
+
+# PyTorch peers of the ResNet-18 recipe, one after the other on the idle GPU (KILN_GPU_CHECK_PEERS:
+# any of eager, compile, eager_bf16, compile_bf16; KILN_GPU_CHECK_PEER_EPOCHS epochs each, default 3).
+peers=${KILN_GPU_CHECK_PEERS:-}
+if [[ -n $peers && $have_data == 1 ]]; then
+  step "PyTorch peers of the ResNet-18 recipe: $peers"
+  for mode in $peers; do
+    flags=()
+    [[ $mode == compile* ]] && flags+=(--compile)
+    [[ $mode == *_bf16 ]] && flags+=(--amp bf16)
+    PYTHONUNBUFFERED=1 timed 240 python3 bench/pytorch_resnet18_fashion.py --device cuda --data "$data_dir" \
+      --epochs "${KILN_GPU_CHECK_PEER_EPOCHS:-3}" --seeds 0 "${flags[@]}" 2>&1 | tee "$logs/torch_peer_$mode.log" \
+      | grep -v Warning
+    record "PyTorch resnet18 peer $mode" "${PIPESTATUS[0]}"
+  done
 fi
 
 step "GPU benchmarks"
