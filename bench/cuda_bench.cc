@@ -9,6 +9,9 @@
 #include <cstdio>
 
 #include "bench/bench.h"
+#if defined(KILN_HAVE_CUDA)
+#include "backends/cuda/testing.h"
+#endif
 #include "frontend/nd.h"
 #include "runtime/device_backend.h"
 #include "runtime/engine.h"
@@ -47,9 +50,16 @@ std::vector<Figure> bench_copy(const Options& options) {
   double h2d = timed(options, [&] { host.copy_to(kGpu).wait_to_read(); });
   double d2h = timed(options, [&] { gpu.copy_to(Device::cpu(0)).wait_to_read(); });
   double d2d = timed(options, [&] { gpu.copy_to(kGpu).wait_to_read(); });
-  return {{"cuda_h2d_gbps", bytes / h2d * 1e-9, "GB/s"},
-          {"cuda_d2h_gbps", bytes / d2h * 1e-9, "GB/s"},
-          {"cuda_d2d_gbps", 2 * bytes / d2d * 1e-9, "GB/s"}};
+  std::vector<Figure> figures = {{"cuda_h2d_gbps", bytes / h2d * 1e-9, "GB/s"},
+                                 {"cuda_d2h_gbps", bytes / d2h * 1e-9, "GB/s"},
+                                 {"cuda_d2d_gbps", 2 * bytes / d2d * 1e-9, "GB/s"}};
+#if defined(KILN_HAVE_CUDA)
+  // The ceiling: one DMA from/to page-locked memory, no staging.
+  const auto size = static_cast<size_t>(bytes);
+  figures.push_back({"cuda_h2d_pinned_ceiling_gbps", cuda::testing::pinned_copy_gbps(0, size, true), "GB/s"});
+  figures.push_back({"cuda_d2h_pinned_ceiling_gbps", cuda::testing::pinned_copy_gbps(0, size, false), "GB/s"});
+#endif
+  return figures;
 }
 
 // elemwise_add of two 64M-float arrays (3 x 256 MiB moved) against a plain
@@ -95,7 +105,9 @@ std::vector<Figure> bench_latency(const Options& options) {
 }  // namespace
 
 void register_cuda_benchmarks() {
-  add({"cuda_copy", {"cuda_h2d_gbps", "cuda_d2h_gbps", "cuda_d2d_gbps"}, &bench_copy});
+  add({"cuda_copy",
+       {"cuda_h2d_gbps", "cuda_d2h_gbps", "cuda_d2d_gbps", "cuda_h2d_pinned_ceiling_gbps", "cuda_d2h_pinned_ceiling_gbps"},
+       &bench_copy});
   add({"cuda_elemwise", {"cuda_add_gbps", "cuda_relu_gbps", "cuda_add_vs_copy"}, &bench_elemwise});
   add({"cuda_matmul", {"cuda_matmul_4096_tflops"}, &bench_matmul});
   add({"cuda_op_latency", {"cuda_op_latency_us"}, &bench_latency});

@@ -3,10 +3,12 @@
 #include <array>
 #include <atomic>
 #include <cstdlib>
+#include <exception>
 #include <mutex>
 #include <string_view>
 #include <vector>
 
+#include "backends/cuda/deferred_check.h"
 #include "backends/cuda/testing.h"
 
 namespace kiln::cuda {
@@ -81,18 +83,25 @@ void note_queued_work(int device) {
 }
 
 void drain_queued_work() {
+  std::exception_ptr first;  // every GPU is drained before the first failure is thrown
   for (int d = 0; d < kMaxDevices; ++d) {
     if (!g_queued[static_cast<size_t>(d)].load(std::memory_order_acquire)) continue;
     bind_device(d);
     cudaError_t err = cudaStreamSynchronize(stream(d, StreamKind::kCompute));
-    if (err != cudaSuccess) {
-      (void)cudaGetLastError();
-      throw Error(fmt::format(
-          "cuda({}): an asynchronous GPU error surfaced at a wait: {} ({}); with asynchronous lanes (the default) the "
-          "op that caused it is not known: rerun with KILN_CUDA_LANES=sync to have the failing op named",
-          d, cudaGetErrorName(err), cudaGetErrorString(err)));
+    try {
+      if (err != cudaSuccess) {
+        (void)cudaGetLastError();
+        throw Error(fmt::format(
+            "cuda({}): an asynchronous GPU error surfaced at a wait: {} ({}); with asynchronous lanes (the default) "
+            "the op that caused it is not known: rerun with KILN_CUDA_LANES=sync to have the failing op named",
+            d, cudaGetErrorName(err), cudaGetErrorString(err)));
+      }
+      deferred_check_drain(d);
+    } catch (...) {
+      if (!first) first = std::current_exception();
     }
   }
+  if (first) std::rethrow_exception(first);
 }
 
 void order_after_compute(int device, cudaStream_t s) {

@@ -109,7 +109,8 @@ cudaError_t launch_softmax(const float* x, float* y, int64_t outer, int64_t n, i
 cudaError_t launch_softmax_backward(const float* dy, const float* y, float* dx, int64_t outer, int64_t n,
                                     int64_t inner, float inv_temperature, bool log, cudaStream_t s);
 // loss[r] = logsumexp(x[r]) - x[r, label[r]]; with dy: dx = (softmax(x[r]) - onehot) * dy[r].
-// Labels are float32 here; a label outside [0, classes) sets *bad_label_row (device int, -1 when all fine).
+// Labels are float32 here; the first label outside [0, classes) claims bad_label_row[0] (-1 when all
+// fine: atomicCAS) with its row, and its claimer writes the label's float bits to bad_label_row[1].
 cudaError_t launch_softmax_cross_entropy(const float* x, const float* label, const float* dy, float* out,
                                          int64_t rows, int64_t classes, int* bad_label_row, cudaStream_t s);
 // Dropout: mask[i] = uniform(seed, offset + i) < keep ? 1 / keep : 0.

@@ -2,6 +2,9 @@
 // softmax/log_softmax and their backward ops, the fused softmax
 // cross-entropy, Dropout, add_n. Elementwise work goes through elemwise.cu's
 // launchers; softmax and cross-entropy through nn.cu.
+#include <bit>
+
+#include "backends/cuda/deferred_check.h"
 #include "backends/cuda/device_runtime.h"
 #include "backends/cuda/kernel_util.h"
 #include "ir/ops/nn.h"
@@ -110,21 +113,16 @@ void cross_entropy(const KernelContext& ctx, const TensorView& x, const TensorVi
                      ctx);
     labels = static_cast<const float*>(converted.block.ptr);
   }
-  cuda::Scratch flag(device, sizeof(int));
-  KILN_CUDA_CHECK(cudaMemsetAsync(flag.block.ptr, 0xff, sizeof(int), s), device);  // -1: no bad label
+  // Bad labels are reported through a deferred check (deferred_check.h): no read-back per step.
+  int* flag = cuda::deferred_check_begin(device.id);
   KILN_CUDA_LAUNCH(cuda::launch_softmax_cross_entropy(x.ptr<float>(), labels, dy ? dy->ptr<float>() : nullptr,
-                                                      out.ptr<float>(), rows, classes,
-                                                      static_cast<int*>(flag.block.ptr), s),
+                                                      out.ptr<float>(), rows, classes, flag, s),
                    ctx);
-  int bad = -1;
-  KILN_CUDA_CHECK(cudaMemcpyAsync(&bad, flag.block.ptr, sizeof(int), cudaMemcpyDeviceToHost, s), device);
-  KILN_CUDA_CHECK(cudaStreamSynchronize(s), device);
-  if (bad >= 0) {
-    float value = 0;
-    KILN_CUDA_CHECK(cudaMemcpy(&value, labels + bad, sizeof(float), cudaMemcpyDeviceToHost), device);
-    throw ValueError(fmt::format("label {} at position {} is out of range for {} classes (expected 0 to {})", value,
-                                 bad, classes, classes - 1));
-  }
+  const char* op = dy ? "softmax_cross_entropy backward" : "softmax_cross_entropy";
+  cuda::deferred_check_end(device.id, flag, s, [op, classes, device](int row, int payload) {
+    return fmt::format("{} on {}: label {} at position {} is out of range for {} classes (expected 0 to {})", op,
+                       device, std::bit_cast<float>(payload), row, classes, classes - 1);
+  });
 }
 
 void cross_entropy_kernel(const KernelContext& ctx, std::span<const TensorView> in, std::span<const TensorView> out) {

@@ -57,7 +57,7 @@ __global__ void cross_entropy_kernel(const float* x, const float* label, const f
     const float lf = label[r];
     const int64_t k = lf != lf ? 0 : (lf <= -1.0f || lf >= static_cast<float>(classes)) ? -1 : static_cast<int64_t>(lf);
     if (k < 0 || k >= classes) {
-      atomicCAS(bad, -1, static_cast<int>(r));
+      if (atomicCAS(bad, -1, static_cast<int>(r)) == -1) bad[1] = __float_as_int(lf);
       if (dy == nullptr) out[r] = NAN;
       continue;
     }

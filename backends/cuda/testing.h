@@ -4,6 +4,7 @@
 //   engine::get().push([](engine::RunContext rc) { cuda::testing::launch_bad_config(rc.stream); }, ...);
 #pragma once
 
+#include <cstddef>
 #include <string>
 
 namespace kiln::cuda::testing {
@@ -24,5 +25,10 @@ void launch_illegal_address(void* stream);
 bool lanes_async();
 void set_lanes_async(bool async);
 bool compute_stream_idle(int device);
+
+// The host <-> GPU ceiling of this machine: GB/s of one cudaMemcpyAsync of
+// `bytes` between page-locked host memory and cuda(device), best of five
+// (implemented in copy.cc; the benchmarks print it beside Kiln's copies).
+double pinned_copy_gbps(int device, size_t bytes, bool to_device);
 
 }  // namespace kiln::cuda::testing

@@ -4,11 +4,13 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 #include <vector>
 
 #include "backends/cuda/caching_allocator.h"
 #include "frontend/nd.h"
+#include "frontend/nd_nn.h"
 #include "frontend/ndarray.h"
 #include "runtime/device_backend.h"
 #include "runtime/engine.h"
@@ -183,6 +185,46 @@ TEST_F(AsyncLanes, AWaitDrainsTheComputeStream) {
   for (int i = 0; i < 200; ++i) x = x * 1.5 + 1.0;
   x.wait_to_read();
   EXPECT_TRUE(cuda::testing::compute_stream_idle(0));
+}
+
+// A bad label is checked without a read-back per op: the kernel writes a
+// mapped host flag, read at the next wait (backends/cuda/deferred_check.h).
+TEST_F(AsyncLanes, ABadLabelSurfacesAtTheNextWaitWithItsValueAndRow) {
+  KILN_REQUIRE_CUDA();
+  NDArray logits = nd::zeros({4, 3}, {.device = kGpu});
+  NDArray labels = nd::array<float>({0, 2, 7, 1}, Shape{4}, kGpu);
+  NDArray loss = nd::softmax_cross_entropy(logits, labels);  // queued: no throw, no wait
+  std::string msg = test::error_of<ValueError>([&] { engine::wait_all(); });
+  EXPECT_CONTAINS(msg, "softmax_cross_entropy on cuda(0): label 7 at position 2 is out of range for 3 classes");
+  EXPECT_CONTAINS(msg, "at a later wait");
+  // Reported once; the GPU and later checks keep working.
+  engine::wait_all();
+  NDArray good = nd::softmax_cross_entropy(logits, nd::array<float>({0, 1, 2, 1}, Shape{4}, kGpu));
+  EXPECT_NEAR(good.to_vector<float>()[0], std::log(3.0f), 1e-6);
+}
+
+TEST_F(AsyncLanes, MoreCheckedOpsThanFlagsInFlightWithoutAWait) {
+  KILN_REQUIRE_CUDA();
+  NDArray logits = nd::zeros({64, 10}, {.device = kGpu});
+  NDArray labels = nd::zeros({64}, {.device = kGpu});
+  NDArray total = nd::zeros({64}, {.device = kGpu});
+  for (int i = 0; i < 600; ++i) total = total + nd::softmax_cross_entropy(logits, labels);
+  std::vector<float> v = total.to_vector<float>();
+  EXPECT_NEAR(v[0], 600 * std::log(10.0f), 1e-2);
+}
+
+TEST(CudaErrors, ABadLabelWithSynchronousLanesNamesTheOp) {
+  KILN_REQUIRE_CUDA();
+  engine::wait_all();
+  const bool was_async = cuda::testing::lanes_async();
+  cuda::testing::set_lanes_async(false);
+  NDArray logits = nd::zeros({2, 3}, {.device = kGpu});
+  NDArray loss = nd::softmax_cross_entropy(logits, nd::array<float>({-2, 1}, Shape{2}, kGpu));
+  std::string msg = test::error_of<Error>([&] { loss.wait_to_read(); });
+  EXPECT_CONTAINS(msg, "label -2 at position 0 is out of range for 3 classes");
+  EXPECT_EQ(msg.find("at a later wait"), std::string::npos) << msg;
+  engine::wait_all();
+  cuda::testing::set_lanes_async(was_async);
 }
 
 TEST(CudaErrors, NoSuchGpuIsADeviceError) {
