@@ -1,7 +1,8 @@
 // Convolution (forward, backward data, backward weight) and Pooling (forward,
 // backward) through cuDNN's legacy API, BatchNorm through Kiln's own kernels
 // (batch_norm.cu), and the fused _kiln_conv_act. float32 (convolutions also
-// bfloat16/float16, on tensor cores), channel-first, 1 to 3 spatial axes (1-D
+// bfloat16/float16, on tensor cores; BatchNorm 16-bit data with float32
+// parameters), channel-first, 1 to 3 spatial axes (1-D
 // runs as 2-D with a unit axis).
 //
 // Algorithms: cuDNN's heuristic (the *_v7 queries) picks, once per shape and
@@ -394,26 +395,47 @@ cuda::BatchNormArgs batch_norm_args(const KernelContext& ctx, const BatchNormAtt
   return args;
 }
 
+// Data in float32, float16 or bfloat16 with everything else float32 runs the
+// kernels directly; any other mix (16-bit parameters) on float32 copies.
+// `data_inputs` inputs and output 0 hold the data (dtype t), the rest float32.
+bool batch_norm_native(std::span<const TensorView> in, std::span<const TensorView> out, size_t data_inputs) {
+  const DType t = in[0].dtype;
+  if (t != DType::kFloat32 && !is_16bit(t)) return false;
+  for (size_t i = 0; i < in.size(); ++i) {
+    if (in[i].dtype != (i < data_inputs ? t : DType::kFloat32)) return false;
+  }
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (out[i].dtype != (i == 0 ? t : DType::kFloat32)) return false;
+  }
+  return true;
+}
+
 // (data, gamma, beta, moving_mean, moving_var) -> (out, mean, var)
 void batch_norm(const KernelContext& ctx, std::span<const TensorView> in, std::span<const TensorView> out) {
-  cuda::require_f32(in, out);
+  if (!batch_norm_native(in, out, 1)) {
+    if (is_16bit(in[0].dtype)) return cuda::widen(ctx, in, out);
+    cuda::require_f32(in, out);
+  }
   cuda::BatchNormArgs args = batch_norm_args(ctx, ctx.attrs.as<BatchNormAttrs>(), in[0].shape);
   cuda::Scratch ws(ctx.run.device, cuda::batch_norm_workspace_bytes(args));
-  KILN_CUDA_LAUNCH(cuda::launch_batch_norm_forward(in[0].ptr<float>(), in[1].ptr<float>(), in[2].ptr<float>(),
-                                                   in[3].ptr<float>(), in[4].ptr<float>(), out[0].ptr<float>(),
-                                                   out[1].ptr<float>(), out[2].ptr<float>(), args, ws.get(),
-                                                   cuda::stream_of(ctx)),
+  KILN_CUDA_LAUNCH(cuda::launch_batch_norm_forward(in[0].data, in[1].ptr<float>(), in[2].ptr<float>(),
+                                                   in[3].ptr<float>(), in[4].ptr<float>(), out[0].data,
+                                                   out[1].ptr<float>(), out[2].ptr<float>(),
+                                                   static_cast<int>(in[0].dtype), args, ws.get(), cuda::stream_of(ctx)),
                    ctx);
 }
 
-// (out_grad, data, gamma, mean, var) -> (d_data, d_gamma, d_beta)
+// (out_grad, data, gamma, mean, var) -> (d_data, d_gamma, d_beta); out_grad and d_data in data's dtype.
 void batch_norm_backward(const KernelContext& ctx, std::span<const TensorView> in, std::span<const TensorView> out) {
-  cuda::require_f32(in, out);
+  if (!batch_norm_native(in, out, 2)) {
+    if (is_16bit(in[1].dtype)) return cuda::widen(ctx, in, out);
+    cuda::require_f32(in, out);
+  }
   cuda::BatchNormArgs args = batch_norm_args(ctx, ctx.attrs.as<BatchNormAttrs>(), in[1].shape);
   cuda::Scratch ws(ctx.run.device, cuda::batch_norm_workspace_bytes(args));
-  KILN_CUDA_LAUNCH(cuda::launch_batch_norm_backward(in[0].ptr<float>(), in[1].ptr<float>(), in[2].ptr<float>(),
-                                                    in[3].ptr<float>(), in[4].ptr<float>(), out[0].ptr<float>(),
-                                                    out[1].ptr<float>(), out[2].ptr<float>(), args, ws.get(),
+  KILN_CUDA_LAUNCH(cuda::launch_batch_norm_backward(in[0].data, in[1].data, in[2].ptr<float>(), in[3].ptr<float>(),
+                                                    in[4].ptr<float>(), out[0].data, out[1].ptr<float>(),
+                                                    out[2].ptr<float>(), static_cast<int>(in[1].dtype), args, ws.get(),
                                                     cuda::stream_of(ctx)),
                    ctx);
 }
@@ -431,8 +453,8 @@ void register_cuda_conv_kernels() {
   register_kernel(OpId::kPooling, k, pooling);
   register_kernel(OpId::kPoolingBackward, k, pooling_backward);
 #endif
-  register_kernel(OpId::kBatchNorm, k, batch_norm);
-  register_kernel(OpId::kBatchNormBackward, k, batch_norm_backward);
+  register_kernel(OpId::kBatchNorm, k, batch_norm, HalfSupport::kAny);
+  register_kernel(OpId::kBatchNormBackward, k, batch_norm_backward, HalfSupport::kAny);
 }
 
 }  // namespace kiln

@@ -14,6 +14,10 @@
 
 namespace kiln::cuda {
 
+// The 16-bit float dtype codes (kiln::DType::kFloat16, kBfloat16).
+inline constexpr int kDtypeFloat16 = 2;
+inline constexpr int kDtypeBfloat16 = 12;
+
 inline constexpr int kMaxDims = 8;
 
 // An iteration over an n-d output in row-major order, reading an input
@@ -130,7 +134,9 @@ cudaError_t launch_update(UpdateOp op, const float* weight_in, const float* grad
 
 namespace kiln::cuda {
 
-// ---- BatchNorm (batch_norm.cu), float32, data as [outer, channels, inner];
+// ---- BatchNorm (batch_norm.cu), data as [outer, channels, inner] in float32,
+// float16 or bfloat16 (data_dtype: x, y, dy, dx), computed in float32; gamma,
+// beta and the statistics are float32;
 // the CPU backend's semantics (backends/cpu/conv_batch_norm.cc): biased batch
 // variance, moving = moving * momentum + batch * (1 - momentum) in train mode.
 struct BatchNormArgs {
@@ -142,12 +148,12 @@ struct BatchNormArgs {
 // keeps until the op's stream is synchronized; contents need no setup).
 size_t batch_norm_workspace_bytes(const BatchNormArgs& a);
 // y may be x (in place).
-cudaError_t launch_batch_norm_forward(const float* x, const float* gamma, const float* beta, float* moving_mean,
-                                      float* moving_var, float* y, float* mean, float* var, const BatchNormArgs& a,
-                                      void* workspace, cudaStream_t s);
+cudaError_t launch_batch_norm_forward(const void* x, const float* gamma, const float* beta, float* moving_mean,
+                                      float* moving_var, void* y, float* mean, float* var, int data_dtype,
+                                      const BatchNormArgs& a, void* workspace, cudaStream_t s);
 // dx may be dy (in place).
-cudaError_t launch_batch_norm_backward(const float* dy, const float* x, const float* gamma, const float* mean,
-                                       const float* var, float* dx, float* d_gamma, float* d_beta,
+cudaError_t launch_batch_norm_backward(const void* dy, const void* x, const float* gamma, const float* mean,
+                                       const float* var, void* dx, float* d_gamma, float* d_beta, int data_dtype,
                                        const BatchNormArgs& a, void* workspace, cudaStream_t s);
 
 }  // namespace kiln::cuda
