@@ -347,12 +347,25 @@ struct PoolSetup {
   PoolSetup& operator=(const PoolSetup&) = delete;
 };
 
+// Every array in one float dtype (16-bit ones through cuDNN's own 16-bit
+// pooling, float32 arithmetic inside), or NotSupported.
+DType pool_dtype(std::span<const TensorView> in, std::span<const TensorView> out) {
+  const DType t = in[0].dtype;
+  if (!is_16bit(t)) {
+    cuda::require_f32(in, out);
+    return t;
+  }
+  for (const TensorView& v : in) KILN_CHECK(v.dtype == t, NotSupported, "mixed dtypes {} and {}", t, v.dtype);
+  for (const TensorView& v : out) KILN_CHECK(v.dtype == t, NotSupported, "mixed dtypes {} and {}", t, v.dtype);
+  return t;
+}
+
 void pooling(const KernelContext& ctx, std::span<const TensorView> in, std::span<const TensorView> out) {
-  cuda::require_f32(in, out);
+  const DType t = pool_dtype(in, out);
   const Device dev = ctx.run.device;
   if (out[0].size() == 0) return;
   PoolSetup p(ctx.attrs.as<PoolingAttrs>(), in[0].shape, dev);
-  TensorDesc x(dims_of(in[0].shape), dev), y(dims_of(out[0].shape), dev);
+  TensorDesc x(dims_of(in[0].shape), dev, t), y(dims_of(out[0].shape), dev, t);
   const float zero = 0.0f;
   KILN_CUDNN_CHECK(cudnnPoolingForward(cuda::cudnn_handle(dev.id, cuda::stream_of(ctx)), p.d, &p.alpha, x.d,
                                        in[0].data, &zero, y.d, out[0].data),
@@ -361,7 +374,7 @@ void pooling(const KernelContext& ctx, std::span<const TensorView> in, std::span
 
 // (out_grad, data, output) -> d_data
 void pooling_backward(const KernelContext& ctx, std::span<const TensorView> in, std::span<const TensorView> out) {
-  cuda::require_f32(in, out);
+  const DType t = pool_dtype(in, out);
   const Device dev = ctx.run.device;
   if (out[0].size() == 0) return;
   if (in[0].size() == 0) {
@@ -369,7 +382,7 @@ void pooling_backward(const KernelContext& ctx, std::span<const TensorView> in, 
     return;
   }
   PoolSetup p(ctx.attrs.as<PoolingAttrs>(), in[1].shape, dev);
-  TensorDesc x(dims_of(in[1].shape), dev), y(dims_of(in[2].shape), dev);
+  TensorDesc x(dims_of(in[1].shape), dev, t), y(dims_of(in[2].shape), dev, t);
   const float zero = 0.0f;
   KILN_CUDNN_CHECK(cudnnPoolingBackward(cuda::cudnn_handle(dev.id, cuda::stream_of(ctx)), p.d, &p.alpha, y.d,
                                         in[2].data, y.d, in[0].data, x.d, in[1].data, &zero, x.d, out[0].data),
@@ -450,8 +463,8 @@ void register_cuda_conv_kernels() {
   register_kernel(OpId::kConvolutionBackwardData, k, or_widened<convolution_backward_data_native>, HalfSupport::kAny);
   register_kernel(OpId::kConvolutionBackwardWeight, k, or_widened<convolution_backward_weight_native>,
                   HalfSupport::kAny);
-  register_kernel(OpId::kPooling, k, pooling);
-  register_kernel(OpId::kPoolingBackward, k, pooling_backward);
+  register_kernel(OpId::kPooling, k, or_widened<pooling>, HalfSupport::kAny);
+  register_kernel(OpId::kPoolingBackward, k, or_widened<pooling_backward>, HalfSupport::kAny);
 #endif
   register_kernel(OpId::kBatchNorm, k, batch_norm, HalfSupport::kAny);
   register_kernel(OpId::kBatchNormBackward, k, batch_norm_backward, HalfSupport::kAny);
