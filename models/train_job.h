@@ -3,7 +3,8 @@
 //   models::TrainConfig cfg{.model = "lenet", .epochs = 10, .batch_size = 256, .lr = 0.2};
 //   auto history = models::train(cfg, [](const models::EpochStats& s) { ... });
 //
-//   models::TrainConfig gpt{.model = "gpt", .batch_size = 32, .lr = 1e-3, .optimizer = "adamw"};
+//   models::TrainConfig gpt = models::recipe_for("gpt");  // models/train_task.h: AdamW, cosine, warmup, clipping
+//   gpt.epochs = 2;
 //   models::train(gpt);                            // a byte-level GPT on Debian's fortunes
 //
 // Runs the d2l chapter's loop for every task (models/train_task.h: the image

@@ -49,6 +49,25 @@ NDArray TrainTask::correct(const NDArray& out, const NDArray& label) const {
   return nd::sum(guess == (label.dtype() == guess.dtype() ? label : label.astype(guess.dtype())));
 }
 
+TrainConfig recipe_for(const std::string& model) {
+  TrainConfig c;
+  c.model = model;
+  if (model == "gpt") {
+    c.batch_size = 32;
+    c.optimizer = "adamw";
+    c.lr = 1e-3;
+    c.wd = 0.1;
+    c.warmup_steps = 100;
+    c.lr_schedule = "cosine";
+    c.clip_grad_norm = 1;
+    return c;
+  }
+  std::vector<std::string> known = names();
+  KILN_CHECK(std::find(known.begin(), known.end(), model) != known.end(), ValueError,
+             "--model {}: unknown; expected one of {}, gpt", model, fmt::join(known, ", "));
+  return c;
+}
+
 TrainTask make_task(const TrainConfig& cfg) {
   TrainTask t;
   if (cfg.model == "gpt") {

@@ -42,4 +42,12 @@ struct TrainTask {
 // ValueError naming the model for an unknown name (and listing the known ones).
 TrainTask make_task(const TrainConfig& config);
 
+// The task's own recipe: a TrainConfig with `model` set and the batch size,
+// optimizer, learning rate, weight decay, schedule, warmup and clipping its
+// task trains with. Image models: the chapter's setting (TrainConfig's
+// defaults: batch 256, SGD at lr 0.2). "gpt": batch 32, AdamW at lr 1e-3
+// with weight decay 0.1, 100 warmup steps into a cosine schedule, clipping
+// at 1. `kiln train --model M` starts from it. ValueError for an unknown model.
+TrainConfig recipe_for(const std::string& model);
+
 }  // namespace kiln::models

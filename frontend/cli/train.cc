@@ -44,6 +44,7 @@
 #include "frontend/viz/svg_plot.h"
 #include "ir/device.h"
 #include "models/train_job.h"
+#include "models/train_task.h"
 
 namespace kiln::cli {
 namespace {
@@ -120,16 +121,17 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--export", cfg->export_prefix,
                   "With --hybridize: write PREFIX-symbol.json and PREFIX-0000.params (MXNet's format) at the end");
   cmd->callback([cmd, cfg, devices, amp, plot_path] {
-    if (cfg->model == "gpt") {
-      // The GPT recipe for what the command line left at the image defaults.
+    {
+      // The model's recipe (models/train_task.h) for what the command line left unset.
+      const models::TrainConfig r = models::recipe_for(cfg->model);
       auto unset = [cmd](const char* flag) { return cmd->count(flag) == 0; };
-      if (unset("--batch-size")) cfg->batch_size = 32;
-      if (unset("--optimizer")) cfg->optimizer = "adamw";
-      if (unset("--lr")) cfg->lr = 1e-3;
-      if (unset("--wd")) cfg->wd = 0.1;
-      if (unset("--warmup-steps")) cfg->warmup_steps = 100;
-      if (unset("--lr-schedule")) cfg->lr_schedule = "cosine";
-      if (unset("--clip-grad-norm")) cfg->clip_grad_norm = 1;
+      if (unset("--batch-size")) cfg->batch_size = r.batch_size;
+      if (unset("--optimizer")) cfg->optimizer = r.optimizer;
+      if (unset("--lr")) cfg->lr = r.lr;
+      if (unset("--wd")) cfg->wd = r.wd;
+      if (unset("--warmup-steps")) cfg->warmup_steps = r.warmup_steps;
+      if (unset("--lr-schedule")) cfg->lr_schedule = r.lr_schedule;
+      if (unset("--clip-grad-norm")) cfg->clip_grad_norm = r.clip_grad_norm;
     }
     const bool text = cfg->model == "gpt";
     if (!amp->empty()) {

@@ -20,6 +20,7 @@
 #include "models/gpt.h"
 #include "models/gpt_generate.h"
 #include "models/train_job.h"
+#include "models/train_task.h"
 #include "tests/test_util.h"
 
 namespace kiln {
@@ -280,6 +281,23 @@ TEST_F(GptJob, ASmallGptLearnsAShortText) {
   c.amp = DType::kBfloat16;
   auto history = models::train(c);
   EXPECT_LT(history[2].test_loss, history[0].test_loss) << "bfloat16";
+}
+
+TEST(GptRecipe, TheTaskOwnsItsRecipeAndUnknownModelsAreNamed) {
+  models::TrainConfig g = models::recipe_for("gpt");
+  EXPECT_EQ(g.model, "gpt");
+  EXPECT_EQ(g.optimizer, "adamw");
+  EXPECT_EQ(g.batch_size, 32);
+  EXPECT_DOUBLE_EQ(g.lr, 1e-3);
+  EXPECT_DOUBLE_EQ(g.wd, 0.1);
+  EXPECT_EQ(g.lr_schedule, "cosine");
+  EXPECT_EQ(g.warmup_steps, 100);
+  EXPECT_DOUBLE_EQ(g.clip_grad_norm, 1.0);
+  models::TrainConfig lenet = models::recipe_for("lenet");
+  EXPECT_EQ(lenet.optimizer, "sgd");
+  EXPECT_EQ(lenet.batch_size, 256);
+  std::string msg = test::error_of<ValueError>([] { (void)models::recipe_for("gtp"); });
+  EXPECT_CONTAINS(msg, "--model gtp: unknown");
 }
 
 TEST_F(GptJob, ResumesFromACheckpointBitForBit) {
