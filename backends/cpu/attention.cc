@@ -17,14 +17,18 @@
 // Di = rowsum(dout * out) - dlse, dq += dS k, dk += dS^T q.
 //
 // The tile products run tile::matmul_add (backends/cpu/attention_tile.h). In
-// float32 and float64, accumulating in the data's dtype; 16-bit calls go
-// through the widening adaptor.
+// float32 and float64, accumulating in the data's dtype. float16/bfloat16
+// calls run the float32 code on float32 copies of one batch row at a time
+// (per thread: no whole-array temporaries), lse and dlse being float32
+// already; the results are those of the float32 kernel on the converted
+// inputs, rounded once.
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
 
 #include "backends/cpu/attention_tile.h"
+#include "backends/cpu/elemwise_kernels.h"
 #include "backends/cpu/elemwise_math.h"
 #include "backends/cpu/parallel.h"
 #include "ir/ops/attention.h"
@@ -168,8 +172,54 @@ void attention_typed(const KernelContext& ctx, std::span<const TensorView> in, s
       std::max<int64_t>(1, (1 << 16) / work));
 }
 
+// ---- float16 / bfloat16 through per-row float32 copies
+
+template <typename T>
+void widen_into(const T* src, float* dst, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) dst[i] = load(src[i]);
+}
+
+template <typename T>
+void narrow_into(const float* src, T* dst, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) dst[i] = store<T>(src[i]);
+}
+
+template <typename T>
+void attention_16bit(const KernelContext& ctx, std::span<const TensorView> in, std::span<const TensorView> out) {
+  const AttentionDims d = dims_of(ctx, in[0], in[1], in[2]);
+  const T *q = in[0].ptr<T>(), *k = in[1].ptr<T>(), *v = in[2].ptr<T>();
+  T* o = out[0].ptr<T>();
+  float* lse = out[1].ptr<float>();
+  const int64_t blocks = (d.tq + kBr - 1) / kBr;
+  const int64_t work = std::max<int64_t>(1, std::min(d.tq, kBr) * d.tk * (d.d + d.dv));
+  parallel_for(
+      ctx.run.num_threads, d.batch * blocks,
+      [&](int64_t t0, int64_t t1) {
+        ForwardScratch<float> w(d);
+        std::vector<float> qf(static_cast<size_t>(d.tq * d.d)), kf(static_cast<size_t>(d.tk * d.d)),
+            vf(static_cast<size_t>(d.tk * d.dv)), of(static_cast<size_t>(d.tq * d.dv));
+        int64_t row = -1;  // the batch row whose keys and values kf, vf hold
+        for (int64_t t = t0; t < t1; ++t) {
+          const int64_t b = t / blocks, i0 = (t % blocks) * kBr, nr = std::min(kBr, d.tq - i0);
+          if (b != row) {
+            widen_into(k + b * d.tk * d.d, kf.data(), d.tk * d.d);
+            widen_into(v + b * d.tk * d.dv, vf.data(), d.tk * d.dv);
+            row = b;
+          }
+          widen_into(q + (b * d.tq + i0) * d.d, qf.data() + i0 * d.d, nr * d.d);
+          forward_block(d, qf.data(), kf.data(), vf.data(), of.data(), lse + b * d.tq, i0, nr, w);
+          narrow_into(of.data() + i0 * d.dv, o + (b * d.tq + i0) * d.dv, nr * d.dv);
+        }
+      },
+      std::max<int64_t>(1, (1 << 16) / work));
+}
+
 void attention_kernel(const KernelContext& ctx, std::span<const TensorView> in, std::span<const TensorView> out) {
   if (out[0].size() == 0 && out[1].size() == 0) return;
+  if (in[0].dtype == DType::kBfloat16) return attention_16bit<BFloat16>(ctx, in, out);
+  if (in[0].dtype == DType::kFloat16) return attention_16bit<Half>(ctx, in, out);
   dispatch_float(in[0].dtype, [&](auto tag) { attention_typed<decltype(tag)>(ctx, in, out); });
 }
 
@@ -264,9 +314,43 @@ void attention_backward_typed(const KernelContext& ctx, std::span<const TensorVi
       std::max<int64_t>(1, (1 << 16) / work));
 }
 
+template <typename T>
+void attention_backward_16bit(const KernelContext& ctx, std::span<const TensorView> in,
+                              std::span<const TensorView> out) {
+  const AttentionDims d = dims_of(ctx, in[2], in[3], in[4]);
+  const T *dout = in[0].ptr<T>(), *q = in[2].ptr<T>(), *k = in[3].ptr<T>(), *v = in[4].ptr<T>(), *o = in[5].ptr<T>();
+  const float *dlse = in[1].ptr<float>(), *lse = in[6].ptr<float>();
+  T *dq = out[0].ptr<T>(), *dk = out[1].ptr<T>(), *dv = out[2].ptr<T>();
+  const int64_t work = std::max<int64_t>(1, d.tq * d.tk * (d.d + d.dv));
+  const int64_t nq = d.tq * d.d, nk = d.tk * d.d, nv = d.tk * d.dv, no = d.tq * d.dv;
+  parallel_for(
+      ctx.run.num_threads, d.batch,
+      [&](int64_t b0, int64_t b1) {
+        BackwardScratch<float> w(d);
+        // Inputs dout, q, k, v, out and the results dq, dk, dv of one batch row in float32.
+        std::vector<float> buf(static_cast<size_t>(2 * (nq + nk + nv) + 2 * no));
+        float *gf = buf.data(), *qf = gf + no, *kf = qf + nq, *vf = kf + nk, *of = vf + nv;
+        float *dqf = of + no, *dkf = dqf + nq, *dvf = dkf + nk;
+        for (int64_t b = b0; b < b1; ++b) {
+          widen_into(dout + b * no, gf, no);
+          widen_into(q + b * nq, qf, nq);
+          widen_into(k + b * nk, kf, nk);
+          widen_into(v + b * nv, vf, nv);
+          widen_into(o + b * no, of, no);
+          backward_row(d, gf, dlse + b * d.tq, qf, kf, vf, of, lse + b * d.tq, dqf, dkf, dvf, w);
+          narrow_into(dqf, dq + b * nq, nq);
+          narrow_into(dkf, dk + b * nk, nk);
+          narrow_into(dvf, dv + b * nv, nv);
+        }
+      },
+      std::max<int64_t>(1, (1 << 16) / work));
+}
+
 void attention_backward_kernel(const KernelContext& ctx, std::span<const TensorView> in,
                                std::span<const TensorView> out) {
   if (out[0].size() == 0 && out[1].size() == 0 && out[2].size() == 0) return;
+  if (in[2].dtype == DType::kBfloat16) return attention_backward_16bit<BFloat16>(ctx, in, out);
+  if (in[2].dtype == DType::kFloat16) return attention_backward_16bit<Half>(ctx, in, out);
   dispatch_float(in[2].dtype, [&](auto tag) { attention_backward_typed<decltype(tag)>(ctx, in, out); });
 }
 
@@ -276,8 +360,8 @@ void attention_backward_kernel(const KernelContext& ctx, std::span<const TensorV
 namespace kiln {
 
 void register_cpu_attention_kernels() {
-  register_kernel(OpId::kAttention, DeviceKind::kCPU, cpu::attention_kernel);
-  register_kernel(OpId::kAttentionBackward, DeviceKind::kCPU, cpu::attention_backward_kernel);
+  register_kernel(OpId::kAttention, DeviceKind::kCPU, cpu::attention_kernel, HalfSupport::kAny);
+  register_kernel(OpId::kAttentionBackward, DeviceKind::kCPU, cpu::attention_backward_kernel, HalfSupport::kAny);
 }
 
 }  // namespace kiln

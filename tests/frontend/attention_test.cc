@@ -145,6 +145,35 @@ TEST(Attention, SixteenBitInputsMatchFloat32) {
   }
 }
 
+// The 16-bit kernels compute in float32 on the converted inputs: exactly the
+// float32 kernel's results on those inputs, rounded once (lse unrounded).
+TEST(Attention, SixteenBitKernelsAreTheFloat32KernelsRoundedOnce) {
+  const DType f32 = DType::kFloat32;
+  for (DType low : {DType::kBfloat16, DType::kFloat16}) {
+    for (const Shapes& c : shapes()) {
+      const OpAttrs a = OpAttrs::make(AttentionAttrs{.causal = c.causal, .scale = c.scale});
+      NDArray q = values(c.q, 1, low), k = values(c.k, 2, low), v = values(c.v, 3, low);
+      std::vector<NDArray> got = invoke(OpId::kAttention, {q, k, v}, a);
+      std::vector<NDArray> want = invoke(OpId::kAttention, {q.astype(f32), k.astype(f32), v.astype(f32)}, a);
+      const std::string what = describe(c, low);
+      ASSERT_EQ(got[0].dtype(), low) << what;
+      ASSERT_EQ(got[1].dtype(), f32) << what;
+      EXPECT_EQ(got[0].to_vector<double>(), want[0].astype(low).to_vector<double>()) << what << ": out";
+      EXPECT_EQ(got[1].to_vector<double>(), want[1].to_vector<double>()) << what << ": lse";
+      NDArray dout = values(got[0].shape(), 4, low), dlse = values(got[1].shape(), 5, f32);
+      std::vector<NDArray> g = invoke(OpId::kAttentionBackward, {dout, dlse, q, k, v, got[0], got[1]}, a);
+      std::vector<NDArray> w = invoke(OpId::kAttentionBackward,
+                                      {dout.astype(f32), dlse, q.astype(f32), k.astype(f32), v.astype(f32),
+                                       got[0].astype(f32), got[1]},
+                                      a);
+      for (size_t i = 0; i < 3; ++i) {
+        ASSERT_EQ(g[i].dtype(), low) << what;
+        EXPECT_EQ(g[i].to_vector<double>(), w[i].astype(low).to_vector<double>()) << what << ": gradient " << i;
+      }
+    }
+  }
+}
+
 // A mask, or a device without the kernel, runs the decomposition.
 TEST(Attention, MaskedCallsRunTheReference) {
   NDArray q = values({2, 5, 4}, 1, DType::kFloat64), k = values({2, 6, 4}, 2, DType::kFloat64);
