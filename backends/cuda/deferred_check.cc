@@ -17,6 +17,7 @@ namespace {
 struct Pending {
   int slot;
   cudaEvent_t event;
+  const char* op;
   DescribeFailure describe;
 };
 
@@ -50,20 +51,20 @@ DeviceFlags& flags_of(int device) {
 
 // Reads the oldest pending flag (its kernel has finished) and releases it.
 // Returns the failure's message, or an empty string.
-std::string take_front(DeviceFlags& f) {
+std::string take_front(DeviceFlags& f, int device) {
   Pending p = std::move(f.pending.front());
   f.pending.pop_front();
   const int* v = f.host + 2 * p.slot;
-  std::string failure = v[0] >= 0 ? p.describe(v[0], v[1]) : std::string();
+  std::string failure = v[0] >= 0 ? fmt::format("{} on cuda({}): {}", p.op, device, p.describe(v[0], v[1])) : std::string();
   f.free_slots.push_back(p.slot);
   f.free_events.push_back(p.event);
   return failure;
 }
 
-[[noreturn]] void fail_deferred(int device, const std::string& message) {
-  throw ValueError(fmt::format("{} (found on cuda({}) at a later wait: with asynchronous lanes a kernel's input is "
-                               "checked after it ran; KILN_CUDA_LANES=sync reports it in the op itself)",
-                               message, device));
+[[noreturn]] void fail_deferred(const std::string& message) {
+  throw ValueError(fmt::format("{} (found at a later wait: with asynchronous lanes a kernel's input is checked "
+                               "after it ran; KILN_CUDA_LANES=sync reports it in the op itself)",
+                               message));
 }
 
 }  // namespace
@@ -81,15 +82,15 @@ int* deferred_check_begin(int device) {
       (void)cudaGetLastError();  // a kernel error: the next wait reports it with its own message
       break;
     }
-    std::string m = take_front(f);
+    std::string m = take_front(f, device);
     if (failure.empty()) failure = std::move(m);
   }
   if (f.free_slots.empty()) {
     KILN_CUDA_CHECK(cudaEventSynchronize(f.pending.front().event), Device::cuda(device));
-    std::string m = take_front(f);
+    std::string m = take_front(f, device);
     if (failure.empty()) failure = std::move(m);
   }
-  if (!failure.empty()) fail_deferred(device, failure);
+  if (!failure.empty()) fail_deferred(failure);
   int slot = f.free_slots.back();
   f.free_slots.pop_back();
   f.host[2 * slot] = -1;
@@ -97,7 +98,7 @@ int* deferred_check_begin(int device) {
   return f.device + 2 * slot;
 }
 
-void deferred_check_end(int device, int* flag, cudaStream_t s, DescribeFailure describe) {
+void deferred_check_end(int device, int* flag, cudaStream_t s, const char* op, DescribeFailure describe) {
   DeviceFlags& f = flags_of(device);
   const Device dev = Device::cuda(device);
   const int slot = static_cast<int>((flag - f.device) / 2);
@@ -121,7 +122,7 @@ void deferred_check_end(int device, int* flag, cudaStream_t s, DescribeFailure d
     f.free_events.pop_back();
   }
   KILN_CUDA_CHECK(cudaEventRecord(e, s), dev);
-  f.pending.push_back(Pending{slot, e, std::move(describe)});
+  f.pending.push_back(Pending{slot, e, op, std::move(describe)});
 }
 
 void deferred_check_drain(int device) {
@@ -130,10 +131,10 @@ void deferred_check_drain(int device) {
   std::string failure;
   while (!f.pending.empty()) {
     (void)cudaEventSynchronize(f.pending.front().event);  // the stream was synchronized: already complete
-    std::string m = take_front(f);
+    std::string m = take_front(f, device);
     if (failure.empty()) failure = std::move(m);
   }
-  if (!failure.empty()) fail_deferred(device, failure);
+  if (!failure.empty()) fail_deferred(failure);
 }
 
 }  // namespace kiln::cuda

@@ -3,7 +3,7 @@
 //
 //   int* flag = cuda::deferred_check_begin(id);            // two ints in mapped pinned memory
 //   launch_kernel(..., flag, s);                           // on a bad row r: atomicCAS(flag, -1, r), then flag[1] = payload
-//   cuda::deferred_check_end(id, flag, s, [=](int row, int payload) { return fmt::format(...); });
+//   cuda::deferred_check_end(id, flag, s, "softmax_cross_entropy", [=](int row, int payload) { return ...; });
 //
 // The flag lives in page-locked host memory mapped into the GPU's address
 // space: the kernel writes it directly, no copy is queued. flag[0] is -1 until
@@ -20,8 +20,10 @@
 //    has been synchronized) reads all of them. So a bad label surfaces at the
 //    next wait or the next checked op on that GPU, like any asynchronous GPU
 //    error, and its message says so.
-// A failed check throws ValueError with describe(row, payload) plus, when
-// deferred, where it surfaced. Each flag is read once; up to kFlagsPerDevice
+// A failed check throws ValueError with describe(row, payload); in the op
+// itself (synchronous lanes) the engine prefixes the op and device as for
+// any kernel error, and at a later wait the message names `op` and the GPU
+// itself and says where it surfaced. Each flag is read once; up to kFlagsPerDevice
 // may be in flight per GPU (begin then waits for the oldest).
 //
 // Thread safety: all functions may be called from any thread; each GPU's
@@ -43,7 +45,8 @@ using DescribeFailure = std::function<std::string(int row, int payload)>;
 // Throws ValueError for an earlier failed check found finished on the way.
 int* deferred_check_begin(int device);
 // Hands the flag back after its kernel was queued on `s` (see above).
-void deferred_check_end(int device, int* flag, cudaStream_t s, DescribeFailure describe);
+// `op` must outlive the check (a string literal).
+void deferred_check_end(int device, int* flag, cudaStream_t s, const char* op, DescribeFailure describe);
 // Reads every pending flag of `device` (its compute stream already
 // synchronized); throws ValueError for the first failed one, releasing all.
 void deferred_check_drain(int device);

@@ -118,10 +118,10 @@ void cross_entropy(const KernelContext& ctx, const TensorView& x, const TensorVi
   KILN_CUDA_LAUNCH(cuda::launch_softmax_cross_entropy(x.ptr<float>(), labels, dy ? dy->ptr<float>() : nullptr,
                                                       out.ptr<float>(), rows, classes, flag, s),
                    ctx);
-  const char* op = dy ? "softmax_cross_entropy backward" : "softmax_cross_entropy";
-  cuda::deferred_check_end(device.id, flag, s, [op, classes, device](int row, int payload) {
-    return fmt::format("{} on {}: label {} at position {} is out of range for {} classes (expected 0 to {})", op,
-                       device, std::bit_cast<float>(payload), row, classes, classes - 1);
+  const char* op = dy ? "_backward_kiln_softmax_cross_entropy" : "_kiln_softmax_cross_entropy";
+  cuda::deferred_check_end(device.id, flag, s, op, [classes](int row, int payload) {
+    return fmt::format("label {} at position {} is out of range for {} classes (expected 0 to {})",
+                       std::bit_cast<float>(payload), row, classes, classes - 1);
   });
 }
 
