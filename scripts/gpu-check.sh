@@ -25,6 +25,7 @@
 # KILN_GPU_CHECK_SYNC_LANES=0 skips the second pass of the tests with synchronous lanes;
 # KILN_GPU_CHECK_PEERS="eager compile eager_bf16 compile_bf16" runs those PyTorch twins of the
 # ResNet-18 recipe (KILN_GPU_CHECK_PEER_EPOCHS each, default 3) one after the other;
+# KILN_GPU_CHECK_PROFILE=1 prints per-op GPU time of ResNet-18 training (float32 and bf16);
 # KILN_GPU_CHECK_EPOCHS (default 1) sets LeNet's length, KILN_GPU_CHECK_RESNET_EPOCHS (default 2)
 # ResNet-18's; KILN_GPU_CHECK_TORCH_SEEDS (default "0 1 2 3 4 5 6 7", empty to skip) runs the
 # PyTorch twin of the ResNet-18 recipe on the GPU in the background, one 2-epoch run per seed, to
@@ -265,6 +266,18 @@ if [[ -n $peers && $have_data == 1 ]]; then
       --epochs "${KILN_GPU_CHECK_PEER_EPOCHS:-3}" --seeds 0 "${flags[@]}" 2>&1 | tee "$logs/torch_peer_$mode.log" \
       | grep -v Warning
     record "PyTorch resnet18 peer $mode" "${PIPESTATUS[0]}"
+  done
+fi
+
+# Where a ResNet-18 training step's GPU time goes, per op: synchronous lanes (each op's time is its
+# kernels' plus one round trip), 50 batches, hybridized, float32 and bf16 (KILN_GPU_CHECK_PROFILE=1).
+if [[ ${KILN_GPU_CHECK_PROFILE:-0} == 1 && $have_data == 1 ]]; then
+  for amp in "" bf16; do
+    step "per-op profile of ResNet-18 training on cuda:0 ${amp:+(--amp $amp)}"
+    KILN_CUDA_LANES=sync timed 90 "$bin/kiln" profile --trace "$logs/profile_resnet18${amp:+_$amp}.json" --top 18 -- \
+      train --data "$data_dir" --model resnet18 --epochs 1 --batch-size 256 --lr 0.1 --devices cuda:0 --hybridize \
+      --train-limit 12800 --test-limit 256 ${amp:+--amp $amp}
+    record "kiln profile resnet18 ${amp:-f32}" $?
   done
 fi
 
