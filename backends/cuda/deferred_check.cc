@@ -21,6 +21,21 @@ struct Pending {
   DescribeFailure describe;
 };
 
+struct Captured {  // a flag a CUDA graph's kernel writes at every replay
+  int slot;
+  const char* op;
+  DescribeFailure describe;
+};
+
+bool capturing(cudaStream_t s) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(s, &status) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return status != cudaStreamCaptureStatusNone;
+}
+
 struct DeviceFlags {
   std::once_flag once;
   std::mutex mu;
@@ -29,6 +44,7 @@ struct DeviceFlags {
   std::vector<int> free_slots;
   std::vector<cudaEvent_t> free_events;
   std::deque<Pending> pending;  // in launch order
+  std::vector<Captured> captured;
 };
 
 DeviceFlags& flags_of(int device) {
@@ -69,9 +85,19 @@ std::string take_front(DeviceFlags& f, int device) {
 
 }  // namespace
 
-int* deferred_check_begin(int device) {
+int* deferred_check_begin(int device, cudaStream_t s) {
   DeviceFlags& f = flags_of(device);
   std::lock_guard lock(f.mu);
+  if (capturing(s)) {  // no query or wait may run inside a capture
+    KILN_CHECK(!f.free_slots.empty(), NotSupported,
+               "cuda({}): all {} label-check flags are in flight or held by CUDA graphs; cannot capture another",
+               device, kFlagsPerDevice);
+    int slot = f.free_slots.back();
+    f.free_slots.pop_back();
+    f.host[2 * slot] = -1;
+    f.host[2 * slot + 1] = 0;
+    return f.device + 2 * slot;
+  }
   std::string failure;
   // Finished kernels first, without waiting; then, when every flag is in
   // flight, wait for the oldest.
@@ -114,6 +140,10 @@ void deferred_check_end(int device, int* flag, cudaStream_t s, const char* op, D
     return;
   }
   std::lock_guard lock(f.mu);
+  if (capturing(s)) {
+    f.captured.push_back(Captured{slot, op, std::move(describe)});
+    return;
+  }
   cudaEvent_t e = nullptr;
   if (f.free_events.empty()) {
     KILN_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), dev);
@@ -133,6 +163,13 @@ void deferred_check_drain(int device) {
     (void)cudaEventSynchronize(f.pending.front().event);  // the stream was synchronized: already complete
     std::string m = take_front(f, device);
     if (failure.empty()) failure = std::move(m);
+  }
+  for (const Captured& c : f.captured) {
+    int* v = f.host + 2 * c.slot;
+    if (v[0] >= 0 && failure.empty()) failure = fmt::format("{} on cuda({}), in a CUDA graph: {}", c.op, device,
+                                                            c.describe(v[0], v[1]));
+    v[0] = -1;
+    v[1] = 0;
   }
   if (!failure.empty()) fail_deferred(failure);
 }

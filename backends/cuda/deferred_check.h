@@ -1,7 +1,7 @@
 // Errors a kernel finds in its input data (a class label out of range, an
 // index past the end) reported without reading a flag back after every op.
 //
-//   int* flag = cuda::deferred_check_begin(id);            // two ints in mapped pinned memory
+//   int* flag = cuda::deferred_check_begin(id, s);         // two ints in mapped pinned memory
 //   launch_kernel(..., flag, s);                           // on a bad row r: atomicCAS(flag, -1, r), then flag[1] = payload
 //   cuda::deferred_check_end(id, flag, s, "softmax_cross_entropy", [=](int row, int payload) { return ...; });
 //
@@ -20,6 +20,12 @@
 //    has been synchronized) reads all of them. So a bad label surfaces at the
 //    next wait or the next checked op on that GPU, like any asynchronous GPU
 //    error, and its message says so.
+// Inside a CUDA graph capture on `s` (backends/cuda/graph_capture.h) the
+// flag belongs to the graph: it is never handed out again, nothing is
+// queried or recorded while capturing, and every wait reads it (and resets
+// it) after the graph's replays, so a bad label in a replayed step surfaces
+// at the next wait like any other.
+//
 // A failed check throws ValueError with describe(row, payload); in the op
 // itself (synchronous lanes) the engine prefixes the op and device as for
 // any kernel error, and at a later wait the message names `op` and the GPU
@@ -43,7 +49,7 @@ using DescribeFailure = std::function<std::string(int row, int payload)>;
 
 // A flag for one launch on `device`, set to {-1, 0}; its device address.
 // Throws ValueError for an earlier failed check found finished on the way.
-int* deferred_check_begin(int device);
+int* deferred_check_begin(int device, cudaStream_t s);
 // Hands the flag back after its kernel was queued on `s` (see above).
 // `op` must outlive the check (a string literal).
 void deferred_check_end(int device, int* flag, cudaStream_t s, const char* op, DescribeFailure describe);

@@ -114,7 +114,7 @@ void cross_entropy(const KernelContext& ctx, const TensorView& x, const TensorVi
     labels = static_cast<const float*>(converted.block.ptr);
   }
   // Bad labels are reported through a deferred check (deferred_check.h): no read-back per step.
-  int* flag = cuda::deferred_check_begin(device.id);
+  int* flag = cuda::deferred_check_begin(device.id, s);
   KILN_CUDA_LAUNCH(cuda::launch_softmax_cross_entropy(x.ptr<float>(), labels, dy ? dy->ptr<float>() : nullptr,
                                                       out.ptr<float>(), rows, classes, flag, s),
                    ctx);
