@@ -31,9 +31,10 @@
 //           instead of hanging. Needs a build with MPI
 //           (dist_available()); otherwise create() throws NotSupported.
 //   nccl    GPUs only, through NCCL (backends/cuda/nccl_comm.h): the values of
-//           a key are first summed per GPU (several on one GPU: its add_n),
-//           then one NCCL allreduce over the GPUs that hold values gives the
-//           sum on each of them; the key's home (the least loaded of those
+//           a key are first summed per GPU (several on one GPU: its add_n,
+//           float32 only on CUDA today), then one NCCL allreduce over the
+//           GPUs that hold values gives the sum on each of them; the key's
+//           home (the least loaded of those
 //           GPUs, as `device`) keeps it. In one process the GPUs share one
 //           communicator per device set (ncclCommInitAll, cached). Under
 //           `mpirun -np N` (N > 1, MPI build) each process is one rank with

@@ -436,25 +436,36 @@ void NcclComm::run(const NcclBucket& b) {
   size_t total = 0;  // packed bytes
   for (size_t k = 0; k < n_seg; ++k) total += n_seg == 1 ? b.bytes[k] : round_up(b.bytes[k]);
   std::vector<storage::Block> buffers(n_dev);
+  // On an error, the buffers go back once the NCCL streams are done with them.
+  struct FreeOnError {
+    std::vector<storage::Block>& buffers;
+    const std::vector<cudaStream_t>& streams;
+    ~FreeOnError() {
+      for (size_t i = 0; i < buffers.size(); ++i) {
+        if (buffers[i].ptr == nullptr) continue;
+        (void)cudaStreamSynchronize(streams[i]);
+        storage::pool(buffers[i].device).free(buffers[i]);
+      }
+    }
+  } free_on_error{buffers, m.streams};
   std::vector<void*> send(n_dev), recv(n_dev);
   // 1. Each NCCL stream follows its GPU's compute stream; inputs are packed.
+  // Buffers are taken from the pool before the event is recorded: kernels
+  // still using a block that was freed into the pool were queued before
+  // its free, hence before the event.
   for (size_t i = 0; i < n_dev; ++i) {
     const int d = devices_[i];
     const Device dev = Device::cuda(d);
     bind_device(d);
+    const bool own_buffer = n_seg > 1 || b.dsts[i][0].empty();
+    if (own_buffer) buffers[i] = storage::pool(dev).alloc(total);
     KILN_CUDA_CHECK(cudaEventRecord(m.ready[i], stream(d, StreamKind::kCompute)), dev);
     KILN_CUDA_CHECK(cudaStreamWaitEvent(m.streams[i], m.ready[i], 0), dev);
     if (n_seg == 1) {
       send[i] = const_cast<void*>(b.srcs[i][0]);
-      if (!b.dsts[i][0].empty()) {
-        recv[i] = b.dsts[i][0][0];
-      } else {
-        buffers[i] = storage::pool(dev).alloc(total);
-        recv[i] = buffers[i].ptr;
-      }
+      recv[i] = own_buffer ? buffers[i].ptr : b.dsts[i][0][0];
       continue;
     }
-    buffers[i] = storage::pool(dev).alloc(total);
     send[i] = recv[i] = buffers[i].ptr;
     size_t at = 0;
     for (size_t k = 0; k < n_seg; ++k) {
@@ -497,10 +508,6 @@ void NcclComm::run(const NcclBucket& b) {
       throw Error(failure());
     }
     if (r != ncclSuccess) {
-      for (size_t i = 0; i < n_dev; ++i) {  // the packing copies may still read the buffers
-        (void)cudaStreamSynchronize(m.streams[i]);
-        if (buffers[i].ptr != nullptr) storage::pool(buffers[i].device).free(buffers[i]);
-      }
       throw Error(fmt::format("{}: {}", where(), nccl_error(a, r, call, m.comms[0])));
     }
   }
@@ -528,7 +535,10 @@ void NcclComm::run(const NcclBucket& b) {
     }
     // Safe now: every later user of the memory follows the compute stream,
     // or (another collective) this NCCL stream.
-    if (buffers[i].ptr != nullptr) storage::pool(dev).free(buffers[i]);
+    if (buffers[i].ptr != nullptr) {
+      storage::pool(dev).free(buffers[i]);
+      buffers[i] = {};
+    }
   }
   if (!m.pending) {
     m.pending = true;

@@ -128,7 +128,7 @@ TEST_P(KVStoreTypes, PushBatchEqualsPushes) {
   auto kv = kv::KVStore::create(GetParam());
   std::vector<kv::KVStore::PushItem> items;
   for (int k = 0; k < 5; ++k) {
-    std::string key = "b" + std::to_string(k);
+    std::string key = fmt::format("b{}", k);
     std::vector<NDArray> values{filled({3 + k}, DType::kFloat32, 0), filled({3 + k}, DType::kFloat32, 1)};
     kv->init(key, values[0]);
     items.push_back({key, values, k});
