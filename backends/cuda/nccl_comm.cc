@@ -211,7 +211,13 @@ struct NcclComm::Impl {
 class NcclWatchdog {
  public:
   static NcclWatchdog& get() {
-    static NcclWatchdog* w = new NcclWatchdog;  // never destroyed: its thread runs until exit
+    static NcclWatchdog* w = [] {
+      auto* made = new NcclWatchdog;  // never destroyed: its thread runs until exit
+      // Registered after CUDA's own teardown (the first communicator made
+      // CUDA calls), so it runs before it: no event is queried after that.
+      std::atexit([] { get().stop(); });
+      return made;
+    }();
     return *w;
   }
   void watch(NcclComm* c) {
@@ -224,15 +230,16 @@ class NcclWatchdog {
   }
 
  private:
+  void stop() {
+    std::lock_guard lock(mu_);
+    stopped_ = true;
+  }
   void loop() {
     for (;;) {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      std::vector<NcclComm*> comms;
-      {
-        std::lock_guard lock(mu_);
-        comms = comms_;
-      }
-      for (NcclComm* c : comms) check(*c);
+      std::lock_guard lock(mu_);  // held while checking, so that stop() waits for a check
+      if (stopped_) return;
+      for (NcclComm* c : comms_) check(*c);
     }
   }
   static void check(NcclComm& c) {
@@ -267,6 +274,7 @@ class NcclWatchdog {
   std::mutex mu_;
   std::vector<NcclComm*> comms_;
   bool started_ = false;
+  bool stopped_ = false;
 };
 
 NcclComm::NcclComm(std::vector<int> devices, int first_rank, int nranks)
