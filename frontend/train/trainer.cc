@@ -33,11 +33,12 @@ void Trainer::init_kvstore() {
     // mpirun) take "nccl" when NCCL can run here; other sets of several
     // devices take "device" (a CPU+GPU mix included), processes launched
     // by mpirun "dist_sync".
-    const bool nccl = any && all_gpus && kv::nccl_unavailable().empty();
+    // (Asked only then: the question opens libnccl.)
+    auto nccl = [&] { return any && all_gpus && kv::nccl_unavailable().empty(); };
     if (kv::launched_under_mpi()) {
-      type = nccl && kv::dist_available() ? "nccl" : "dist_sync";
+      type = kv::dist_available() && nccl() ? "nccl" : "dist_sync";
     } else {
-      type = max_devices < 2 ? "none" : nccl ? "nccl" : "device";
+      type = max_devices < 2 ? "none" : nccl() ? "nccl" : "device";
     }
   }
   if (type != "none") kvstore_ = kv::KVStore::create(type);
