@@ -56,9 +56,10 @@
 //           create() throws NotSupported naming why when this build has no
 //           CUDA or NCCL header, libnccl.so.2 cannot be loaded (it is opened
 //           at run time; KILN_NCCL_LIBRARY names another file, KILN_NCCL=0
-//           turns NCCL off) or the machine has no GPU. Tested on one GPU only
-//           (a one-rank communicator): several GPUs in a process and several
-//           processes are written to NCCL's documented use but never ran.
+//           turns NCCL off) or the machine has no GPU. Its tests
+//           (tests/cuda/cuda_nccl_test.cc) need one GPU (a one-rank
+//           communicator); several GPUs in a process and several processes
+//           are written to NCCL's documented use but have never run.
 //
 // Asynchrony: every call only queues engine operations and returns. A key's
 // reduction reads the values' engine variables, so it starts as soon as

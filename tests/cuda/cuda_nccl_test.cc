@@ -151,7 +151,7 @@ TEST(NcclStore, TrainerStepOnOneGpuEqualsTheDeviceStore) {
   REQUIRE_NCCL();
   test::RunResult nccl = test::train_lenet({kGpu}, "nccl", false, 8, 2);
   test::RunResult device = test::train_lenet({kGpu}, "device", false, 8, 2);
-  test::expect_same_params(device, nccl, {kGpu}, 1e-6);
+  test::expect_same_params(device, nccl, {kGpu}, 1e-5);  // cuDNN may pick other algorithms between runs
 }
 
 // ---- SyncSum and SyncBatchNorm on GPUs
