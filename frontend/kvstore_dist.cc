@@ -43,7 +43,8 @@ std::unique_ptr<KVStore> detail::create_dist_sync() {
 }
 
 ProcessGroup detail::mpi_process_group() {
-  throw NotSupported("this build has no MPI: processes cannot be bootstrapped (install libopenmpi-dev and reconfigure)");
+  throw NotSupported(
+      "this build has no MPI: processes cannot be bootstrapped (install libopenmpi-dev and reconfigure)");
 }
 
 void detail::mpi_broadcast_bytes(void*, int, const std::string& what) { mpi_process_group(); }
@@ -192,8 +193,8 @@ class DistSyncStore final : public KVStore {
     detail::reduce_device_tree(entry.stored, entry.home_fixed, load_, values, priority);
     if (size_ == 1) return;
     MPI_Datatype type = mpi_type(entry.stored.dtype(), key);
-    collective(entry.stored, priority, "mpi_allreduce", fmt::format("the allreduce of key '{}' of KVStore(dist_sync)", key),
-               [type](void* data, int count) {
+    collective(entry.stored, priority, "mpi_allreduce",
+               fmt::format("the allreduce of key '{}' of KVStore(dist_sync)", key), [type](void* data, int count) {
                  check_mpi(MPI_Allreduce(MPI_IN_PLACE, data, count, type, MPI_SUM, MPI_COMM_WORLD), "MPI_Allreduce");
                });
   }

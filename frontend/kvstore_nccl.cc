@@ -32,8 +32,7 @@ std::string nccl_unavailable() {
 std::string nccl_description() { return "no (" + nccl_unavailable() + ")"; }
 
 std::unique_ptr<KVStore> detail::create_nccl() {
-  throw NotSupported(
-      fmt::format("KVStore 'nccl' cannot be used: {}; use 'device' or 'local'", nccl_unavailable()));
+  throw NotSupported(fmt::format("KVStore 'nccl' cannot be used: {}; use 'device' or 'local'", nccl_unavailable()));
 }
 
 #else
@@ -87,8 +86,8 @@ class NcclStore final : public KVStore {
     }
     if (device.kind != DeviceKind::kCUDA) return " (NCCL serves CUDA GPUs only)";
     if (comm_ != nullptr && device.id != comm_->devices()[0]) {
-      return fmt::format(" (this process is NCCL rank {} of {} on {}: one GPU per process)", group_.rank,
-                         group_.size, Device::cuda(comm_->devices()[0]));
+      return fmt::format(" (this process is NCCL rank {} of {} on {}: one GPU per process)", group_.rank, group_.size,
+                         Device::cuda(comm_->devices()[0]));
     }
     return {};
   }
@@ -103,7 +102,10 @@ class NcclStore final : public KVStore {
     if (group_.size == 1) return;
     ensure_comm(entry.stored.device(), key);
     check_failure({&key});
-    Segment seg{.key = &key, .entry = &entry, .bytes = entry.stored.nbytes(), .per_device = {entry.stored},
+    Segment seg{.key = &key,
+                .entry = &entry,
+                .bytes = entry.stored.nbytes(),
+                .per_device = {entry.stored},
                 .dsts = {{entry.stored}}};
     launch(comm_, cuda::NcclBucket::Op::kBroadcast, entry.stored.dtype(), {seg}, priority);
   }
@@ -113,8 +115,8 @@ class NcclStore final : public KVStore {
     const Key* key = nullptr;
     Entry* entry = nullptr;
     size_t bytes = 0;
-    std::vector<NDArray> per_device;        // the value to reduce on each GPU of the bucket
-    std::vector<std::vector<NDArray>> dsts;  // per GPU: where the sum goes
+    std::vector<NDArray> per_device;          // the value to reduce on each GPU of the bucket
+    std::vector<std::vector<NDArray> > dsts;  // per GPU: where the sum goes
   };
 
   // Across processes: this process's communicator, made at the first call
@@ -123,9 +125,9 @@ class NcclStore final : public KVStore {
     if (comm_ != nullptr) return;
     cuda::NcclId id{};
     if (group_.rank == 0) id = cuda::nccl_make_id();
-    detail::mpi_broadcast_bytes(id.data(), static_cast<int>(id.size()),
-                                fmt::format("the NCCL bootstrap (MPI_Bcast of the unique id) of {} at key '{}'",
-                                            kStore, key));
+    detail::mpi_broadcast_bytes(
+        id.data(), static_cast<int>(id.size()),
+        fmt::format("the NCCL bootstrap (MPI_Bcast of the unique id) of {} at key '{}'", kStore, key));
     try {
       comm_ = cuda::NcclComm::across_processes(device.id, group_.rank, group_.size, id, timeout_s_);
     } catch (Error& e) {
@@ -178,9 +180,9 @@ void NcclStore::reduce_batch(const std::vector<PushItem>& items, const std::vect
 
   // Per item: one value per GPU (several on one GPU are summed there first).
   std::vector<Segment> segs;
-  std::vector<std::vector<int>> devices;  // per item, sorted CUDA ids
+  std::vector<std::vector<int> > devices;  // per item, sorted CUDA ids
   std::vector<detail::BucketItem> plan_items;
-  std::map<std::pair<DType, std::vector<int>>, int> groups;
+  std::map<std::pair<DType, std::vector<int> >, int> groups;
   for (size_t i = 0; i < items.size(); ++i) {
     const PushItem& item = items[i];
     Entry& e = *entries[i];
@@ -224,12 +226,13 @@ void NcclStore::reduce_batch(const std::vector<PushItem>& items, const std::vect
                                 std::make_move_iterator(segs.begin() + static_cast<ptrdiff_t>(r.end)));
     // A home outside this push's GPUs (fixed by an earlier push on others)
     // receives the sum by a copy from the first GPU's result.
-    std::vector<std::pair<NDArray, NDArray>> copies;  // (result, stored)
+    std::vector<std::pair<NDArray, NDArray> > copies;  // (result, stored)
     for (Segment& seg : bucket) {
       bool home_in = false;
       for (const auto& d : seg.dsts) home_in = home_in || !d.empty();
       if (home_in) continue;
-      NDArray result = NDArray::empty(seg.entry->stored.shape(), {seg.entry->stored.dtype(), seg.per_device[0].device()});
+      NDArray result =
+          NDArray::empty(seg.entry->stored.shape(), {seg.entry->stored.dtype(), seg.per_device[0].device()});
       seg.dsts[0].push_back(result);
       copies.emplace_back(result, seg.entry->stored);
     }
@@ -254,13 +257,12 @@ void NcclStore::launch(const std::shared_ptr<cuda::NcclComm>& comm, cuda::NcclBu
   }
   std::string what = fmt::format("the {} of key{} {} ({} bytes) of {}, rank {} of {}",
                                  op == cuda::NcclBucket::Op::kAllReduce ? "allreduce" : "broadcast",
-                                 keys.size() == 1 ? "" : "s", key_list(keys), bytes, kStore, group_.rank,
-                                 group_.size);
+                                 keys.size() == 1 ? "" : "s", key_list(keys), bytes, kStore, group_.rank, group_.size);
   // The arrays travel with the op (their storage stays alive until it ran);
   // pointers are read when it runs.
   struct Arrays {
-    std::vector<std::vector<NDArray>> srcs;               // [segment][gpu]
-    std::vector<std::vector<std::vector<NDArray>>> dsts;  // [segment][gpu]
+    std::vector<std::vector<NDArray> > srcs;                // [segment][gpu]
+    std::vector<std::vector<std::vector<NDArray> > > dsts;  // [segment][gpu]
   } arrays;
   std::vector<size_t> seg_bytes;
   for (Segment& s : segs) {
@@ -274,7 +276,7 @@ void NcclStore::launch(const std::shared_ptr<cuda::NcclComm>& comm, cuda::NcclBu
         cuda::NcclBucket b{.op = op, .dtype = dtype, .bytes = seg_bytes, .what = what};
         const size_t n_dev = comm->devices().size(), n_seg = seg_bytes.size();
         b.srcs.assign(n_dev, std::vector<const void*>(n_seg));
-        b.dsts.assign(n_dev, std::vector<std::vector<void*>>(n_seg));
+        b.dsts.assign(n_dev, std::vector<std::vector<void*> >(n_seg));
         for (size_t k = 0; k < n_seg; ++k) {
           for (size_t i = 0; i < n_dev; ++i) {
             b.srcs[i][k] = arrays.srcs[k][i].data();
@@ -284,7 +286,9 @@ void NcclStore::launch(const std::shared_ptr<cuda::NcclComm>& comm, cuda::NcclBu
         comm->run(b);
       },
       reads, writes,
-      {.device = Device::cuda(comm->devices()[0]), .lane = engine::Lane::kCompute, .priority = priority,
+      {.device = Device::cuda(comm->devices()[0]),
+       .lane = engine::Lane::kCompute,
+       .priority = priority,
        .name = op == cuda::NcclBucket::Op::kAllReduce ? "nccl_allreduce" : "nccl_broadcast"});
 }
 

@@ -105,9 +105,10 @@ std::vector<NDArray> push_sum(const std::shared_ptr<Rendezvous>& r, const std::s
     writes.push_back(outs.back().var());
   }
   if (nccl != nullptr) {
-    engine::get().push([r, nccl, round, slot, in, outs](
-                           engine::RunContext ctx) { nccl_sum(r, nccl, round, slot, ctx.device, in, outs); },
-                       reads, writes,
+    auto run = [r, nccl, round, slot, in, outs](engine::RunContext ctx) {
+      nccl_sum(r, nccl, round, slot, ctx.device, in, outs);
+    };
+    engine::get().push(std::move(run), reads, writes,
                        {.device = device, .lane = engine::Lane::kCompute, .name = "sync_sum_nccl", .rendezvous = true});
     return outs;
   }
@@ -128,8 +129,7 @@ std::vector<NDArray> push_sum(const std::shared_ptr<Rendezvous>& r, const std::s
           at += static_cast<size_t>(o.size());
         }
       },
-      reads, writes,
-      {.device = device, .lane = engine::Lane::kCompute, .name = "sync_sum", .rendezvous = true});
+      reads, writes, {.device = device, .lane = engine::Lane::kCompute, .name = "sync_sum", .rendezvous = true});
   if (!staged) return outs;
   std::vector<NDArray> back;
   for (const NDArray& o : outs) back.push_back(o.copy_to(device));
@@ -178,7 +178,7 @@ std::vector<NDArray> SyncSum::operator()(int slot, std::span<const NDArray> part
     node->output_types.push_back({p.shape(), p.dtype()});
   }
   node->custom_backward = [backward = backward_, nccl = nccl_, slot](std::span<const NDArray> out_grads,
-                                                                      const autograd::detail::CustomBackwardArgs&) {
+                                                                     const autograd::detail::CustomBackwardArgs&) {
     return push_sum(backward, nccl, nccl ? &nccl->backward : nullptr, slot, out_grads);
   };
   for (size_t i = 0; i < outs.size(); ++i) outs[i].set_ag_entry(node, static_cast<int>(i));

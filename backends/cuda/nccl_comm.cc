@@ -88,7 +88,7 @@ const Api& api() {
     }
     bool ok = true;
     auto get = [&](auto& fn, const char* name) {
-      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(h, name));
+      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)> >(dlsym(h, name));
       if (fn == nullptr && ok) {
         ok = false;
         r.unavailable = fmt::format("{} has no {} (NCCL older than 2.14?)", r.library, name);
@@ -127,17 +127,28 @@ std::string nccl_error(const Api& a, ncclResult_t r, const char* call, ncclComm_
 
 ncclDataType_t nccl_type(DType t) {
   switch (t) {
-    case DType::kFloat32: return ncclFloat32;
-    case DType::kFloat64: return ncclFloat64;
-    case DType::kFloat16: return ncclFloat16;
-    case DType::kBfloat16: return ncclBfloat16;
-    case DType::kInt32: return ncclInt32;
-    case DType::kInt64: return ncclInt64;
-    case DType::kInt8: return ncclInt8;
-    case DType::kUint8: return ncclUint8;
-    case DType::kUint32: return ncclUint32;
-    case DType::kUint64: return ncclUint64;
-    default: throw TypeError(fmt::format("NCCL cannot sum {} arrays", dtype_name(t)));
+    case DType::kFloat32:
+      return ncclFloat32;
+    case DType::kFloat64:
+      return ncclFloat64;
+    case DType::kFloat16:
+      return ncclFloat16;
+    case DType::kBfloat16:
+      return ncclBfloat16;
+    case DType::kInt32:
+      return ncclInt32;
+    case DType::kInt64:
+      return ncclInt64;
+    case DType::kInt8:
+      return ncclInt8;
+    case DType::kUint8:
+      return ncclUint8;
+    case DType::kUint32:
+      return ncclUint32;
+    case DType::kUint64:
+      return ncclUint64;
+    default:
+      throw TypeError(fmt::format("NCCL cannot sum {} arrays", dtype_name(t)));
   }
 }
 
@@ -343,8 +354,7 @@ ncclResult_t wait_ready(const Api& a, ncclComm_t comm, double timeout_s, bool* t
     ncclResult_t r = a.async_error(comm, &state);
     if (r != ncclSuccess) return r;
     if (state != ncclInProgress) return state;
-    if (timeout_s > 0 &&
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() > timeout_s) {
+    if (timeout_s > 0 && std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() > timeout_s) {
       *timed_out = true;
       return ncclInProgress;
     }
@@ -363,7 +373,7 @@ std::shared_ptr<NcclComm> NcclComm::in_process(const std::vector<int>& devices) 
                Device::cuda(devices[i]));
   }
   static std::mutex mu;
-  static auto* cache = new std::map<std::vector<int>, std::shared_ptr<NcclComm>>;  // kept until exit
+  static auto* cache = new std::map<std::vector<int>, std::shared_ptr<NcclComm> >;  // kept until exit
   std::lock_guard lock(mu);
   auto it = cache->find(devices);
   if (it != cache->end()) return it->second;
@@ -391,8 +401,8 @@ std::shared_ptr<NcclComm> NcclComm::across_processes(int device, int rank, int n
   if (*only != nullptr) {
     const NcclComm& c = **only;
     KILN_CHECK(c.devices_[0] == device && c.first_rank_ == rank && c.nranks_ == nranks, ValueError,
-               "NCCL: this process already has a communicator ({}); asked for rank {} of {} on {}", c.describe(),
-               rank, nranks, Device::cuda(device));
+               "NCCL: this process already has a communicator ({}); asked for rank {} of {} on {}", c.describe(), rank,
+               nranks, Device::cuda(device));
     return *only;
   }
   std::shared_ptr<NcclComm> c(new NcclComm({device}, rank, nranks));
@@ -410,10 +420,10 @@ std::shared_ptr<NcclComm> NcclComm::across_processes(int device, int rank, int n
   if (r == ncclSuccess || r == ncclInProgress) r = wait_ready(a, c->impl_->comms[0], timeout_s, &timed_out);
   if (timed_out) {
     (void)a.abort(c->impl_->comms[0]);
-    throw Error(fmt::format(
-        "NCCL ({}): ncclCommInitRankConfig did not complete within {:.0f} s: not every process joined "
-        "(KILN_DIST_TIMEOUT_S sets the limit)",
-        c->describe(), timeout_s));
+    throw Error(
+        fmt::format("NCCL ({}): ncclCommInitRankConfig did not complete within {:.0f} s: not every process joined "
+                    "(KILN_DIST_TIMEOUT_S sets the limit)",
+                    c->describe(), timeout_s));
   }
   if (r != ncclSuccess) {
     throw Error(

@@ -76,10 +76,10 @@ struct NcclBucket {
   enum class Op { kAllReduce, kBroadcast };  // sum / rank 0's value
   Op op = Op::kAllReduce;
   DType dtype = DType::kFloat32;
-  std::vector<size_t> bytes;                        // per segment
-  std::vector<std::vector<const void*>> srcs;       // [gpu][segment]
+  std::vector<size_t> bytes;                          // per segment
+  std::vector<std::vector<const void*>> srcs;         // [gpu][segment]
   std::vector<std::vector<std::vector<void*>>> dsts;  // [gpu][segment]: where the result goes (any number)
-  std::string what;                                 // "the allreduce of keys 'a', 'b' of KVStore(nccl)"
+  std::string what;                                   // "the allreduce of keys 'a', 'b' of KVStore(nccl)"
 };
 
 class NcclComm {

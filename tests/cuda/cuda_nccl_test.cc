@@ -37,9 +37,9 @@ using test::error_of;
 constexpr Device kGpu = Device::cuda(0);
 constexpr Device kCpu = Device::cpu(0);
 
-#define REQUIRE_NCCL()                                                                           \
-  do {                                                                                           \
-    KILN_REQUIRE_CUDA();                                                                         \
+#define REQUIRE_NCCL()                                                                          \
+  do {                                                                                          \
+    KILN_REQUIRE_CUDA();                                                                        \
     if (!kv::nccl_unavailable().empty()) GTEST_SKIP() << "no NCCL: " << kv::nccl_unavailable(); \
   } while (0)
 
@@ -230,7 +230,8 @@ void expect_near(const std::vector<float>& got, const std::vector<float>& want, 
 void expect_sync_bn_matches(const std::vector<Device>& devices, const std::vector<int64_t>& rows) {
   nd::random::seed(7);
   NDArray x = nd::random::normal({8, 3, 4, 5}, 1.0, 2.0), w = nd::random::normal({8, 3, 4, 5});
-  NDArray gamma = nd::array(std::vector<float>{0.5f, 1.5f, -1.0f}), beta = nd::array(std::vector<float>{0.1f, -0.2f, 0.3f});
+  NDArray gamma = nd::array(std::vector<float>{0.5f, 1.5f, -1.0f}),
+          beta = nd::array(std::vector<float>{0.1f, -0.2f, 0.3f});
   nn::BatchNorm bn(1, 0.9, 1e-5, true, true, false, 3);
   bn.initialize();
   bn.gamma().set_data(gamma);
@@ -282,7 +283,8 @@ TEST(NcclDist, Worker) {
   if (out == nullptr || !kv::launched_under_mpi()) GTEST_SKIP() << "a worker of NcclDist.TwoProcessesMatchOneProcess";
   kv::ProcessGroup g = kv::launched_process_group();
   Device gpu = Device::cuda(g.rank % device_count(DeviceKind::kCUDA));
-  write_params(test::train_lenet({gpu}, "auto", false, 8, 3, g.rank, g.size), fmt::format("{}/rank{}.bin", out, g.rank));
+  write_params(test::train_lenet({gpu}, "auto", false, 8, 3, g.rank, g.size),
+               fmt::format("{}/rank{}.bin", out, g.rank));
 }
 
 TEST(NcclDist, TwoProcessesMatchOneProcess) {

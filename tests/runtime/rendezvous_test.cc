@@ -74,7 +74,8 @@ TEST(Rendezvous, MeetRunsTheActOnceWhenAllHaveArrived) {
   Rendezvous failing(2, "failing", 10);
   std::string other;
   std::thread t([&] {
-    other = test::error_of<ValueError>([&] { failing.meet(1, Device::cpu(1), [] { throw ValueError("act failed"); }); });
+    other =
+        test::error_of<ValueError>([&] { failing.meet(1, Device::cpu(1), [] { throw ValueError("act failed"); }); });
   });
   std::string mine =
       test::error_of<ValueError>([&] { failing.meet(0, Device::cpu(0), [] { throw ValueError("act failed"); }); });
