@@ -48,7 +48,7 @@ if(NOT KILN_CUDA STREQUAL "OFF" AND NOT KILN_TSAN)
     set(KILN_HAVE_CUDA ON)
     list(APPEND KILN_DEFINES KILN_HAVE_CUDA=1 KILN_CUDA_VERSION="${CUDAToolkit_VERSION_MAJOR}.${CUDAToolkit_VERSION_MINOR}")
     # cuDNN and NCCL ship as separate packages; on this machine they live under
-    # the toolkit's include directory. Only their versions are used for now.
+    # the toolkit's include directory.
     find_path(KILN_CUDNN_INCLUDE_DIR cudnn_version.h HINTS ${CUDAToolkit_INCLUDE_DIRS} ${CUDAToolkit_LIBRARY_ROOT}/include)
     if(KILN_CUDNN_INCLUDE_DIR)
       kiln_header_define(${KILN_CUDNN_INCLUDE_DIR}/cudnn_version.h CUDNN_MAJOR major)
@@ -83,9 +83,10 @@ if(NOT KILN_CUDA STREQUAL "OFF" AND NOT KILN_TSAN)
       list(APPEND KILN_CUDA_LIBRARIES ${KILN_CUDNN_LIBRARY})
       list(APPEND KILN_CUDA_DEFINES KILN_HAVE_CUDNN=1)
     endif()
-    find_library(KILN_NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR})
-    if(KILN_NCCL_LIBRARY AND KILN_NCCL_VERSION)
-      list(APPEND KILN_CUDA_LIBRARIES ${KILN_NCCL_LIBRARY})
+    # NCCL: its header only. libnccl.so.2 is opened at run time (backends/cuda/nccl_comm.h), so
+    # Kiln loads on a GPU machine without it and only the nccl KVStore is then unavailable.
+    if(KILN_NCCL_VERSION)
+      list(APPEND KILN_CUDA_LIBRARIES ${CMAKE_DL_LIBS})
       list(APPEND KILN_CUDA_DEFINES KILN_HAVE_NCCL=1)
     endif()
     if(NOT "KILN_HAVE_CUBLAS=1" IN_LIST KILN_CUDA_DEFINES)

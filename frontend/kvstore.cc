@@ -1,6 +1,7 @@
 #include "frontend/kvstore.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <unordered_map>
 
@@ -141,19 +142,23 @@ class DeviceStore final : public KVStore {
 
 }  // namespace
 
+void detail::fix_home(NDArray& stored, bool& home_fixed, std::unordered_map<Device, int64_t>& load,
+                      const std::vector<NDArray>& values) {
+  if (home_fixed) return;
+  // The least loaded device among the values' (first one on ties): keys
+  // spread over the devices in proportion to their bytes, deterministically.
+  Device home = values[0].device();
+  for (const NDArray& v : values) {
+    if (load[v.device()] < load[home]) home = v.device();
+  }
+  load[home] += static_cast<int64_t>(stored.nbytes());
+  if (stored.device() != home) stored = stored.copy_to(home);
+  home_fixed = true;
+}
+
 void detail::reduce_device_tree(NDArray& stored, bool& home_fixed, std::unordered_map<Device, int64_t>& load,
                                 const std::vector<NDArray>& values, int priority) {
-  if (!home_fixed) {
-    // The least loaded device among the values' (first one on ties): keys
-    // spread over the devices in proportion to their bytes, deterministically.
-    Device home = values[0].device();
-    for (const NDArray& v : values) {
-      if (load[v.device()] < load[home]) home = v.device();
-    }
-    load[home] += static_cast<int64_t>(stored.nbytes());
-    if (stored.device() != home) stored = stored.copy_to(home);
-    home_fixed = true;
-  }
+  fix_home(stored, home_fixed, load, values);
   Device home = stored.device();
   std::vector<NDArray> ordered;  // home's values first, then the others in order
   for (const NDArray& v : values) {
@@ -168,11 +173,7 @@ void detail::reduce_device_tree(NDArray& stored, bool& home_fixed, std::unordere
 std::unique_ptr<KVStore> KVStore::create(std::string_view type) {
   if (type == "local") return std::make_unique<LocalStore>();
   if (type == "device") return std::make_unique<DeviceStore>();
-  if (type == "nccl") {
-    throw NotSupported(
-        "KVStore 'nccl' needs the CUDA backend's NCCL support, which this build does not have; use "
-        "'device' or 'local'");
-  }
+  if (type == "nccl") return detail::create_nccl();
   if (type == "dist_sync") return detail::create_dist_sync();
   throw ValueError(fmt::format("KVStore: unknown type '{}'; expected local, device, nccl or dist_sync", type));
 }
@@ -225,6 +226,46 @@ void KVStore::push(const Key& key, const std::vector<NDArray>& values, int prior
   Entry& e = entry(key, "push");
   check_arrays(key, e, values, "push", "value");
   reduce(key, e, values, priority);
+}
+
+void KVStore::push_batch(const std::vector<PushItem>& items) {
+  std::vector<Entry*> entries;
+  for (const PushItem& item : items) {
+    Entry& e = entry(item.key, "push");
+    check_arrays(item.key, e, item.values, "push", "value");
+    entries.push_back(&e);
+  }
+  reduce_batch(items, entries);
+}
+
+void KVStore::reduce_batch(const std::vector<PushItem>& items, const std::vector<Entry*>& entries) {
+  for (size_t i = 0; i < items.size(); ++i) reduce(items[i].key, *entries[i], items[i].values, items[i].priority);
+}
+
+std::vector<detail::BucketRange> detail::plan_buckets(const std::vector<BucketItem>& items, size_t limit) {
+  KILN_CHECK(limit > 0, ValueError, "KVStore(nccl): the bucket size must be > 0 bytes");
+  std::vector<BucketRange> buckets;
+  size_t bytes = 0;  // in the open bucket, the last of `buckets`
+  for (size_t i = 0; i < items.size(); ++i) {
+    const bool fits = i > 0 && items[i].group == items[i - 1].group && bytes + items[i].bytes <= limit;
+    if (fits) {
+      buckets.back().end = i + 1;
+      bytes += items[i].bytes;
+      continue;
+    }
+    buckets.push_back({i, i + 1});
+    // An item over the limit closes its bucket at once.
+    bytes = items[i].bytes > limit ? limit + 1 : items[i].bytes;
+  }
+  return buckets;
+}
+
+size_t detail::nccl_bucket_bytes() {
+  const char* env = std::getenv("KILN_NCCL_BUCKET_MB");
+  double mb = env != nullptr ? std::atof(env) : 25.0;
+  KILN_CHECK(mb > 0, ValueError, "KVStore(nccl): KILN_NCCL_BUCKET_MB must be a number > 0, got '{}'",
+             env != nullptr ? env : "");
+  return static_cast<size_t>(mb * 1024 * 1024);
 }
 
 void KVStore::pull(const Key& key, const std::vector<NDArray>& outs, int priority) {

@@ -30,7 +30,36 @@
 //           processes aborts the job with a message naming the key and rank
 //           instead of hanging. Needs a build with MPI
 //           (dist_available()); otherwise create() throws NotSupported.
-//   nccl    the CUDA issue (create() throws NotSupported for now).
+//   nccl    GPUs only, through NCCL (backends/cuda/nccl_comm.h): the values of
+//           a key are first summed per GPU (several on one GPU: its add_n,
+//           float32 only on CUDA today), then one NCCL allreduce over the
+//           GPUs that hold values gives the sum on each of them; the key's
+//           home (the least loaded of those
+//           GPUs, as `device`) keeps it. In one process the GPUs share one
+//           communicator per device set (ncclCommInitAll, cached). Under
+//           `mpirun -np N` (N > 1, MPI build) each process is one rank with
+//           one GPU (the device of its first value), bootstrapped over MPI;
+//           collectives then run in push order (the same on every process),
+//           broadcast takes rank 0's value, and one that has not finished
+//           after KILN_DIST_TIMEOUT_S seconds (default 300) aborts the
+//           communicator (ncclCommAbort) and makes the store's next call
+//           throw, naming the rank and keys. Bucketing: push_batch packs
+//           consecutive keys of one dtype and device set into buckets of at
+//           most KILN_NCCL_BUCKET_MB MiB (default 25; plan_buckets below), one
+//           allreduce each; a larger key goes alone; push/pushpull of one key
+//           is a bucket of one. NCCL runs on its own stream per GPU, after
+//           the values' producers (an event on the compute stream) and before
+//           any later work of that GPU (the compute stream waits for an event
+//           on the NCCL stream). dtypes: float32, float16, bfloat16 and the
+//           other types NCCL sums (float64, int8, uint8, int32, int64). A CPU
+//           value or out is a DeviceError naming the key, store and device.
+//           create() throws NotSupported naming why when this build has no
+//           CUDA or NCCL header, libnccl.so.2 cannot be loaded (it is opened
+//           at run time; KILN_NCCL_LIBRARY names another file, KILN_NCCL=0
+//           turns NCCL off) or the machine has no GPU. Its tests
+//           (tests/cuda/cuda_nccl_test.cc) need one GPU (a one-rank
+//           communicator); several GPUs in a process and several processes
+//           are written to NCCL's documented use but have never run.
 //
 // Asynchrony: every call only queues engine operations and returns. A key's
 // reduction reads the values' engine variables, so it starts as soon as
@@ -64,8 +93,9 @@ using Key = std::string;
 
 class KVStore {
  public:
-  // "local" or "device"; "nccl" and "dist_sync" throw NotSupported naming the
-  // missing backend; anything else throws ValueError listing the types.
+  // "local", "device", "dist_sync" or "nccl"; the last two throw
+  // NotSupported naming what is missing (MPI; CUDA, NCCL or a GPU); anything
+  // else throws ValueError listing the types.
   static std::unique_ptr<KVStore> create(std::string_view type);
   virtual ~KVStore() = default;
 
@@ -82,6 +112,16 @@ class KVStore {
 
   // Stored value of `key` = sum of `values` (at least one).
   void push(const Key& key, const std::vector<NDArray>& values, int priority = 0);
+  // Several pushes in one call, in order: as push() of each item, except
+  // that a store may combine their reductions (nccl packs them into
+  // buckets). Every item is checked before anything is queued.
+  struct PushItem {
+    Key key;
+    std::vector<NDArray> values;
+    int priority = 0;
+  };
+  void push_batch(const std::vector<PushItem>& items);
+
   // Every array of `outs` = stored value of `key`.
   void pull(const Key& key, const std::vector<NDArray>& outs, int priority = 0);
   // push then pull.
@@ -110,6 +150,9 @@ class KVStore {
   // Sums `values` (already validated) into `entry.stored`, moving the stored
   // array to the key's home first if the type decides homes at first push.
   virtual void reduce(const Key& key, Entry& entry, const std::vector<NDArray>& values, int priority) = 0;
+  // push_batch's reduction of validated items (entries[i] is items[i]'s);
+  // by default reduce() of each in order.
+  virtual void reduce_batch(const std::vector<PushItem>& items, const std::vector<Entry*>& entries);
   // After broadcast set the stored value: make every process agree (dist).
   virtual void sync_from_root(const Key& key, Entry& entry, int priority) {}
   const Entry& entry(const Key& key, std::string_view what) const;
@@ -125,6 +168,12 @@ class KVStore {
   std::map<Key, Entry> entries_;
 };
 
+// A process's place among the processes of a job.
+struct ProcessGroup {
+  int rank = 0;
+  int size = 1;
+};
+
 namespace detail {
 // Queued building block: out = sum(inputs), all on out's device, on its
 // compute lane ("kv_sum" in a trace). Copies are NDArray::copy_to(dst, ...),
@@ -138,7 +187,44 @@ void reduce_device_tree(NDArray& stored, bool& home_fixed, std::unordered_map<De
                         const std::vector<NDArray>& values, int priority);
 // The dist_sync store (frontend/kvstore_dist.cc).
 std::unique_ptr<KVStore> create_dist_sync();
+// The nccl store (frontend/kvstore_nccl.cc).
+std::unique_ptr<KVStore> create_nccl();
+// Fixes the home of `stored` at the first call: the least loaded device of
+// `values` by bytes in `load` (the first on ties), moving `stored` there.
+void fix_home(NDArray& stored, bool& home_fixed, std::unordered_map<Device, int64_t>& load,
+              const std::vector<NDArray>& values);
+// MPI for the stores that bootstrap over it (frontend/kvstore_dist.cc):
+// this process's rank and size in MPI_COMM_WORLD (starting MPI), and a
+// broadcast of `bytes` from rank 0, aborting the job after
+// KILN_DIST_TIMEOUT_S as dist_sync's collectives do. NotSupported without MPI.
+ProcessGroup mpi_process_group();
+void mpi_broadcast_bytes(void* data, int bytes, const std::string& what);
+
+// The nccl store's bucketing, a pure function. Items in push order, each
+// with its size and a group (items of one group, i.e. the same dtype and
+// devices, may share a bucket). A bucket holds consecutive items of one
+// group whose sizes add up to at most `limit` bytes; an item larger than
+// `limit` is a bucket of its own; a change of group closes the bucket.
+// Returns the buckets as [begin, end) index ranges, in order, covering every
+// item (none for no items). ValueError for limit 0.
+struct BucketItem {
+  size_t bytes = 0;
+  int group = 0;
+};
+struct BucketRange {
+  size_t begin = 0, end = 0;
+  friend bool operator==(const BucketRange&, const BucketRange&) = default;
+};
+std::vector<BucketRange> plan_buckets(const std::vector<BucketItem>& items, size_t limit);
+// The nccl store's bucket size: KILN_NCCL_BUCKET_MB MiB (default 25).
+size_t nccl_bucket_bytes();
 }  // namespace detail
+
+// Empty when create("nccl") can succeed here (a CUDA build with NCCL's
+// header, libnccl loadable, a GPU); else why not.
+std::string nccl_unavailable();
+// For `kiln info`: "2.28.9 (libnccl.so.2)", or "no (why)".
+std::string nccl_description();
 
 // True when this build has MPI (the dist_sync store).
 bool dist_available();
@@ -147,10 +233,6 @@ bool dist_available();
 bool launched_under_mpi();
 // This process's rank and the number of processes as the launcher's
 // environment tells them (without starting MPI); {0, 1} when not launched so.
-struct ProcessGroup {
-  int rank = 0;
-  int size = 1;
-};
 ProcessGroup launched_process_group();
 
 }  // namespace kiln::kv

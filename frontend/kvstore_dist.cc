@@ -42,6 +42,13 @@ std::unique_ptr<KVStore> detail::create_dist_sync() {
       "KVStore 'dist_sync' needs MPI, which this build does not have (install libopenmpi-dev and reconfigure)");
 }
 
+ProcessGroup detail::mpi_process_group() {
+  throw NotSupported(
+      "this build has no MPI: processes cannot be bootstrapped (install libopenmpi-dev and reconfigure)");
+}
+
+void detail::mpi_broadcast_bytes(void*, int, const std::string& what) { mpi_process_group(); }
+
 #else
 
 bool dist_available() { return true; }
@@ -143,7 +150,7 @@ class Watchdog {
       MPI_Comm_rank(MPI_COMM_WORLD, &rank);
       MPI_Comm_size(MPI_COMM_WORLD, &size);
       std::fprintf(stderr,
-                   "KVStore(dist_sync): rank %d of %d has waited %.0f s in %s (collective #%lld of this process) "
+                   "KVStore: rank %d of %d has waited %.0f s in %s (collective #%lld of this process) "
                    "for the other processes: one of them has died, is stuck, or pushed different keys or a different "
                    "number of steps. Aborting the job (KILN_DIST_TIMEOUT_S sets the limit).\n",
                    rank, size, waited, what_.c_str(), static_cast<long long>(count_));
@@ -175,19 +182,19 @@ class DistSyncStore final : public KVStore {
   int num_workers() const override { return size_; }
 
  protected:
-  // MPI moves host memory: values on a GPU would need NCCL (the CUDA issue).
+  // MPI moves host memory: values on a GPU take the nccl store.
   std::string unreachable(Device device) const override {
     if (device.is_cpu()) return {};
-    return " (dist_sync allreduces host memory over MPI and serves CPU devices; GPU arrays across processes need "
-           "NCCL, which this build does not have)";
+    return " (dist_sync allreduces host memory over MPI and serves CPU devices; GPU arrays across processes take "
+           "the 'nccl' store)";
   }
 
   void reduce(const Key& key, Entry& entry, const std::vector<NDArray>& values, int priority) override {
     detail::reduce_device_tree(entry.stored, entry.home_fixed, load_, values, priority);
     if (size_ == 1) return;
     MPI_Datatype type = mpi_type(entry.stored.dtype(), key);
-    collective(entry.stored, priority, "mpi_allreduce", fmt::format("the allreduce of key '{}'", key),
-               [type](void* data, int count) {
+    collective(entry.stored, priority, "mpi_allreduce",
+               fmt::format("the allreduce of key '{}' of KVStore(dist_sync)", key), [type](void* data, int count) {
                  check_mpi(MPI_Allreduce(MPI_IN_PLACE, data, count, type, MPI_SUM, MPI_COMM_WORLD), "MPI_Allreduce");
                });
   }
@@ -196,7 +203,7 @@ class DistSyncStore final : public KVStore {
     if (size_ == 1) return;
     MPI_Datatype type = mpi_type(entry.stored.dtype(), key);
     collective(
-        entry.stored, priority, "mpi_bcast", fmt::format("the broadcast of key '{}'", key),
+        entry.stored, priority, "mpi_bcast", fmt::format("the broadcast of key '{}' of KVStore(dist_sync)", key),
         [type](void* data, int count) { check_mpi(MPI_Bcast(data, count, type, 0, MPI_COMM_WORLD), "MPI_Bcast"); });
   }
 
@@ -231,6 +238,22 @@ class DistSyncStore final : public KVStore {
 }  // namespace
 
 std::unique_ptr<KVStore> detail::create_dist_sync() { return std::make_unique<DistSyncStore>(); }
+
+ProcessGroup detail::mpi_process_group() {
+  ensure_mpi();
+  ProcessGroup g;
+  MPI_Comm_rank(MPI_COMM_WORLD, &g.rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &g.size);
+  return g;
+}
+
+void detail::mpi_broadcast_bytes(void* data, int bytes, const std::string& what) {
+  ensure_mpi();
+  Watchdog::get().begin(what);
+  int rc = MPI_Bcast(data, bytes, MPI_BYTE, 0, MPI_COMM_WORLD);
+  Watchdog::get().end();
+  check_mpi(rc, "MPI_Bcast");
+}
 
 #endif
 

@@ -26,6 +26,8 @@
 
 #include <condition_variable>
 #include <cstdint>
+#include <exception>
+#include <functional>
 #include <mutex>
 #include <span>
 #include <string>
@@ -41,11 +43,23 @@ class Rendezvous {
   Rendezvous(int parties, std::string what, double timeout_s);
 
   void all_sum(int slot, Device device, std::span<const float> part, std::span<float> total);
+  // A meeting without data: blocks as all_sum until every slot has arrived;
+  // the last to arrive runs `act` (while the others wait), then all leave.
+  // When `act` throws, every party of the round rethrows its exception (the
+  // rendezvous stays usable). Parties pass what `act` needs through state
+  // they share, written before their call (the meeting orders those writes
+  // before `act`, and `act` before every party's return).
+  void meet(int slot, Device device, const std::function<void()>& act);
 
   int parties() const { return parties_; }
   const std::string& what() const { return what_; }
 
  private:
+  // Arrival of `slot` with `part` (empty for meet); the last arrival runs
+  // `on_last` under the lock. Returns with the lock held, the round finished.
+  void arrive(std::unique_lock<std::mutex>& lock, int slot, Device device, std::span<const float> part,
+              const std::function<void()>& on_last);
+
   const int parties_;
   const std::string what_;
   const double timeout_s_;
@@ -58,6 +72,7 @@ class Rendezvous {
   int num_arrived_ = 0;
   uint64_t round_ = 0;
   std::vector<double> total_;  // of the last finished round
+  std::exception_ptr error_;   // of the last finished round's act (meet)
   std::string broken_;         // non-empty: the timeout error
 };
 

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "backends/cpu/cpu_features.h"
+#include "frontend/kvstore.h"
 #include "ir/device.h"
 #include "runtime/device_backend.h"
 #include "runtime/engine.h"
@@ -51,6 +52,15 @@ std::string cuda_version() {
   return fmt::format("{} (cuDNN {}, NCCL {})", cuda, or_no(KILN_CUDNN_VERSION), or_no(KILN_NCCL_VERSION));
 }
 
+// The library loaded at run time (the header's version is on the cuda line),
+// and whether the nccl KVStore can run here.
+std::string nccl_status() {
+  std::string why = kv::nccl_unavailable();
+  std::string lib = kv::nccl_description();
+  if (why.empty()) return lib + ", nccl KVStore available";
+  return lib.starts_with("no") ? lib : fmt::format("{}; nccl KVStore unavailable: {}", lib, why);
+}
+
 std::string openmp_version() {
 #ifdef _OPENMP
   // _OPENMP is the release date of the specification the compiler implements.
@@ -81,6 +91,7 @@ void print_info() {
   line("cuda", cuda_version());
   line("llvm", or_no(KILN_LLVM_VERSION));
   line("mpi", or_no(KILN_MPI_VERSION));
+  line("nccl", nccl_status());
   line("onnx", or_no(KILN_ONNX_VERSION));
   line("openmp", openmp_version());
   line("cpu", cpu::features().model);

@@ -36,8 +36,11 @@ NDArray SyncBatchNorm::forward(const NDArray& x) {
   int slot = static_cast<int>(st.calls % num_devices_);
   if (slot == 0) {
     std::string what = fmt::format("{} step {}", display_name(), st.calls / num_devices_);
-    st.mean_sum = std::make_shared<SyncSum>(num_devices_, what + " mean", timeout_s_);
-    st.var_sum = std::make_shared<SyncSum>(num_devices_, what + " variance", timeout_s_);
+    // The step's devices, when known (one device, or the last step's), let
+    // GPUs sum through NCCL.
+    std::vector<Device> devices = num_devices_ == 1 ? std::vector<Device>{d} : st.last_devices;
+    st.mean_sum = std::make_shared<SyncSum>(num_devices_, what + " mean", timeout_s_, devices);
+    st.var_sum = std::make_shared<SyncSum>(num_devices_, what + " variance", timeout_s_, devices);
     st.devices.clear();
   }
   KILN_CHECK(std::find(st.devices.begin(), st.devices.end(), d) == st.devices.end(), ValueError,
@@ -46,6 +49,7 @@ NDArray SyncBatchNorm::forward(const NDArray& x) {
              display_name(), st.calls / num_devices_, d, fmt::join(st.devices, ", "), num_devices_);
   st.devices.push_back(d);
   ++st.calls;
+  if (slot == num_devices_ - 1) st.last_devices = st.devices;
   std::shared_ptr<SyncSum> mean_sum = st.mean_sum, var_sum = st.var_sum;
 
   int64_t channels = x.shape()[1];

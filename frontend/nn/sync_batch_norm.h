@@ -30,6 +30,13 @@
 // (each cpu(i) has its own), and suspends back-pressure while pending, so the
 // loop can go on issuing the other shards (runtime/engine.h, "Rendezvous").
 //
+// Devices: CPUs, CUDA GPUs or a mix. The sums go through host memory, except
+// when every device of the step is a distinct GPU whose order is known (one
+// device, or the previous step's devices in the same order) and NCCL can
+// run: then one ncclAllReduce over the GPUs (SyncSum). With NCCL, a step
+// whose devices come in another order than the previous step's is a
+// DeviceError at the call.
+//
 // Errors: a second call on a device that already gave a shard in the current
 // step (ValueError, at the call); a step whose other shards never come (the
 // last batch split over fewer devices, a loop that reads a shard's output
@@ -37,7 +44,7 @@
 // layer, the step and the devices that arrived, when a result is read.
 // NotSupported in train mode when traced (hybridize: the sum meets calls made
 // outside the traced graph) and under KILN_ENGINE=naive. Channel axis 1,
-// float32, CPU devices.
+// float32.
 //
 // Prints as Gluon: "SyncBatchNorm(num_devices=2, eps=1e-05, momentum=0.9,
 // fix_gamma=False, use_global_stats=False, in_channels=16)".
@@ -71,6 +78,7 @@ class SyncBatchNorm : public BatchNorm {
     int64_t calls = 0;  // train-mode calls so far
     std::shared_ptr<SyncSum> mean_sum, var_sum;  // of the current step
     std::vector<Device> devices;                 // devices of the current step's calls
+    std::vector<Device> last_devices;            // of the last complete step, in call order
   };
 
   int num_devices_;

@@ -6,7 +6,8 @@
 //   trainer.step(batch_size);   // gradients are rescaled by 1/batch_size
 //
 // `step` first sums each parameter's gradients over the devices it lives on
-// through a KVStore (frontend/kvstore.h) into its primary copy's gradient
+// through a KVStore (frontend/kvstore.h; one push_batch of every parameter,
+// last first, then a pull each) into its primary copy's gradient
 // (the copy on the key's home device), then updates that copy with one fused
 // kernel and copies the new values to the other copies, so the copies stay
 // equal. (Updating every copy with the summed gradient was measured slower:
@@ -16,10 +17,12 @@
 // (later parameters, whose gradients backward writes first, get the higher
 // priority). Parameters with grad_req null are skipped.
 //
-// kvstore: "auto" picks dist_sync when launched by mpirun with several
-// processes, else none for parameters on one device and "device" for several
-// (CPUs, GPUs or a mix: "nccl" is not built yet); or name a type ("local",
-// "device", ...), or "none" (no
+// kvstore: "auto" picks, for parameters on one device, none; on several
+// devices that are all GPUs, "nccl" when NCCL can run here
+// (kv::nccl_unavailable() is empty), else "device" (CPUs, GPUs or a mix).
+// Launched by mpirun with several processes it picks "nccl" for GPU
+// parameters (one GPU per process) when NCCL can run, else "dist_sync". Or
+// name a type ("local", "device", ...), or "none" (no
 // aggregation: each copy is updated with its own gradient, as Gluon does
 // without a kvstore). The store is created at the first step, when the
 // parameters' devices are known; with several processes (dist_sync) every

@@ -1,10 +1,12 @@
 // kv::KVStore: local and device types over several CPU devices: sums over
-// many keys, shapes, dtypes and priorities; push/pull/pushpull/broadcast;
-// errors for unknown keys, mismatched shapes and dtypes.
+// many keys, shapes, dtypes and priorities; push/pull/pushpull/broadcast and
+// push_batch; errors for unknown keys, mismatched shapes and dtypes; the nccl
+// type's refusal without a GPU and its bucketing plan.
 #include <gtest/gtest.h>
 
 #include "tests/test_util.h"
 
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -120,12 +122,87 @@ TEST_P(KVStoreTypes, ClearErrors) {
   EXPECT_CONTAINS(error_of<ValueError>([&] { kv->push("w", {}); }), "no value given");
 }
 
+// push_batch is push of each item in order (the in-process types reduce
+// them one by one); a refused item queues nothing.
+TEST_P(KVStoreTypes, PushBatchEqualsPushes) {
+  auto kv = kv::KVStore::create(GetParam());
+  std::vector<kv::KVStore::PushItem> items;
+  for (int k = 0; k < 5; ++k) {
+    std::string key = fmt::format("b{}", k);
+    std::vector<NDArray> values{filled({3 + k}, DType::kFloat32, 0), filled({3 + k}, DType::kFloat32, 1)};
+    kv->init(key, values[0]);
+    items.push_back({key, values, k});
+  }
+  kv->push_batch(items);
+  for (const auto& item : items) {
+    NDArray out = nd::zeros(item.values[0].shape());
+    kv->pull(item.key, {out});
+    EXPECT_EQ(out.to_vector<double>(), expected_sum(2, item.values[0].size())) << item.key;
+  }
+  NDArray before = nd::zeros({3});
+  kv->pull("b0", {before});
+  std::vector<kv::KVStore::PushItem> bad = {items[0], {"unknown", {nd::ones({3})}, 0}};
+  EXPECT_CONTAINS(error_of<ValueError>([&] { kv->push_batch(bad); }), "unknown key 'unknown'");
+  NDArray after = nd::zeros({3});
+  kv->pull("b0", {after});
+  EXPECT_EQ(after.to_vector<float>(), before.to_vector<float>());
+}
+
 INSTANTIATE_TEST_SUITE_P(Types, KVStoreTypes, ::testing::Values("local", "device"),
                          [](const auto& info) { return info.param; });
 
 TEST(KVStore, CreateRejectsUnknownTypes) {
   EXPECT_CONTAINS(error_of<ValueError>([] { kv::KVStore::create("ring"); }), "unknown type 'ring'");
-  EXPECT_THROW(kv::KVStore::create("nccl"), NotSupported);
+}
+
+// Without a CUDA build, NCCL or a GPU (every CPU machine) the nccl store
+// says which is missing.
+TEST(KVStore, NcclWithoutAGpuIsNotSupportedAndSaysWhy) {
+  const std::string why = kv::nccl_unavailable();
+  if (why.empty()) GTEST_SKIP() << "NCCL and a GPU are available here (tests/cuda/cuda_nccl_test.cc covers them)";
+  std::string msg = error_of<NotSupported>([] { kv::KVStore::create("nccl"); });
+  EXPECT_CONTAINS(msg, "KVStore 'nccl' cannot be used");
+  EXPECT_CONTAINS(msg, why);
+  EXPECT_FALSE(kv::nccl_description().empty());
+}
+
+using Buckets = std::vector<kv::detail::BucketRange>;
+
+Buckets plan(const std::vector<size_t>& bytes, size_t limit, const std::vector<int>& groups = {}) {
+  std::vector<kv::detail::BucketItem> items;
+  for (size_t i = 0; i < bytes.size(); ++i) items.push_back({bytes[i], groups.empty() ? 0 : groups[i]});
+  return kv::detail::plan_buckets(items, limit);
+}
+
+TEST(NcclBuckets, ConsecutiveKeysFillBucketsUpToTheLimit) {
+  EXPECT_EQ(plan({}, 25), Buckets{});
+  EXPECT_EQ(plan({10, 10, 10}, 25), (Buckets{{0, 2}, {2, 3}}));
+  EXPECT_EQ(plan({10, 15, 1}, 25), (Buckets{{0, 2}, {2, 3}}));  // exactly the limit fits
+  EXPECT_EQ(plan({25}, 25), (Buckets{{0, 1}}));
+  EXPECT_EQ(plan({0, 0, 25, 0}, 25), (Buckets{{0, 4}}));  // empty keys fit anywhere
+  EXPECT_EQ(plan({1, 2, 3, 4, 5, 6, 7, 8}, 10), (Buckets{{0, 4}, {4, 5}, {5, 6}, {6, 7}, {7, 8}}));
+}
+
+TEST(NcclBuckets, AKeyLargerThanABucketGoesAlone) {
+  EXPECT_EQ(plan({5, 30, 5}, 25), (Buckets{{0, 1}, {1, 2}, {2, 3}}));
+  EXPECT_EQ(plan({30, 30}, 25), (Buckets{{0, 1}, {1, 2}}));
+  EXPECT_EQ(plan({30, 0}, 25), (Buckets{{0, 1}, {1, 2}}));
+}
+
+TEST(NcclBuckets, ADifferentDtypeOrDeviceSetClosesTheBucket) {
+  EXPECT_EQ(plan({5, 5, 5, 5}, 25, {0, 1, 1, 0}), (Buckets{{0, 1}, {1, 3}, {3, 4}}));
+  EXPECT_EQ(plan({5, 5}, 25, {3, 3}), (Buckets{{0, 2}}));
+}
+
+TEST(NcclBuckets, SizeFromTheEnvironment) {
+  EXPECT_CONTAINS(error_of<ValueError>([] { plan({1}, 0); }), "bucket size");
+  unsetenv("KILN_NCCL_BUCKET_MB");
+  EXPECT_EQ(kv::detail::nccl_bucket_bytes(), size_t{25} << 20);
+  setenv("KILN_NCCL_BUCKET_MB", "4", 1);
+  EXPECT_EQ(kv::detail::nccl_bucket_bytes(), size_t{4} << 20);
+  setenv("KILN_NCCL_BUCKET_MB", "0", 1);
+  EXPECT_CONTAINS(error_of<ValueError>([] { kv::detail::nccl_bucket_bytes(); }), "KILN_NCCL_BUCKET_MB");
+  unsetenv("KILN_NCCL_BUCKET_MB");
 }
 
 TEST(KVStore, DeviceTypeSpreadsKeysOverDevices) {
