@@ -30,8 +30,9 @@
 # ResNet-18's; KILN_GPU_CHECK_TORCH_SEEDS (default "0 1 2 3 4 5 6 7", empty to skip) runs the
 # PyTorch twin of the ResNet-18 recipe on the GPU in the background, one 2-epoch run per seed, to
 # measure the recipe's spread of test accuracy (issue 3). KILN_GPU_CHECK_CHAPTER=N (default 0: off)
-# trains ResNet-18 (imperative: the faster mode on a GPU today) for N epochs (the chapter's 12.6: 10) and then the PyTorch twin for N
-# epochs, one after the other, for s/epoch and test accuracy side by side. Every step's log is packed
+# trains ResNet-18 for N epochs (the chapter's 12.6: 10; KILN_GPU_CHECK_CHAPTER_FLAGS adds flags such as
+# --hybridize) and then the PyTorch twin for N epochs (unless KILN_GPU_CHECK_CHAPTER_TORCH=0), one after
+# the other, for s/epoch and test accuracy side by side. Every step's log is packed
 # into $OUT/gpu-check-logs.tgz when OUT is set (the device tool's output folder).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -244,13 +245,19 @@ fi
 
 chapter_epochs=${KILN_GPU_CHECK_CHAPTER:-0}
 if [[ $chapter_epochs -gt 0 && $have_data == 1 ]]; then
-  step "the chapter's ResNet-18 run: $chapter_epochs epochs, Kiln imperative then PyTorch eager, one after the other"
+  # KILN_GPU_CHECK_CHAPTER_FLAGS: Kiln's extra flags for the run (e.g. "--hybridize", "--hybridize --amp bf16");
+  # KILN_GPU_CHECK_CHAPTER_TORCH=0 skips the PyTorch twin.
+  chapter_flags=${KILN_GPU_CHECK_CHAPTER_FLAGS:-}
+  step "the chapter's ResNet-18 run: $chapter_epochs epochs ${chapter_flags}"
+  # shellcheck disable=SC2086
   timed 300 "$bin/kiln" train --data "$data_dir" --model resnet18 --epochs "$chapter_epochs" \
-    --batch-size 256 --lr 0.1 --devices cuda:0 --log "$logs/kiln_resnet18_chapter.jsonl"
-  record "kiln train resnet18 cuda:0, $chapter_epochs epochs" $?
-  PYTHONUNBUFFERED=1 timed 200 python3 bench/pytorch_resnet18_fashion.py --device cuda --data "$data_dir" \
-    --epochs "$chapter_epochs" --seeds 0
-  record "PyTorch resnet18 cuda, $chapter_epochs epochs" $?
+    --batch-size 256 --lr 0.1 --devices cuda:0 --log "$logs/kiln_resnet18_chapter.jsonl" $chapter_flags
+  record "kiln train resnet18 cuda:0, $chapter_epochs epochs $chapter_flags" $?
+  if [[ ${KILN_GPU_CHECK_CHAPTER_TORCH:-1} == 1 ]]; then
+    PYTHONUNBUFFERED=1 timed 200 python3 bench/pytorch_resnet18_fashion.py --device cuda --data "$data_dir" \
+      --epochs "$chapter_epochs" --seeds 0
+    record "PyTorch resnet18 cuda, $chapter_epochs epochs" $?
+  fi
 fi
 
 # PyTorch peers of the ResNet-18 recipe, one after the other on the idle GPU (KILN_GPU_CHECK_PEERS:
