@@ -245,14 +245,18 @@ fi
 
 chapter_epochs=${KILN_GPU_CHECK_CHAPTER:-0}
 if [[ $chapter_epochs -gt 0 && $have_data == 1 ]]; then
-  # KILN_GPU_CHECK_CHAPTER_FLAGS: Kiln's extra flags for the run (e.g. "--hybridize", "--hybridize --amp bf16");
+  # KILN_GPU_CHECK_CHAPTER_FLAGS: Kiln's extra flags, one run per ';'-separated set (e.g.
+  # "--hybridize;--hybridize --amp bf16");
   # KILN_GPU_CHECK_CHAPTER_TORCH=0 skips the PyTorch twin.
-  chapter_flags=${KILN_GPU_CHECK_CHAPTER_FLAGS:-}
-  step "the chapter's ResNet-18 run: $chapter_epochs epochs ${chapter_flags}"
-  # shellcheck disable=SC2086
-  timed 300 "$bin/kiln" train --data "$data_dir" --model resnet18 --epochs "$chapter_epochs" \
-    --batch-size 256 --lr 0.1 --devices cuda:0 --log "$logs/kiln_resnet18_chapter.jsonl" $chapter_flags
-  record "kiln train resnet18 cuda:0, $chapter_epochs epochs $chapter_flags" $?
+  IFS=';' read -r -a chapter_runs <<<"${KILN_GPU_CHECK_CHAPTER_FLAGS:-}"
+  [[ ${#chapter_runs[@]} -eq 0 ]] && chapter_runs=("")
+  for chapter_flags in "${chapter_runs[@]}"; do
+    step "the chapter's ResNet-18 run: $chapter_epochs epochs ${chapter_flags}"
+    # shellcheck disable=SC2086
+    timed 300 "$bin/kiln" train --data "$data_dir" --model resnet18 --epochs "$chapter_epochs" \
+      --batch-size 256 --lr 0.1 --devices cuda:0 $chapter_flags
+    record "kiln train resnet18 cuda:0, $chapter_epochs epochs $chapter_flags" $?
+  done
   if [[ ${KILN_GPU_CHECK_CHAPTER_TORCH:-1} == 1 ]]; then
     PYTHONUNBUFFERED=1 timed 200 python3 bench/pytorch_resnet18_fashion.py --device cuda --data "$data_dir" \
       --epochs "$chapter_epochs" --seeds 0
