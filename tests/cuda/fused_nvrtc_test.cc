@@ -13,6 +13,8 @@
 // bfloat16).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -166,33 +168,45 @@ const char* kind_name(FusedInputKind k) {
 }
 
 // Programs covering every opcode with input 1 of kind `k`: the binary
-// opcodes and where on (full, k, full); the unary opcodes on the full input;
-// the unary opcodes on input 1.
+// opcodes and where on (full, k, full); the unary opcodes on the full input
+// and on input 1. At most eight outputs each (the interpreter's limit).
 std::vector<FusedProgram> programs_for(FusedInputKind k) {
-  auto add = [](FusedProgram& p, FusedOpcode op, std::array<int, 3> args) {
-    FusedInstr ins{op, {}};
-    for (int q = 0; q < fused_opcode_arity(op); ++q)
-      ins.args[static_cast<size_t>(q)] = FusedOperand{.value = args[static_cast<size_t>(q)]};
-    p.instrs.push_back(ins);
-    p.outputs.push_back(p.num_values() - 1);
+  struct Use {
+    FusedOpcode op;
+    std::array<int, 3> args;
   };
-  FusedProgram binary, unary_full, unary_k;
-  binary.inputs = {FusedInputKind::kFull, k, FusedInputKind::kFull};
-  unary_full.inputs = unary_k.inputs = {FusedInputKind::kFull, k};
-#define KILN_X(id, name, arity, fn)                 \
-  if ((arity) == 1) {                               \
-    add(unary_full, FusedOpcode::k##id, {0, 0, 0}); \
-    add(unary_k, FusedOpcode::k##id, {1, 0, 0});    \
-  } else if ((arity) == 2) {                        \
-    add(binary, FusedOpcode::k##id, {0, 1, 0});     \
-  } else {                                          \
-    add(binary, FusedOpcode::k##id, {1, 0, 2});     \
-    add(binary, FusedOpcode::k##id, {0, 2, 1});     \
+  std::vector<Use> binary, unary_full, unary_k;
+#define KILN_X(id, name, arity, fn)                          \
+  if ((arity) == 1) {                                        \
+    unary_full.push_back({FusedOpcode::k##id, {0, 0, 0}});   \
+    unary_k.push_back({FusedOpcode::k##id, {1, 0, 0}});      \
+  } else if ((arity) == 2) {                                 \
+    binary.push_back({FusedOpcode::k##id, {0, 1, 0}});       \
+  } else {                                                   \
+    binary.push_back({FusedOpcode::k##id, {1, 0, 2}});       \
+    binary.push_back({FusedOpcode::k##id, {0, 2, 1}});       \
   }
   KILN_FUSED_OPCODES(KILN_X)
 #undef KILN_X
-  std::vector<FusedProgram> res = {binary, unary_full, unary_k};
-  for (FusedProgram& p : res) p.validate();
+  std::vector<FusedProgram> res;
+  auto chunks = [&](const std::vector<Use>& uses, std::vector<FusedInputKind> inputs) {
+    for (size_t first = 0; first < uses.size(); first += 8) {
+      FusedProgram p;
+      p.inputs = inputs;
+      for (size_t u = first; u < std::min(uses.size(), first + 8); ++u) {
+        FusedInstr ins{uses[u].op, {}};
+        for (int q = 0; q < fused_opcode_arity(uses[u].op); ++q)
+          ins.args[static_cast<size_t>(q)] = FusedOperand{.value = uses[u].args[static_cast<size_t>(q)]};
+        p.instrs.push_back(ins);
+        p.outputs.push_back(p.num_values() - 1);
+      }
+      p.validate();
+      res.push_back(std::move(p));
+    }
+  };
+  chunks(binary, {FusedInputKind::kFull, k, FusedInputKind::kFull});
+  chunks(unary_full, {FusedInputKind::kFull, k});
+  if (k != FusedInputKind::kFull) chunks(unary_k, {FusedInputKind::kFull, k});
   return res;
 }
 
