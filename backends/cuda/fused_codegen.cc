@@ -65,7 +65,8 @@ std::string literal(float v) {
 }  // namespace
 
 std::string FusedSignature::key() const {
-  return program + "|" + std::string(dtype_name(dtype)) + (vector ? "|v" : "|s") + (index64 ? "|i64" : "|i32");
+  return program + "|" + std::string(dtype_name(dtype)) + (vector ? "|v" : "|s") + (channel_grouped ? "|g" : "|e") +
+         (index64 ? "|i64" : "|i32");
 }
 
 FastDiv fused_fast_div(uint32_t d) {
@@ -183,9 +184,13 @@ std::string fused_kernel_source(const FusedProgram& p, const FusedSignature& sig
               << (e % 2 == 0 ? " & 0xffffu" : " >> 16") << "));\n";
         }
         s << "    }\n";
+      } else if (sig.channel_grouped && p.inputs[static_cast<size_t>(j)] == FusedInputKind::kChannel) {
+        load_one(j, "x[0][" + std::to_string(j) + "]", "v * " + std::to_string(width));
+        for (int e = 1; e < width; ++e) s << "    x[" << e << "][" << j << "] = x[0][" << j << "];\n";
       } else {
         for (int e = 0; e < width; ++e)
-          load_one(j, "x[" + std::to_string(e) + "][" + std::to_string(j) + "]", "v * " + std::to_string(width) + " + " + std::to_string(e));
+          load_one(j, "x[" + std::to_string(e) + "][" + std::to_string(j) + "]",
+                   "v * " + std::to_string(width) + " + " + std::to_string(e));
       }
     }
     s << "#pragma unroll\n    for (int e = 0; e < " << width << "; ++e) kiln_body(x[e], y[e]);\n";

@@ -65,7 +65,11 @@ struct FusedSignature {
   DType dtype = DType::kFloat32;  // float32, float16 or bfloat16
   bool vector = false;      // 16-byte loads and stores of full inputs and outputs
   bool index64 = false;     // n > 2^31 - 1: 64-bit divisions for channel/row inputs
-  // "<program>|<dtype>|v|i32": the cache key (with the device).
+  // With `vector`: every channel input is constant over each 16-byte group
+  // of positions (its inner size is a multiple of the group's length), so
+  // its element is found once per group.
+  bool channel_grouped = false;
+  // "<program>|<dtype>|v|g|i32": the cache key (with the device).
   std::string key() const;
 };
 

@@ -154,6 +154,7 @@ void run_fused_nvrtc(const FusedProgramRef& ref, std::span<const TensorView> in,
   sig.index64 = n > std::numeric_limits<int32_t>::max();
   const int64_t width = sig.dtype == DType::kFloat32 ? 4 : 8;
   bool vector = n >= width;
+  bool grouped = true;  // every channel input constant over each group of `width` positions
   FusedKernelArgs args{};
   args.n = n;
   for (size_t j = 0; j < p.inputs.size(); ++j) {
@@ -165,6 +166,7 @@ void run_fused_nvrtc(const FusedProgramRef& ref, std::span<const TensorView> in,
                j, in[j].shape, shape);
     args.inner[j] = fused_inner_size(shape, axis);
     args.len[j] = shape[axis];
+    if (p.inputs[j] == FusedInputKind::kChannel) grouped = grouped && args.inner[j] % width == 0;
     if (!sig.index64) {
       FastDiv a = fused_fast_div(static_cast<uint32_t>(args.inner[j]));
       FastDiv b = fused_fast_div(static_cast<uint32_t>(args.len[j]));
@@ -177,6 +179,7 @@ void run_fused_nvrtc(const FusedProgramRef& ref, std::span<const TensorView> in,
     vector = vector && aligned16(out[j].data);
   }
   sig.vector = vector;
+  sig.channel_grouped = vector && grouped;
   const CompiledKernel& k = cache().get(p, sig, device);
   const int64_t work = vector ? n / width : n;
   const int blocks = static_cast<int>(std::clamp<int64_t>((work + kThreads - 1) / kThreads, 1, k.max_blocks));

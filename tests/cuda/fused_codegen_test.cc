@@ -55,8 +55,9 @@ TEST(FusedCodegen, EveryOpcodeDtypeInputKindAndAccessModeCompilesForSm90) {
   const std::string text = p.to_string();
   for (DType dtype : {DType::kFloat32, DType::kFloat16, DType::kBfloat16}) {
     for (bool vector : {false, true}) {
-      for (bool index64 : {false, true}) {
-        cuda::FusedSignature sig{.program = text, .dtype = dtype, .vector = vector, .index64 = index64};
+      for (int mode = 0; mode < (vector ? 4 : 2); ++mode) {
+        cuda::FusedSignature sig{
+            .program = text, .dtype = dtype, .vector = vector, .index64 = mode % 2 == 1, .channel_grouped = mode >= 2};
         std::string source = cuda::fused_kernel_source(p, sig);
         // The math is pasted from the one source, not restated.
         EXPECT_NE(source.find(math::kFusedMathSource), std::string::npos);

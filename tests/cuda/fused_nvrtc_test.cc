@@ -71,8 +71,9 @@ Shape input_shape(FusedInputKind kind, const Shape& out) {
 
 
 // A GPU array of `dtype` holding `values` (rounded to it): a fresh one
-// (16-byte aligned), or with `offset` a view at an odd element offset into a
-// larger one (never 16-byte aligned when the size is odd).
+// (16-byte aligned), or with `offset` a view at element offset n into a
+// larger one (not 16-byte aligned when n is odd or n * element size is not a
+// multiple of 16).
 NDArray gpu_array(const std::vector<float>& values, const Shape& shape, DType dtype, bool offset) {
   if (!offset) return nd::array<float>(values, shape).astype(dtype).copy_to(kGpu);
   const int64_t n = shape.size();
@@ -210,7 +211,9 @@ std::vector<FusedProgram> programs_for(FusedInputKind k) {
   return res;
 }
 
-const Shape kShapes[] = {Shape{3, 5, 7, 9}, Shape{2, 37, 1001}};
+// Odd sizes (a scalar tail after the 16-byte groups; views at an odd offset
+// are unaligned), and one whose channel input is constant over each group.
+const Shape kShapes[] = {Shape{3, 5, 7, 9}, Shape{2, 37, 1001}, Shape{2, 3, 8, 9}};
 
 // Inputs of `p` against `out`: random values with specials, of each kind's shape.
 void make_inputs(const FusedProgram& p, const Shape& out, std::vector<std::vector<float>>& values,
@@ -249,7 +252,7 @@ TEST(FusedNvrtc, EveryOpcodeKindAndDtypeMatchesTheInterpreterAndTheSharedMath) {
           auto want = reference(p, values, shapes, out, dtype);
           for (bool offset : {false, true}) {
             std::string what = fmt::format("{} {} (input 1 of kind {}) out {} {}", p.to_string(), dtype_name(dtype),
-                                           kind_name(k), out, offset ? "unaligned" : "aligned");
+                                           kind_name(k), out, offset ? "offset view" : "fresh array");
             expect_close(run_gpu(p, values, shapes, out, dtype, offset), want, dtype, "nvrtc: " + what);
             with_interpreter([&] {
               expect_close(run_gpu(p, values, shapes, out, dtype, offset), want, dtype, "interpreter: " + what);
@@ -275,7 +278,7 @@ TEST(FusedNvrtc, ChainWithEveryKindAndSeveralOutputs) {
       make_inputs(p, out, values, shapes);
       auto want = reference(p, values, shapes, out, dtype);
       for (bool offset : {false, true}) {
-        std::string what = fmt::format("{} {} {}", dtype_name(dtype), out, offset ? "unaligned" : "aligned");
+        std::string what = fmt::format("{} {} {}", dtype_name(dtype), out, offset ? "offset view" : "fresh array");
         expect_close(run_gpu(p, values, shapes, out, dtype, offset), want, dtype, "nvrtc: " + what);
         with_interpreter([&] {
           expect_close(run_gpu(p, values, shapes, out, dtype, offset), want, dtype, "interpreter: " + what);
