@@ -37,7 +37,7 @@ namespace kiln::cuda {
 // The generated kernel's name.
 inline constexpr char kFusedKernelName[] = "kiln_fused";
 // Most inputs and outputs of a program the generated kernels take.
-inline constexpr int kFusedKernelMaxOperands = 16;
+inline constexpr int kFusedKernelMaxOperands = 32;
 
 // The kernel's one parameter, written once for the host and the generated
 // source. `inner`/`len` (channel and row inputs): positions i read element
@@ -46,14 +46,14 @@ inline constexpr int kFusedKernelMaxOperands = 16;
 // clang-format off
 #define KILN_FUSED_KERNEL_ARGS                                                     \
   struct FusedKernelArgs {                                                         \
-    const void* in[16];                                                            \
-    void* out[16];                                                                 \
-    long long inner[16];                                                           \
-    long long len[16];                                                             \
-    unsigned inner_mul[16];                                                        \
-    unsigned inner_shift[16];                                                      \
-    unsigned len_mul[16];                                                          \
-    unsigned len_shift[16];                                                        \
+    const void* in[32];                                                            \
+    void* out[32];                                                                 \
+    long long inner[32];                                                           \
+    long long len[32];                                                             \
+    unsigned inner_mul[32];                                                        \
+    unsigned inner_shift[32];                                                      \
+    unsigned len_mul[32];                                                          \
+    unsigned len_shift[32];                                                        \
     long long n;                                                                   \
   };
 // clang-format on

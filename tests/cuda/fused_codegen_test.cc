@@ -16,7 +16,7 @@ namespace kiln {
 namespace {
 
 // One program over inputs f, s, c, r with every opcode on a mix of them and
-// literals (NaN and infinity among them), with `outputs` values out.
+// literals (NaN and infinity among them).
 FusedProgram every_opcode_program() {
   FusedProgram p;
   p.inputs = {FusedInputKind::kFull, FusedInputKind::kScalar, FusedInputKind::kChannel, FusedInputKind::kRow};
@@ -36,7 +36,8 @@ FusedProgram every_opcode_program() {
   }
   KILN_FUSED_OPCODES(KILN_X)
 #undef KILN_X
-  for (int v = p.num_values() - 1; v >= p.num_values() - cuda::kFusedKernelMaxOperands; --v) p.outputs.push_back(v);
+  // Every instruction's value is an output.
+  for (int v = p.num_values() - 1; v >= static_cast<int>(p.inputs.size()); --v) p.outputs.push_back(v);
   p.validate();
   return p;
 }
