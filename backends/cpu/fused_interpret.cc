@@ -2,6 +2,7 @@
 // positions, one loop of eight-lane vectors per instruction. A value that is
 // the same at every position (a literal, a scalar or channel input, or an
 // instruction over only such values) is kept as one float.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -133,7 +134,8 @@ void fused_interpret(const FusedProgram& p, void** bufs, int64_t begin, int64_t 
     for (size_t i = 0; i < p.instrs.size(); ++i) {
       const FusedInstr& ins = p.instrs[i];
       Slot args[3];
-      for (int a = 0; a < fused_opcode_arity(ins.op); ++a) {
+      const int arity = std::min(fused_opcode_arity(ins.op), 3);  // (GCC cannot see the bound)
+      for (int a = 0; a < arity; ++a) {
         const FusedOperand& o = ins.args[static_cast<size_t>(a)];
         args[a] = o.is_value() ? slots[static_cast<size_t>(o.value)] : Slot{nullptr, o.literal, true};
       }
