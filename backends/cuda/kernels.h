@@ -1,5 +1,6 @@
 // Launchers of Kiln's own CUDA kernels (the .cu files), with plain arguments
-// so that the .cu files include no Kiln header and nvcc compiles little.
+// so that the .cu files include no Kiln header (but ir/ops/elemwise_math.h,
+// which includes only <math.h>) and nvcc compiles little.
 // Registration, attribute parsing and shape logic live in the .cc files
 // (g++); each launcher queues its kernel on `s` and returns the launch
 // status (cudaGetLastError), which the caller checks with KILN_CUDA_CHECK.
