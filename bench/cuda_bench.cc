@@ -9,12 +9,15 @@
 #include <cstdio>
 
 #include "bench/bench.h"
-#if defined(KILN_HAVE_CUDA)
-#include "backends/cuda/testing.h"
-#endif
+#include "frontend/invoke.h"
 #include "frontend/nd.h"
+#include "ir/ops/fused.h"
 #include "runtime/device_backend.h"
 #include "runtime/engine.h"
+#if defined(KILN_HAVE_CUDA)
+#include "backends/cuda/fused_nvrtc.h"
+#include "backends/cuda/testing.h"
+#endif
 
 namespace kiln::bench {
 
@@ -79,6 +82,32 @@ std::vector<Figure> bench_elemwise(const Options& options) {
           {"cuda_add_vs_copy", add_gbps / copy_gbps, "x"}};
 }
 
+// A fused 4-op chain (mul, add, relu, mul) on one 64M-float array, through
+// the NVRTC-generated kernel and through the interpreter kernel, against a
+// device-to-device copy of the array: each reads 256 MiB and writes 256 MiB.
+// The target is cuda_fused_vs_copy >= 0.8.
+std::vector<Figure> bench_fused(const Options& options) {
+  if (!have_gpu("cuda_fused")) return {};
+  const int64_t n = int64_t{64} << 20;
+  const double bytes = 2.0 * static_cast<double>(n) * 4;
+  NDArray a = nd::ones({n}, {.device = kGpu});
+  FusedProgram p = FusedProgram::parse("in=f;%1=mul(%0,1.5);%2=add(%1,-0.5);%3=relu(%2);%4=mul(%3,2);out=%4");
+  OpAttrs attrs = OpAttrs::make(FusedElemwiseAttrs{FusedProgramRef::make(std::move(p))});
+  auto run = [&] { invoke1(OpId::kFusedElemwise, {a}, attrs).wait_to_read(); };
+  double generated = timed(options, run);
+  double interpreted = generated;
+#if defined(KILN_HAVE_CUDA)
+  cuda::set_nvrtc_fused_enabled(false);
+  interpreted = timed(options, run);
+  cuda::set_nvrtc_fused_enabled(true);
+#endif
+  double copy = timed(options, [&] { a.copy_to(kGpu).wait_to_read(); });
+  return {{"cuda_fused_nvrtc_gbps", bytes / generated * 1e-9, "GB/s"},
+          {"cuda_fused_interpret_gbps", bytes / interpreted * 1e-9, "GB/s"},
+          {"cuda_fused_copy_gbps", bytes / copy * 1e-9, "GB/s"},
+          {"cuda_fused_vs_copy", copy / generated, "x"}};
+}
+
 // fp32 GEMM through cuBLAS (TF32 tensor cores unless KILN_CUDA_TF32=0).
 std::vector<Figure> bench_matmul(const Options& options) {
   if (!have_gpu("cuda_matmul")) return {};
@@ -109,6 +138,9 @@ void register_cuda_benchmarks() {
        {"cuda_h2d_gbps", "cuda_d2h_gbps", "cuda_d2d_gbps", "cuda_h2d_pinned_ceiling_gbps", "cuda_d2h_pinned_ceiling_gbps"},
        &bench_copy});
   add({"cuda_elemwise", {"cuda_add_gbps", "cuda_relu_gbps", "cuda_add_vs_copy"}, &bench_elemwise});
+  add({"cuda_fused",
+       {"cuda_fused_nvrtc_gbps", "cuda_fused_interpret_gbps", "cuda_fused_copy_gbps", "cuda_fused_vs_copy"},
+       &bench_fused});
   add({"cuda_matmul", {"cuda_matmul_4096_tflops"}, &bench_matmul});
   add({"cuda_op_latency", {"cuda_op_latency_us"}, &bench_latency});
 }

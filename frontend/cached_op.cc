@@ -79,7 +79,8 @@ std::string_view pipeline(bool amp) {
 // TrainProgram fuses its forward and backward graphs after the split).
 // Fusions of layers with their activations (fuse-conv-activation) go before
 // fuse-elementwise. KILN_FUSE=0 leaves this out (for measuring); so does a
-// graph on a GPU (passes::fuse_elementwise_on).
+// graph on a GPU without NVRTC-generated fused kernels
+// (passes::fuse_elementwise_on).
 std::string_view executor_pipeline(Device device) {
   return passes::fuse_elementwise_on(device) ? "fuse-elementwise,eliminate-dead-code" : "";
 }

@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "ir/ops/elemwise.h"
+#include "ir/ops/elemwise_math.h"
 #include "ir/ops/init.h"
 #include "ir/ops/nn.h"
 #include "ir/ops/reduce.h"
@@ -14,37 +15,96 @@
 namespace kiln::passes {
 namespace {
 
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+// How an op reads as one fused opcode (ir/ops/elemwise_math.h): its inputs in
+// order, (x, scalar) for the *_scalar ops, (scalar, x) for their r-forms.
+enum class Form { kInputs, kScalarAfter, kScalarBefore };
+struct AsOpcode {
+  FusedOpcode op;
+  Form form = Form::kInputs;
+};
 
-// NaN-propagating maximum and minimum, as the kernels compute them.
-double nan_max(double a, double b) { return std::isnan(a) || std::isnan(b) ? kNaN : std::max(a, b); }
-double nan_min(double a, double b) { return std::isnan(a) || std::isnan(b) ? kNaN : std::min(a, b); }
-double sigmoid(double x) { return 1 / (1 + std::exp(-x)); }
+std::optional<AsOpcode> as_opcode(const ir::Node& n) {
+  using O = FusedOpcode;
+  switch (n.op) {
+    case OpId::kExp: return AsOpcode{O::kExp};
+    case OpId::kLog: return AsOpcode{O::kLog};
+    case OpId::kSqrt: return AsOpcode{O::kSqrt};
+    case OpId::kSquare: return AsOpcode{O::kSquare};
+    case OpId::kTanh: return AsOpcode{O::kTanh};
+    case OpId::kSigmoid: return AsOpcode{O::kSigmoid};
+    case OpId::kRelu: return AsOpcode{O::kRelu};
+    case OpId::kAbs: return AsOpcode{O::kAbs};
+    case OpId::kNegative: return AsOpcode{O::kNeg};
+    case OpId::kWhere: return AsOpcode{O::kWhere};
+    case OpId::kActivation:
+      switch (n.attrs.as<ActivationAttrs>().act_type) {
+        case ActType::kRelu: return AsOpcode{O::kRelu};
+        case ActType::kSigmoid: return AsOpcode{O::kSigmoid};
+        case ActType::kTanh: return AsOpcode{O::kTanh};
+        case ActType::kSoftrelu: return AsOpcode{O::kSoftrelu};
+        case ActType::kSoftsign: return AsOpcode{O::kSoftsign};
+      }
+      return std::nullopt;
+    case OpId::kPlusScalar: return AsOpcode{O::kAdd, Form::kScalarAfter};
+    case OpId::kMinusScalar: return AsOpcode{O::kSub, Form::kScalarAfter};
+    case OpId::kRMinusScalar: return AsOpcode{O::kSub, Form::kScalarBefore};
+    case OpId::kMulScalar: return AsOpcode{O::kMul, Form::kScalarAfter};
+    case OpId::kDivScalar: return AsOpcode{O::kDiv, Form::kScalarAfter};
+    case OpId::kRDivScalar: return AsOpcode{O::kDiv, Form::kScalarBefore};
+    case OpId::kPowerScalar: return AsOpcode{O::kPow, Form::kScalarAfter};
+    case OpId::kRPowerScalar: return AsOpcode{O::kPow, Form::kScalarBefore};
+    case OpId::kMaximumScalar: return AsOpcode{O::kMax, Form::kScalarAfter};
+    case OpId::kMinimumScalar: return AsOpcode{O::kMin, Form::kScalarAfter};
+    case OpId::kEqualScalar: return AsOpcode{O::kEq, Form::kScalarAfter};
+    case OpId::kNotEqualScalar: return AsOpcode{O::kNe, Form::kScalarAfter};
+    case OpId::kGreaterScalar: return AsOpcode{O::kGt, Form::kScalarAfter};
+    case OpId::kGreaterEqualScalar: return AsOpcode{O::kGe, Form::kScalarAfter};
+    case OpId::kLesserScalar: return AsOpcode{O::kLt, Form::kScalarAfter};
+    case OpId::kLesserEqualScalar: return AsOpcode{O::kLe, Form::kScalarAfter};
+    case OpId::kElemwiseAdd:
+    case OpId::kBroadcastAdd: return AsOpcode{O::kAdd};
+    case OpId::kElemwiseSub:
+    case OpId::kBroadcastSub: return AsOpcode{O::kSub};
+    case OpId::kElemwiseMul:
+    case OpId::kBroadcastMul: return AsOpcode{O::kMul};
+    case OpId::kElemwiseDiv:
+    case OpId::kBroadcastDiv: return AsOpcode{O::kDiv};
+    case OpId::kBroadcastPower: return AsOpcode{O::kPow};
+    case OpId::kBroadcastMaximum: return AsOpcode{O::kMax};
+    case OpId::kBroadcastMinimum: return AsOpcode{O::kMin};
+    case OpId::kBroadcastEqual: return AsOpcode{O::kEq};
+    case OpId::kBroadcastNotEqual: return AsOpcode{O::kNe};
+    case OpId::kBroadcastGreater: return AsOpcode{O::kGt};
+    case OpId::kBroadcastGreaterEqual: return AsOpcode{O::kGe};
+    case OpId::kBroadcastLesser: return AsOpcode{O::kLt};
+    case OpId::kBroadcastLesserEqual: return AsOpcode{O::kLe};
+    default: return std::nullopt;
+  }
+}
+
+// The opcode's value in T (float for float32 nodes: what the kernels compute).
+template <typename T>
+double evaluate_as(AsOpcode e, const std::vector<double>& v, double scalar) {
+  T x[3] = {};
+  for (size_t i = 0; i < v.size() && i < 3; ++i) x[i] = static_cast<T>(v[i]);
+  if (e.form == Form::kScalarAfter) x[1] = static_cast<T>(scalar);
+  if (e.form == Form::kScalarBefore) {
+    x[1] = x[0];
+    x[0] = static_cast<T>(scalar);
+  }
+  return static_cast<double>(math::fused_eval<T>(e.op, x[0], x[1], x[2]));
+}
 
 // The value of `n` given the uniform values of its inputs, or nullopt if the
-// op is not one this pass evaluates.
+// op is not one this pass evaluates. Elementwise ops go through the scalar
+// math the kernels share (ir/ops/elemwise_math.h), in float for float32
+// nodes and in double for float64 ones.
 std::optional<double> evaluate(const ir::Node& n, const std::vector<double>& v, const std::vector<TensorType>& in) {
-  auto scalar = [&] { return n.attrs.as<ScalarAttrs>().scalar; };
+  if (std::optional<AsOpcode> e = as_opcode(n)) {
+    double scalar = e->form == Form::kInputs ? 0.0 : n.attrs.as<ScalarAttrs>().scalar;
+    return n.types[0].dtype == DType::kFloat32 ? evaluate_as<float>(*e, v, scalar) : evaluate_as<double>(*e, v, scalar);
+  }
   switch (n.op) {
-    // unary
-    case OpId::kExp:
-      return std::exp(v[0]);
-    case OpId::kLog:
-      return std::log(v[0]);
-    case OpId::kSqrt:
-      return std::sqrt(v[0]);
-    case OpId::kSquare:
-      return v[0] * v[0];
-    case OpId::kTanh:
-      return std::tanh(v[0]);
-    case OpId::kSigmoid:
-      return sigmoid(v[0]);
-    case OpId::kRelu:
-      return v[0] > 0 ? v[0] : 0.0;  // NaN -> 0, as the kernel
-    case OpId::kAbs:
-      return std::fabs(v[0]);
-    case OpId::kNegative:
-      return -v[0];
     case OpId::kCopy:
     case OpId::kCast:
       return v[0];
@@ -52,84 +112,6 @@ std::optional<double> evaluate(const ir::Node& n, const std::vector<double>& v, 
       const auto& c = n.attrs.as<ClipAttrs>();
       return std::isnan(v[0]) ? v[0] : std::min(std::max(v[0], c.a_min), c.a_max);
     }
-    case OpId::kActivation:
-      switch (n.attrs.as<ActivationAttrs>().act_type) {
-        case ActType::kRelu:
-          return v[0] > 0 ? v[0] : 0.0;
-        case ActType::kSigmoid:
-          return sigmoid(v[0]);
-        case ActType::kTanh:
-          return std::tanh(v[0]);
-        case ActType::kSoftrelu:
-          return std::log1p(std::exp(v[0]));
-        case ActType::kSoftsign:
-          return v[0] / (1 + std::fabs(v[0]));
-      }
-      return std::nullopt;
-    // scalar
-    case OpId::kPlusScalar:
-      return v[0] + scalar();
-    case OpId::kMinusScalar:
-      return v[0] - scalar();
-    case OpId::kRMinusScalar:
-      return scalar() - v[0];
-    case OpId::kMulScalar:
-      return v[0] * scalar();
-    case OpId::kDivScalar:
-      return v[0] / scalar();
-    case OpId::kRDivScalar:
-      return scalar() / v[0];
-    case OpId::kPowerScalar:
-      return std::pow(v[0], scalar());
-    case OpId::kRPowerScalar:
-      return std::pow(scalar(), v[0]);
-    case OpId::kMaximumScalar:
-      return nan_max(v[0], scalar());
-    case OpId::kMinimumScalar:
-      return nan_min(v[0], scalar());
-    case OpId::kEqualScalar:
-      return v[0] == scalar() ? 1.0 : 0.0;
-    case OpId::kNotEqualScalar:
-      return v[0] != scalar() ? 1.0 : 0.0;
-    case OpId::kGreaterScalar:
-      return v[0] > scalar() ? 1.0 : 0.0;
-    case OpId::kGreaterEqualScalar:
-      return v[0] >= scalar() ? 1.0 : 0.0;
-    case OpId::kLesserScalar:
-      return v[0] < scalar() ? 1.0 : 0.0;
-    case OpId::kLesserEqualScalar:
-      return v[0] <= scalar() ? 1.0 : 0.0;
-    // binary
-    case OpId::kElemwiseAdd:
-    case OpId::kBroadcastAdd:
-      return v[0] + v[1];
-    case OpId::kElemwiseSub:
-    case OpId::kBroadcastSub:
-      return v[0] - v[1];
-    case OpId::kElemwiseMul:
-    case OpId::kBroadcastMul:
-      return v[0] * v[1];
-    case OpId::kElemwiseDiv:
-    case OpId::kBroadcastDiv:
-      return v[0] / v[1];
-    case OpId::kBroadcastPower:
-      return std::pow(v[0], v[1]);
-    case OpId::kBroadcastMaximum:
-      return nan_max(v[0], v[1]);
-    case OpId::kBroadcastMinimum:
-      return nan_min(v[0], v[1]);
-    case OpId::kBroadcastEqual:
-      return v[0] == v[1] ? 1.0 : 0.0;
-    case OpId::kBroadcastNotEqual:
-      return v[0] != v[1] ? 1.0 : 0.0;
-    case OpId::kBroadcastGreater:
-      return v[0] > v[1] ? 1.0 : 0.0;
-    case OpId::kBroadcastGreaterEqual:
-      return v[0] >= v[1] ? 1.0 : 0.0;
-    case OpId::kBroadcastLesser:
-      return v[0] < v[1] ? 1.0 : 0.0;
-    case OpId::kBroadcastLesserEqual:
-      return v[0] <= v[1] ? 1.0 : 0.0;
     case OpId::kAddN: {
       double s = 0;
       for (double x : v) s += x;

@@ -408,7 +408,19 @@ std::string_view fuse_setting() {
 bool fuse_elementwise_enabled() { return fuse_setting() != "0"; }
 
 bool fuse_elementwise_on(Device device) {
-  return fuse_elementwise_enabled() && (!device.is_cuda() || fuse_setting() == "1");
+  if (!fuse_elementwise_enabled()) return false;
+  if (!device.is_cuda() || fuse_setting() == "1") return true;
+#if defined(KILN_HAVE_NVRTC)
+  // The CUDA backend's generated kernels (backends/cuda/fused_nvrtc.h), unless
+  // they are turned off for its interpreter.
+  static const bool generated = [] {
+    const char* env = std::getenv("KILN_CUDA_FUSED");
+    return env == nullptr || std::string_view(env) != "interpret";
+  }();
+  return generated;
+#else
+  return false;
+#endif
 }
 
 }  // namespace kiln::passes

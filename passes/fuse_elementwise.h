@@ -40,10 +40,11 @@ ir::Graph fuse_elementwise(const ir::Graph& g, PassContext& ctx);
 // then leave fuse-elementwise out of their pipelines (to measure its effect).
 bool fuse_elementwise_enabled();
 // Whether CachedOp and TrainProgram fuse graphs that run on `device`: on CPUs
-// when enabled; not on CUDA devices, whose fused groups run through an
-// interpreter kernel (no NVRTC code generation yet) that is slower than the
-// separate vectorized kernels (ResNet-18 training on an H100: 3.7 s/epoch
-// fused, 3.1 unfused). KILN_FUSE=1 fuses there too.
+// when enabled; on CUDA devices when Kiln was built with NVRTC, whose
+// generated kernels then run the groups (backends/cuda/fused_nvrtc.h), unless
+// KILN_CUDA_FUSED=interpret selects the interpreter kernel, which is slower
+// than the separate vectorized kernels (ResNet-18 training on an H100:
+// 3.7 s/epoch fused, 3.1 unfused). KILN_FUSE=1 fuses there in every case.
 bool fuse_elementwise_on(Device device);
 
 }  // namespace kiln::passes

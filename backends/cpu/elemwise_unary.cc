@@ -5,18 +5,21 @@
 #include "backends/cpu/elemwise_kernels.h"
 #include "backends/cpu/elemwise_math.h"
 #include "ir/ops/elemwise.h"
+#include "ir/ops/elemwise_math.h"
 
 namespace kiln {
 namespace {
 
 using cpu::VecF;
 
-// ---- functors on compute-type values; `vec` is the float32 form, eight lanes at a time
+// ---- functors on compute-type values; `vec` is the float32 form, eight lanes
+// at a time. The scalar forms of the fused opcodes' functions are the shared
+// ones (ir/ops/elemwise_math.h; float and double compute types).
 
 struct ExpOp {
   template <typename C>
   C operator()(C a) const {
-    return std::exp(a);
+    return math::op_exp(a, C{}, C{});
   }
   static VecF vec(VecF v) { return cpu::vec_exp(v); }
 };
@@ -24,7 +27,7 @@ struct ExpOp {
 struct LogOp {
   template <typename C>
   C operator()(C a) const {
-    return std::log(a);
+    return math::op_log(a, C{}, C{});
   }
   static VecF vec(VecF v) { return cpu::vec_log(v); }
 };
@@ -32,7 +35,7 @@ struct LogOp {
 struct SqrtOp {
   template <typename C>
   C operator()(C a) const {
-    return std::sqrt(a);
+    return math::op_sqrt(a, C{}, C{});
   }
   static VecF vec(VecF v) { return cpu::vec_sqrt(v); }
 };
@@ -40,7 +43,7 @@ struct SqrtOp {
 struct TanhOp {
   template <typename C>
   C operator()(C a) const {
-    return std::tanh(a);
+    return math::op_tanh(a, C{}, C{});
   }
   static VecF vec(VecF v) { return cpu::vec_tanh(v); }
 };
@@ -48,7 +51,7 @@ struct TanhOp {
 struct SigmoidOp {
   template <typename C>
   C operator()(C a) const {
-    return C{1} / (C{1} + std::exp(-a));
+    return math::op_sigmoid(a, C{}, C{});
   }
   static VecF vec(VecF v) { return cpu::vec_sigmoid(v); }
 };

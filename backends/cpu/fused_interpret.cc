@@ -2,6 +2,7 @@
 // positions, one loop of eight-lane vectors per instruction. A value that is
 // the same at every position (a literal, a scalar or channel input, or an
 // instruction over only such values) is kept as one float.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -18,7 +19,9 @@ VecF abs_vec(VecF a) { return reinterpret_cast<VecF>(reinterpret_cast<VecI>(a) &
 VecF select(VecI mask, VecF a, VecF b) { return mask ? a : b; }
 VecF bool_vec(VecI mask) { return mask ? splat(1.0f) : splat(0.0f); }
 
-// One instruction on eight lanes; the formulas of the unfused float32 kernels.
+// One instruction on eight lanes: the scalar math of ir/ops/elemwise_math.h on
+// vectors, with Cephes polynomials (elemwise_math.h here) for exp, log, tanh
+// and sigmoid.
 template <FusedOpcode kOp>
 inline VecF apply(VecF a, VecF b, VecF c) {
   using O = FusedOpcode;
@@ -71,7 +74,9 @@ struct Slot {
 
 template <FusedOpcode kOp>
 Slot run_instr(const Slot& a, const Slot& b, const Slot& c, float* dst, int64_t n) {
-  if (a.uniform && b.uniform && c.uniform) return {nullptr, apply<kOp>(splat(a.s), splat(b.s), splat(c.s))[0], true};
+  // Uniform operands: the shared scalar math (ir/ops/elemwise_math.h), which the
+  // vector forms above agree with (tests/runtime/fused_math_test.cc).
+  if (a.uniform && b.uniform && c.uniform) return {nullptr, math::fused_eval(kOp, a.s, b.s, c.s), true};
   // Three specializations cover the common cases without a per-lane branch.
   if (!a.uniform && b.uniform) {
     const VecF bv = splat(b.s), cv = c.uniform ? splat(c.s) : VecF{};
@@ -91,7 +96,7 @@ Slot run_instr(const Slot& a, const Slot& b, const Slot& c, float* dst, int64_t 
 
 Slot run_instr(FusedOpcode op, const Slot& a, const Slot& b, const Slot& c, float* dst, int64_t n) {
   switch (op) {
-#define KILN_X(id, name, arity) \
+#define KILN_X(id, name, arity, fn) \
   case FusedOpcode::k##id:      \
     return run_instr<FusedOpcode::k##id>(a, b, c, dst, n);
     KILN_FUSED_OPCODES(KILN_X)
@@ -129,7 +134,8 @@ void fused_interpret(const FusedProgram& p, void** bufs, int64_t begin, int64_t 
     for (size_t i = 0; i < p.instrs.size(); ++i) {
       const FusedInstr& ins = p.instrs[i];
       Slot args[3];
-      for (int a = 0; a < fused_opcode_arity(ins.op); ++a) {
+      const int arity = std::min(fused_opcode_arity(ins.op), 3);  // (GCC cannot see the bound)
+      for (int a = 0; a < arity; ++a) {
         const FusedOperand& o = ins.args[static_cast<size_t>(a)];
         args[a] = o.is_value() ? slots[static_cast<size_t>(o.value)] : Slot{nullptr, o.literal, true};
       }

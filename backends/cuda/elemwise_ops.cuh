@@ -1,30 +1,30 @@
-// Device functions of the elementwise ops, shared by elemwise.cu and fused.cu
-// (the fused-program interpreter), so both compute exactly the same values.
+// Device functions of the elementwise ops for elemwise.cu. The ops that are
+// fused opcodes call the one scalar source (ir/ops/elemwise_math.h), which
+// the fused interpreter (fused.cu) and the NVRTC-generated fused kernels
+// (fused_codegen.h) use too; the others (clip, leaky, elu, selu, gelu and
+// the gradients) are written here.
 #pragma once
 
 #include "backends/cuda/kernels.h"
+#include "ir/ops/elemwise_math.h"
 #include "ir/ops/gelu_tanh.h"
 
 namespace kiln::cuda {
 
 __device__ __forceinline__ float apply_unary(UnaryOp op, float v, float p0, float p1) {
   switch (op) {
-    case UnaryOp::kExp: return expf(v);
-    case UnaryOp::kLog: return logf(v);
-    case UnaryOp::kSqrt: return sqrtf(v);
-    case UnaryOp::kSquare: return v * v;
-    case UnaryOp::kTanh: return tanhf(v);
-    case UnaryOp::kSigmoid: {
-      float e = expf(-fabsf(v));
-      float sg = 1.0f / (1.0f + e);
-      return v >= 0.0f ? sg : (v != v ? v : e * sg);
-    }
-    case UnaryOp::kRelu: return v > 0.0f ? v : 0.0f;
-    case UnaryOp::kAbs: return fabsf(v);
-    case UnaryOp::kNegative: return -v;
+    case UnaryOp::kExp: return math::op_exp(v, 0.0f, 0.0f);
+    case UnaryOp::kLog: return math::op_log(v, 0.0f, 0.0f);
+    case UnaryOp::kSqrt: return math::op_sqrt(v, 0.0f, 0.0f);
+    case UnaryOp::kSquare: return math::op_square(v, 0.0f, 0.0f);
+    case UnaryOp::kTanh: return math::op_tanh(v, 0.0f, 0.0f);
+    case UnaryOp::kSigmoid: return math::op_sigmoid(v, 0.0f, 0.0f);
+    case UnaryOp::kRelu: return math::op_relu(v, 0.0f, 0.0f);
+    case UnaryOp::kAbs: return math::op_abs(v, 0.0f, 0.0f);
+    case UnaryOp::kNegative: return math::op_neg(v, 0.0f, 0.0f);
     case UnaryOp::kClip: return fminf(fmaxf(v, p0), p1);
-    case UnaryOp::kSoftrelu: return fmaxf(v, 0.0f) + log1pf(expf(-fabsf(v)));
-    case UnaryOp::kSoftsign: return v / (1.0f + fabsf(v));
+    case UnaryOp::kSoftrelu: return math::op_softrelu(v, 0.0f, 0.0f);
+    case UnaryOp::kSoftsign: return math::op_softsign(v, 0.0f, 0.0f);
     case UnaryOp::kLeaky: return v > 0.0f ? v : p0 * v;
     case UnaryOp::kElu: return v > 0.0f ? v : p0 * expm1f(v);
     case UnaryOp::kSelu: {
@@ -39,19 +39,19 @@ __device__ __forceinline__ float apply_unary(UnaryOp op, float v, float p0, floa
 
 __device__ __forceinline__ float apply_binary(BinaryOp op, float a, float b, float p0) {
   switch (op) {
-    case BinaryOp::kAdd: return a + b;
-    case BinaryOp::kSub: return a - b;
-    case BinaryOp::kMul: return a * b;
-    case BinaryOp::kDiv: return a / b;
-    case BinaryOp::kPower: return powf(a, b);
-    case BinaryOp::kMaximum: return (a > b || a != a) ? a : b;
-    case BinaryOp::kMinimum: return (a < b || a != a) ? a : b;
-    case BinaryOp::kEqual: return a == b ? 1.0f : 0.0f;
-    case BinaryOp::kNotEqual: return a != b ? 1.0f : 0.0f;
-    case BinaryOp::kGreater: return a > b ? 1.0f : 0.0f;
-    case BinaryOp::kGreaterEqual: return a >= b ? 1.0f : 0.0f;
-    case BinaryOp::kLesser: return a < b ? 1.0f : 0.0f;
-    case BinaryOp::kLesserEqual: return a <= b ? 1.0f : 0.0f;
+    case BinaryOp::kAdd: return math::op_add(a, b, 0.0f);
+    case BinaryOp::kSub: return math::op_sub(a, b, 0.0f);
+    case BinaryOp::kMul: return math::op_mul(a, b, 0.0f);
+    case BinaryOp::kDiv: return math::op_div(a, b, 0.0f);
+    case BinaryOp::kPower: return math::op_pow(a, b, 0.0f);
+    case BinaryOp::kMaximum: return math::op_max(a, b, 0.0f);
+    case BinaryOp::kMinimum: return math::op_min(a, b, 0.0f);
+    case BinaryOp::kEqual: return math::op_eq(a, b, 0.0f);
+    case BinaryOp::kNotEqual: return math::op_ne(a, b, 0.0f);
+    case BinaryOp::kGreater: return math::op_gt(a, b, 0.0f);
+    case BinaryOp::kGreaterEqual: return math::op_ge(a, b, 0.0f);
+    case BinaryOp::kLesser: return math::op_lt(a, b, 0.0f);
+    case BinaryOp::kLesserEqual: return math::op_le(a, b, 0.0f);
     // a = dy, b = forward output
     case BinaryOp::kReluGrad: return b > 0.0f ? a : 0.0f;
     case BinaryOp::kSigmoidGrad: return a * b * (1.0f - b);

@@ -1,6 +1,6 @@
 // The interpreter of _kiln_fused_elemwise programs (kernels.h).
-#include "backends/cuda/elemwise_ops.cuh"
 #include "backends/cuda/kernels.h"
+#include "ir/ops/elemwise_math.h"
 
 namespace kiln::cuda {
 
@@ -19,15 +19,7 @@ __global__ void fused_kernel(FusedKernelProgram p, FusedPointers ptrs, int64_t n
     for (int j = 0; j < p.num_instrs; ++j) {
       float a[3];
       for (int q = 0; q < 3; ++q) a[q] = p.arg_value[j][q] >= 0 ? v[p.arg_value[j][q]] : p.arg_literal[j][q];
-      float r;
-      if (p.op_kind[j] == 1) {
-        r = apply_unary(static_cast<UnaryOp>(p.op[j]), a[0], 0.0f, 0.0f);
-      } else if (p.op_kind[j] == 2) {
-        r = apply_binary(static_cast<BinaryOp>(p.op[j]), a[0], a[1], 0.0f);
-      } else {
-        r = a[0] != 0.0f ? a[1] : a[2];
-      }
-      v[p.num_inputs + j] = r;
+      v[p.num_inputs + j] = math::fused_eval(static_cast<FusedOpcode>(p.op[j]), a[0], a[1], a[2]);
     }
     for (int k = 0; k < p.num_outputs; ++k) ptrs.out[k][i] = v[p.outputs[k]];
   }

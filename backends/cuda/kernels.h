@@ -1,5 +1,6 @@
 // Launchers of Kiln's own CUDA kernels (the .cu files), with plain arguments
-// so that the .cu files include no Kiln header and nvcc compiles little.
+// so that the .cu files include no Kiln header (but ir/ops/elemwise_math.h,
+// which includes only <math.h>) and nvcc compiles little.
 // Registration, attribute parsing and shape logic live in the .cc files
 // (g++); each launcher queues its kernel on `s` and returns the launch
 // status (cudaGetLastError), which the caller checks with KILN_CUDA_CHECK.
@@ -180,16 +181,15 @@ namespace kiln::cuda {
 
 // ---- _kiln_fused_elemwise (fused.cu): an interpreter of the fusion pass's
 // programs (ir/ops/fused.h), one thread per output element; values in
-// registers. The opcodes are encoded as UnaryOp/BinaryOp (op_kind 1 or 2) or
-// where (op_kind 3). NVRTC-compiled programs (issue 6, part 4) replace it.
+// registers; `op` holds FusedOpcode values (ir/ops/elemwise_math.h). The
+// fallback and reference of the NVRTC-generated kernels (fused_nvrtc.h).
 inline constexpr int kFusedMaxInputs = 8, kFusedMaxOutputs = 8, kFusedMaxInstrs = 48;
 struct FusedKernelProgram {
   int num_inputs = 0, num_instrs = 0, num_outputs = 0;
   int8_t input_kind[kFusedMaxInputs] = {};  // 0 full, 1 scalar, 2 channel/row
   int64_t input_len[kFusedMaxInputs] = {};  // channel/row: the varying axis's length
   int64_t input_inner[kFusedMaxInputs] = {};  // channel/row: the product of the axes after it
-  int8_t op_kind[kFusedMaxInstrs] = {};
-  int8_t op[kFusedMaxInstrs] = {};
+  uint8_t op[kFusedMaxInstrs] = {};
   int32_t arg_value[kFusedMaxInstrs][3] = {};  // -1: the literal
   float arg_literal[kFusedMaxInstrs][3] = {};
   int32_t outputs[kFusedMaxOutputs] = {};

@@ -16,7 +16,7 @@ struct OpcodeInfo {
 };
 
 constexpr OpcodeInfo kOpcodes[] = {
-#define KILN_X(id, name, arity) {name, arity},
+#define KILN_X(id, name, arity, fn) {name, arity},
     KILN_FUSED_OPCODES(KILN_X)
 #undef KILN_X
 };

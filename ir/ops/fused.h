@@ -23,7 +23,8 @@
 // At least one input is full; the output shape is the first full input's.
 //
 // Semantics are the unfused kernels' for float32 (backends/cpu/elemwise*.cc,
-// nn_activation.cc): comparisons give 1 or 0, max/min propagate NaN,
+// nn_activation.cc), each opcode's formula written once in
+// ir/ops/elemwise_math.h: comparisons give 1 or 0, max/min propagate NaN,
 // relu(NaN) is 0, where(c, x, y) picks x where c != 0. The node's inputs
 // share one dtype, which its outputs have; for float16/bfloat16 the program
 // still computes in float32 on the loaded inputs and each output is rounded
@@ -40,27 +41,12 @@
 #include <vector>
 
 #include "ir/attrs.h"
+#include "ir/ops/elemwise_math.h"
 
 namespace kiln {
 
-// The instruction set; names as written in the program text.
-// clang-format off
-#define KILN_FUSED_OPCODES(X)                                                   \
-  X(Add, "add", 2) X(Sub, "sub", 2) X(Mul, "mul", 2) X(Div, "div", 2)           \
-  X(Pow, "pow", 2) X(Max, "max", 2) X(Min, "min", 2)                            \
-  X(Eq, "eq", 2) X(Ne, "ne", 2) X(Gt, "gt", 2) X(Ge, "ge", 2) X(Lt, "lt", 2)    \
-  X(Le, "le", 2) X(Where, "where", 3)                                           \
-  X(Neg, "neg", 1) X(Abs, "abs", 1) X(Square, "square", 1) X(Sqrt, "sqrt", 1)   \
-  X(Exp, "exp", 1) X(Log, "log", 1) X(Tanh, "tanh", 1) X(Sigmoid, "sigmoid", 1) \
-  X(Relu, "relu", 1) X(Softrelu, "softrelu", 1) X(Softsign, "softsign", 1)
-// clang-format on
-
-enum class FusedOpcode : uint8_t {
-#define KILN_X(id, name, arity) k##id,
-  KILN_FUSED_OPCODES(KILN_X)
-#undef KILN_X
-};
-
+// The instruction set (KILN_FUSED_OPCODES, FusedOpcode) and each opcode's
+// scalar math live in ir/ops/elemwise_math.h.
 std::string_view fused_opcode_name(FusedOpcode op);
 int fused_opcode_arity(FusedOpcode op);
 

@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "ir/ops/elemwise_math.h"
 #include "ir/ops/init.h"
 #include "passes/fold_constants.h"
 #include "passes/graph_copy.h"
@@ -37,6 +38,25 @@ TEST(FoldConstants, FoldsChainsIntoOneFull) {
   ir::Graph out = run_pipeline(ir::parse_graph(before), "fold-constants,eliminate-dead-code", ctx);
   EXPECT_EQ(out.to_text(), after);
   EXPECT_EQ(ctx.stats[0].rewritten, 3);
+}
+
+// A float32 node folds to what the kernels compute: the shared float math
+// (ir/ops/elemwise_math.h), not a double result rounded afterwards.
+TEST(FoldConstants, Float32NodesFoldToTheKernelsFloatResult) {
+  const char* before = R"IR(graph {
+  %one = _ones() {dtype="float32", shape="(2, 3)"} : f32[2,3]
+  %a = _mul_scalar(%one) {scalar="0.5"} : f32[2,3]
+  %e = exp(%a) : f32[2,3]
+  %s = Activation(%e) {act_type="softrelu"} : f32[2,3]
+  return %s
+}
+)IR";
+  PassContext ctx(PassOptions{});
+  ir::Graph out = run_pipeline(ir::parse_graph(before), "fold-constants,eliminate-dead-code", ctx);
+  float want = math::op_softrelu(math::op_exp(math::op_mul(1.0f, 0.5f, 0.0f), 0.0f, 0.0f), 0.0f, 0.0f);
+  const ir::Node& full = out.node(out.outputs()[0].node);
+  ASSERT_EQ(full.op, OpId::kFull);
+  EXPECT_EQ(static_cast<float>(full.attrs.as<FullAttrs>().value), want);
 }
 
 TEST(FoldConstants, LeavesWhatItCannotEvaluate) {

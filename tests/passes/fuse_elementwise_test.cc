@@ -357,14 +357,19 @@ TEST(FuseElementwise, RandomGraphsIn16BitComputeTheSameOutputs) {
   }
 }
 
-// Hybridized graphs on a GPU stay unfused (an interpreter kernel would run the
-// groups) unless KILN_FUSE=1; on CPUs they fuse unless KILN_FUSE=0.
-TEST(FuseElementwise, FusesCpuGraphsAndNotGpuGraphsByDefault) {
-  const char* env = std::getenv("KILN_FUSE");
-  if (env != nullptr) GTEST_SKIP() << "KILN_FUSE is set in the environment";
+// Hybridized graphs on CPUs fuse unless KILN_FUSE=0; on a GPU they fuse when
+// Kiln was built with NVRTC (generated kernels run the groups), and stay
+// unfused otherwise (an interpreter kernel would run them) unless KILN_FUSE=1.
+TEST(FuseElementwise, FusesCpuGraphsAndGpuGraphsWithGeneratedKernels) {
+  if (std::getenv("KILN_FUSE") != nullptr || std::getenv("KILN_CUDA_FUSED") != nullptr)
+    GTEST_SKIP() << "KILN_FUSE or KILN_CUDA_FUSED is set in the environment";
   EXPECT_TRUE(fuse_elementwise_on(Device::cpu(0)));
   EXPECT_TRUE(fuse_elementwise_on(Device::cpu(1)));
+#if defined(KILN_HAVE_NVRTC)
+  EXPECT_TRUE(fuse_elementwise_on(Device::cuda(0)));
+#else
   EXPECT_FALSE(fuse_elementwise_on(Device::cuda(0)));
+#endif
 }
 
 }  // namespace
