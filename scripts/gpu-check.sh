@@ -40,7 +40,7 @@ root=$PWD
 bundle_dir=$root/.gpu-bundle
 bundle=$bundle_dir/kiln-gpu.tar.xz
 # The programs a GPU run needs: the kiln program and the test programs of tests/cuda.
-gpu_tests=(cuda_runtime_test op_parity_test cuda_data_parallel_test cuda_nccl_test cuda_fault_test)
+gpu_tests=(cuda_runtime_test op_parity_test fused_codegen_test fused_nvrtc_test cuda_data_parallel_test cuda_nccl_test cuda_fault_test)
 
 step() { echo; echo "== $*"; }
 run() { echo "+ $*"; "$@"; }
@@ -118,7 +118,7 @@ cuda_libs=""
 for dir in /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/targets/x86_64-linux/lib; do
   [[ -d $dir ]] && cuda_libs+="$dir:"
 done
-for name in libcudnn.so.9 libcublas.so.13 libcublasLt.so.13 libcudart.so.13 libnccl.so.2 libnvrtc.so.13; do
+for name in libcudnn.so.9 libcublas.so.13 libcublasLt.so.13 libcudart.so.13 libnccl.so.2 libnvrtc.so.13 libnvrtc-builtins.so.13.0; do
   hit=$(find /usr /opt -name "$name" 2>/dev/null | head -1)
   [[ -n $hit ]] && cuda_libs+="$(dirname "$hit"):"
 done
