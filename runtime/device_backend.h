@@ -34,6 +34,8 @@
 
 namespace kiln {
 
+class GraphCapture;  // runtime/graph_capture.h
+
 class DeviceBackend {
  public:
   virtual ~DeviceBackend() = default;
@@ -79,6 +81,12 @@ class DeviceBackend {
   // Registers this kind's kernels in the kernel table (runtime/kernel.h).
   // Called once, the first time the kernel table is read.
   virtual void register_kernels() = 0;
+
+  // ---- graphs (optional)
+  // The recorder of this kind's device work into graphs replayed with one
+  // launch (runtime/graph_capture.h), owned by the backend; null when the
+  // kind has none (the default: CPUs run every kernel as it comes).
+  virtual GraphCapture* graph_capture() { return nullptr; }
 };
 
 // Registers the backend of `kind`. Called from the initialization list only
