@@ -261,6 +261,7 @@ std::shared_ptr<GraphExecutor::CaptureSlot> GraphExecutor::make_capture_slot(con
   std::vector<bool> written(p.externals.size(), false);
   std::vector<int64_t> ext_bytes(p.externals.size(), 0);
   std::map<int64_t, int8_t> block_first;
+  std::map<int64_t, int64_t> block_written_first;  // offset -> bytes of the values the segment writes first
   bool block_written = false;
   for (size_t s = begin; s < end; ++s) {
     const Program::Step& step = p.steps[s];
@@ -272,7 +273,8 @@ std::shared_ptr<GraphExecutor::CaptureSlot> GraphExecutor::make_capture_slot(con
         if (write) written[x] = true;
         ext_bytes[x] = static_cast<int64_t>(r.shape.size()) * static_cast<int64_t>(dtype_size(r.dtype));
       } else if (r.in_block) {
-        block_first.emplace(r.offset, write ? kWrittenFirst : kReadFirst);
+        if (block_first.emplace(r.offset, write ? kWrittenFirst : kReadFirst).second && write)
+          block_written_first[r.offset] = static_cast<int64_t>(r.shape.size()) * static_cast<int64_t>(dtype_size(r.dtype));
         if (write) block_written = true;
       }
     };
@@ -297,6 +299,18 @@ std::shared_ptr<GraphExecutor::CaptureSlot> GraphExecutor::make_capture_slot(con
   if (!block_first.empty()) {
     bool read_first = std::any_of(block_first.begin(), block_first.end(),
                                   [](const auto& kv) { return kv.second == kReadFirst; });
+    // The block is copied out whole: unless the segment writes all of it
+    // (gaps below the alignment are padding), what it does not write must
+    // be copied in first, or the copy out would overwrite it with stale
+    // staging memory.
+    int64_t covered = 0;
+    bool gap = false;
+    for (const auto& [offset, bytes] : block_written_first) {
+      if (offset - covered >= passes::MemoryPlan::kAlignment) gap = true;
+      covered = std::max(covered, offset + bytes);
+    }
+    if (p.block_bytes - covered >= passes::MemoryPlan::kAlignment) gap = true;
+    if (block_written && gap) read_first = true;
     slot->block_binding = static_cast<int32_t>(slot->bindings.size());
     slot->binding_ext.push_back(-1);
     slot->bindings.push_back(
