@@ -117,16 +117,29 @@ void order_after_compute(int device, cudaStream_t s) {
   KILN_CUDA_CHECK(cudaStreamWaitEvent(s, e, 0), dev);
 }
 
+// Each handle's workspace (cublasSetWorkspace): the same memory whether or
+// not the stream is being captured into a CUDA graph, so cuBLAS picks the
+// same algorithms in both cases (without one it may run without a workspace
+// while capturing) and never allocates inside a capture. cuBLAS's
+// recommendation for Hopper; kept until exit with the handle.
+constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
+
 cublasHandle_t cublas_handle(int device, cudaStream_t s) {
   thread_local std::array<cublasHandle_t, kMaxDevices> handles{};
+  thread_local std::array<void*, kMaxDevices> workspaces{};
   Device dev = Device::cuda(device);
   cublasHandle_t& h = handles[static_cast<size_t>(device)];
+  void*& ws = workspaces[static_cast<size_t>(device)];
   if (h == nullptr) {
     cublasStatus_t st = cublasCreate(&h);
     if (st != CUBLAS_STATUS_SUCCESS) throw_library_error("cuBLAS", st, cublas_text(st), "cublasCreate", dev);
+    KILN_CUDA_CHECK(cudaMalloc(&ws, kCublasWorkspaceBytes), dev);
   }
   cublasStatus_t st = cublasSetStream(h, s);
   if (st != CUBLAS_STATUS_SUCCESS) throw_library_error("cuBLAS", st, cublas_text(st), "cublasSetStream", dev);
+  // cublasSetStream resets the workspace to cuBLAS's own pool.
+  st = cublasSetWorkspace(h, ws, kCublasWorkspaceBytes);
+  if (st != CUBLAS_STATUS_SUCCESS) throw_library_error("cuBLAS", st, cublas_text(st), "cublasSetWorkspace", dev);
   st = cublasSetMathMode(h, tf32_allowed() ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH);
   if (st != CUBLAS_STATUS_SUCCESS) throw_library_error("cuBLAS", st, cublas_text(st), "cublasSetMathMode", dev);
   return h;
