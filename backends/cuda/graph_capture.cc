@@ -18,6 +18,7 @@
 // destroyed, so no other user gets their memory while the graph may run.
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <memory>
@@ -84,7 +85,6 @@ class CudaGraph final : public CapturedGraph {
   CudaGraph(Device device, std::string label, std::span<const GraphBinding> bindings)
       : device_(device), label_(std::move(label)), bindings_(bindings.begin(), bindings.end()) {
     nodes_.resize(bindings_.size() * 2);
-    current_.resize(bindings_.size());
   }
 
   ~CudaGraph() override {
@@ -92,7 +92,7 @@ class CudaGraph final : public CapturedGraph {
     if (cudaGetDevice(&previous) != cudaSuccess) previous = -1;
     if (previous != device_.id) (void)cudaSetDevice(device_.id);
     // An executable graph still queued is freed by CUDA once it has run.
-    if (exec_ != nullptr) (void)cudaGraphExecDestroy(exec_);
+    for (Instance& in : instances_) (void)cudaGraphExecDestroy(in.exec);
     if (graph_ != nullptr) (void)cudaGraphDestroy(graph_);
     (void)cudaGetLastError();
     if (previous >= 0 && previous != device_.id) (void)cudaSetDevice(previous);
@@ -108,20 +108,22 @@ class CudaGraph final : public CapturedGraph {
                ctx.device, bindings_.size(), device_);
     cudaStream_t s = static_cast<cudaStream_t>(ctx.stream);
     try {
+      Instance& in = instance_for(pointers);
+      in.last_use = ++uses_;
       for (size_t i = 0; i < bindings_.size(); ++i) {
-        if (pointers[i] == current_[i]) continue;
+        if (pointers[i] == in.current[i]) continue;
         const GraphBinding& b = bindings_[i];
         if (b.copy_in)
-          KILN_CUDA_CHECK(cudaGraphExecMemcpyNodeSetParams1D(exec_, nodes_[2 * i], staging_[i], pointers[i], b.bytes,
+          KILN_CUDA_CHECK(cudaGraphExecMemcpyNodeSetParams1D(in.exec, nodes_[2 * i], staging_[i], pointers[i], b.bytes,
                                                              cudaMemcpyDeviceToDevice),
                           device_);
         if (b.copy_out)
-          KILN_CUDA_CHECK(cudaGraphExecMemcpyNodeSetParams1D(exec_, nodes_[2 * i + 1], pointers[i], staging_[i],
+          KILN_CUDA_CHECK(cudaGraphExecMemcpyNodeSetParams1D(in.exec, nodes_[2 * i + 1], pointers[i], staging_[i],
                                                              b.bytes, cudaMemcpyDeviceToDevice),
                           device_);
-        current_[i] = pointers[i];
+        in.current[i] = pointers[i];
       }
-      KILN_CUDA_CHECK(cudaGraphLaunch(exec_, s), device_);
+      KILN_CUDA_CHECK(cudaGraphLaunch(in.exec, s), device_);
       g_last_replayed[static_cast<size_t>(device_.id)].store(id_, std::memory_order_relaxed);
       if (!lanes_async()) {
         // Synchronous lanes: report an execution error here, naming the graph.
@@ -144,16 +146,47 @@ class CudaGraph final : public CapturedGraph {
 
  private:
   friend class CudaGraphCapture;
+  // Executable instances of the graph, each with the binding memory its copy
+  // nodes point at. Fresh outputs cycle through a few blocks of the caching
+  // allocator (the previous call's output is usually still alive when the
+  // next is allocated): an instance per block keeps re-pointing
+  // (cudaGraphExecMemcpyNodeSetParams1D) off the common path.
+  static constexpr size_t kMaxInstances = 4;
+  struct Instance {
+    cudaGraphExec_t exec = nullptr;
+    std::vector<void*> current;
+    uint64_t last_use = 0;
+  };
+
+  // The instance whose copies point at `pointers`; else a new one while
+  // there are fewer than kMaxInstances (falling back to reuse if
+  // instantiation fails), else the least recently used.
+  Instance& instance_for(std::span<void* const> pointers) {
+    for (Instance& in : instances_)
+      if (std::equal(in.current.begin(), in.current.end(), pointers.begin(), pointers.end())) return in;
+    if (instances_.size() < kMaxInstances) {
+      cudaGraphExec_t exec = nullptr;
+      if (cudaGraphInstantiate(&exec, graph_, 0) == cudaSuccess) {
+        instances_.push_back({exec, captured_, 0});
+        return instances_.back();
+      }
+      (void)cudaGetLastError();
+    }
+    return *std::min_element(instances_.begin(), instances_.end(),
+                             [](const Instance& a, const Instance& b) { return a.last_use < b.last_use; });
+  }
+
   Device device_;
   std::string label_;
   uint64_t id_ = 0;
   std::vector<GraphBinding> bindings_;
   std::vector<void*> staging_;                // per binding
-  std::vector<void*> current_;                // per binding: the memory the copy nodes point at now
+  std::vector<void*> captured_;               // per binding: the memory at the capture (a new instance's)
   std::vector<cudaGraphNode_t> nodes_;        // per binding: copy in, copy out (null when none)
   std::vector<storage::Block> retained_;      // staging buffers and the kernels' temporaries
   cudaGraph_t graph_ = nullptr;               // kept: the copy nodes are its nodes
-  cudaGraphExec_t exec_ = nullptr;
+  std::vector<Instance> instances_;           // at least one once captured
+  uint64_t uses_ = 0;
   size_t num_nodes_ = 0;
 };
 
@@ -260,10 +293,10 @@ class CudaGraphCapture final : public GraphCapture {
       return {nullptr, failed, std::move(detail)};
     }
     g->graph_ = graph;
-    cudaError_t inst = cudaGraphInstantiate(&g->exec_, graph, 0);
+    cudaGraphExec_t exec = nullptr;
+    cudaError_t inst = cudaGraphInstantiate(&exec, graph, 0);
     if (inst != cudaSuccess) {
       (void)cudaGetLastError();
-      g->exec_ = nullptr;
       return {nullptr, inst == cudaErrorMemoryAllocation ? GraphFallback::kOutOfMemory : GraphFallback::kCaptureFailed,
               fmt::format("cudaGraphInstantiate on {} failed: {} ({})", dev, cudaGetErrorName(inst),
                           cudaGetErrorString(inst))};
@@ -274,7 +307,8 @@ class CudaGraphCapture final : public GraphCapture {
       n = 0;
     }
     g->num_nodes_ = n;
-    g->current_.assign(pointers.begin(), pointers.end());
+    g->captured_.assign(pointers.begin(), pointers.end());
+    g->instances_.push_back({exec, g->captured_, 0});
     g->id_ = register_label(label);
     return {std::move(g), std::nullopt, {}};
   }
