@@ -29,24 +29,36 @@ namespace kiln {
 struct GraphExecutor::CaptureSlot {
   std::mutex mutex;
   // Static, from the steps: one binding per external input or graph output
-  // the segment touches, and one for the call's block.
+  // the segment touches (small: copied through staging buffers).
   std::vector<GraphBinding> bindings;
-  std::vector<int32_t> binding_ext;  // per binding: the external, or -1 for the block
+  std::vector<int32_t> binding_ext;  // per binding: the external
   std::vector<int32_t> binding_of;   // per external: its binding, or -1 (pinned or unused)
-  int32_t block_binding = -1;
   std::vector<int32_t> pinned;  // externals (parameters, constants) whose memory the graph reads or writes in place
+  // The call's block (a training step's saved values) can be large: it is
+  // used in place, and a graph is recorded per block address (the allocator
+  // hands a step's block out from a few addresses).
+  bool uses_block = false;
   bool empty_binding = false;
   // Decided on the first run in each mode (index: is_train).
   bool decided[2] = {false, false};
   std::optional<GraphFallback> blocked[2];
   std::string blocked_detail[2];
   // Dynamic.
+  struct Variant {
+    std::unique_ptr<CapturedGraph> graph;
+    void* block = nullptr;  // the block address it was recorded with (uses_block)
+    uint64_t last_use = 0;
+  };
+  static constexpr size_t kMaxVariants = 3;
+  static constexpr int64_t kMaxCaptures = 16;  // beyond: the block moves too often, run normally
   int64_t runs = 0;
+  int64_t captures = 0;
+  uint64_t uses = 0;
   std::optional<GraphFallback> failed;  // a capture or replay failed: run normally from now on
-  std::unique_ptr<CapturedGraph> graph;
+  std::vector<Variant> variants;
   bool graph_is_train = false;
   std::vector<void*> pinned_data;  // per pinned external, at the capture
-  std::vector<std::shared_ptr<detail::Chunk>> pinned_chunks;  // kept alive while the graph reads them
+  std::vector<std::shared_ptr<detail::Chunk>> pinned_chunks;  // kept alive while the graphs read them
   void* arena_data = nullptr;
 };
 
@@ -254,15 +266,13 @@ std::shared_ptr<GraphExecutor::CaptureSlot> GraphExecutor::make_capture_slot(con
   using Source = Program::Source;
   auto slot = std::make_shared<CaptureSlot>();
   slot->binding_of.assign(p.externals.size(), -1);
-  // First access per external and per block offset: a binding needs its
-  // memory copied in only when the segment reads it before writing it.
+  // First access per external: a binding needs its memory copied in only
+  // when the segment reads it before writing it.
   enum : int8_t { kUnseen, kReadFirst, kWrittenFirst };
   std::vector<int8_t> first(p.externals.size(), kUnseen);
   std::vector<bool> written(p.externals.size(), false);
   std::vector<int64_t> ext_bytes(p.externals.size(), 0);
-  std::map<int64_t, int8_t> block_first;
-  std::map<int64_t, int64_t> block_written_first;  // offset -> bytes of the values the segment writes first
-  bool block_written = false;
+  bool touches_block = false;
   for (size_t s = begin; s < end; ++s) {
     const Program::Step& step = p.steps[s];
     const OpDef& def = op_def(step.op);
@@ -273,9 +283,7 @@ std::shared_ptr<GraphExecutor::CaptureSlot> GraphExecutor::make_capture_slot(con
         if (write) written[x] = true;
         ext_bytes[x] = static_cast<int64_t>(r.shape.size()) * static_cast<int64_t>(dtype_size(r.dtype));
       } else if (r.in_block) {
-        if (block_first.emplace(r.offset, write ? kWrittenFirst : kReadFirst).second && write)
-          block_written_first[r.offset] = static_cast<int64_t>(r.shape.size()) * static_cast<int64_t>(dtype_size(r.dtype));
-        if (write) block_written = true;
+        touches_block = true;
       }
     };
     for (size_t i = 0; i < step.in.size(); ++i) touch(step.in[i], false);
@@ -296,27 +304,7 @@ std::shared_ptr<GraphExecutor::CaptureSlot> GraphExecutor::make_capture_slot(con
                               .copy_in = first[x] == kReadFirst,
                               .copy_out = written[x]});
   }
-  if (!block_first.empty()) {
-    bool read_first = std::any_of(block_first.begin(), block_first.end(),
-                                  [](const auto& kv) { return kv.second == kReadFirst; });
-    // The block is copied out whole: unless the segment writes all of it
-    // (gaps below the alignment are padding), what it does not write must
-    // be copied in first, or the copy out would overwrite it with stale
-    // staging memory.
-    int64_t covered = 0;
-    bool gap = false;
-    for (const auto& [offset, bytes] : block_written_first) {
-      if (offset - covered >= passes::MemoryPlan::kAlignment) gap = true;
-      covered = std::max(covered, offset + bytes);
-    }
-    if (p.block_bytes - covered >= passes::MemoryPlan::kAlignment) gap = true;
-    if (block_written && gap) read_first = true;
-    slot->block_binding = static_cast<int32_t>(slot->bindings.size());
-    slot->binding_ext.push_back(-1);
-    slot->bindings.push_back(
-        {.bytes = static_cast<size_t>(p.block_bytes), .copy_in = read_first, .copy_out = block_written});
-    if (p.block_bytes <= 0) slot->empty_binding = true;
-  }
+  slot->uses_block = touches_block;
   return slot;
 }
 
@@ -434,8 +422,6 @@ void GraphExecutor::Call::run_steps(engine::RunContext rc, size_t begin, size_t 
   const Program& p = *program;
   char* arena = p.arena.is_none() ? nullptr : static_cast<char*>(p.arena.data());
   char* block_data = static_cast<char*>(block.data);
-  if (slot != nullptr && slot->block_binding >= 0)
-    block_data = static_cast<char*>(staging[static_cast<size_t>(slot->block_binding)]);
   auto external_data = [&](int32_t ext) {
     if (slot != nullptr) {
       const int32_t b = slot->binding_of[static_cast<size_t>(ext)];
@@ -551,20 +537,20 @@ void GraphExecutor::Call::run_segment(engine::RunContext rc, size_t segment) con
   std::vector<void*> heap_ptrs(slot->bindings.size() > kInline ? slot->bindings.size() : 0);
   void** ptrs = slot->bindings.size() > kInline ? heap_ptrs.data() : inline_ptrs;
   for (size_t i = 0; i < slot->bindings.size(); ++i) {
-    const int32_t x = slot->binding_ext[i];
-    ptrs[i] = x >= 0 ? bound[static_cast<size_t>(x)].data : block.data;
+    ptrs[i] = bound[static_cast<size_t>(slot->binding_ext[i])].data;
   }
   const std::span<void* const> pointers(ptrs, slot->bindings.size());
   void* arena_data = p.arena.is_none() ? nullptr : p.arena.data();
 
-  // Replays the graph; a failure drops it for good and, where the device
-  // still works, finds the node by running the steps one by one, waiting
-  // after each.
-  auto replay = [&] {
+  // Replays `v`; a failure drops the slot's graphs for good and, where the
+  // device still works, finds the node by running the steps one by one,
+  // waiting after each.
+  auto replay = [&](CaptureSlot::Variant& v) {
+    v.last_use = ++slot->uses;
     try {
-      slot->graph->replay(rc, pointers);
+      v.graph->replay(rc, pointers);
     } catch (Error& e) {
-      slot->graph.reset();
+      slot->variants.clear();
       slot->pinned_chunks.clear();
       slot->failed = GraphFallback::kReplayFailed;
       graph_capture_count_fallback(GraphFallback::kReplayFailed);
@@ -585,19 +571,20 @@ void GraphExecutor::Call::run_segment(engine::RunContext rc, size_t segment) con
   };
 
   bool recapture = false;
-  if (slot->graph) {
+  if (!slot->variants.empty()) {
     if (slot->graph_is_train != is_train) return fall_back(GraphFallback::kModeChanged, {}, false);
     bool moved = arena_data != slot->arena_data;
     for (size_t i = 0; i < slot->pinned.size() && !moved; ++i)
       moved = bound[static_cast<size_t>(slot->pinned[i])].data != slot->pinned_data[i];
     if (!moved) {
-      replay();
-      return;
+      for (CaptureSlot::Variant& v : slot->variants)
+        if (!slot->uses_block || v.block == block.data) return replay(v);
+    } else {
+      // A parameter got new storage (or the arena moved): record again.
+      slot->variants.clear();
+      slot->pinned_chunks.clear();
+      recapture = true;
     }
-    // A parameter got new storage (or the arena moved): record again.
-    slot->graph.reset();
-    slot->pinned_chunks.clear();
-    recapture = true;
   }
   if (slot->runs++ == 0 && !recapture) {
     // The first run launches normally: allocator caches, cuBLAS/cuDNN
@@ -606,23 +593,41 @@ void GraphExecutor::Call::run_segment(engine::RunContext rc, size_t segment) con
     run_steps(rc, seg.begin, seg.end);
     return;
   }
+  if (slot->captures >= CaptureSlot::kMaxCaptures) {
+    slot->failed = GraphFallback::kMemoryMoves;
+    slot->variants.clear();
+    slot->pinned_chunks.clear();
+    return fall_back(GraphFallback::kMemoryMoves, fmt::format("recorded {} times: the call's block or a parameter keeps moving",
+                                                                   CaptureSlot::kMaxCaptures),
+                     true);
+  }
+  if (slot->variants.size() >= CaptureSlot::kMaxVariants) {
+    auto lru = std::min_element(slot->variants.begin(), slot->variants.end(),
+                                [](const auto& a, const auto& b) { return a.last_use < b.last_use; });
+    slot->variants.erase(lru);
+  }
   CaptureResult r = p.capturer->capture(rc, slot->bindings, pointers, p.label, [&](std::span<void* const> staging) {
     run_steps(rc, seg.begin, seg.end, slot, staging);
   });
   if (!r.graph) {
     slot->failed = r.reason.value_or(GraphFallback::kCaptureFailed);
+    slot->variants.clear();
+    slot->pinned_chunks.clear();
     return fall_back(*slot->failed, r.detail, true);
   }
-  slot->graph = std::move(r.graph);
-  slot->graph_is_train = is_train;
-  slot->arena_data = arena_data;
-  slot->pinned_data.clear();
-  for (int32_t x : slot->pinned) {
-    slot->pinned_data.push_back(bound[static_cast<size_t>(x)].data);
-    slot->pinned_chunks.push_back(bound[static_cast<size_t>(x)].chunk);
+  ++slot->captures;
+  if (slot->variants.empty()) {
+    slot->graph_is_train = is_train;
+    slot->arena_data = arena_data;
+    slot->pinned_data.clear();
+    for (int32_t x : slot->pinned) {
+      slot->pinned_data.push_back(bound[static_cast<size_t>(x)].data);
+      slot->pinned_chunks.push_back(bound[static_cast<size_t>(x)].chunk);
+    }
   }
   graph_capture_count_capture(recapture);
-  replay();  // the capture ran nothing: this call's work
+  slot->variants.push_back({std::move(r.graph), block.data, 0});
+  replay(slot->variants.back());  // the capture ran nothing: this call's work
 }
 
 std::vector<NDArray> GraphExecutor::run(std::span<const NDArray> inputs, bool is_train, const RunArgs& args) {

@@ -33,6 +33,7 @@ std::string_view graph_fallback_name(GraphFallback reason) {
     case GraphFallback::kOutOfMemory: return "out of memory";
     case GraphFallback::kModeChanged: return "mode changed";
     case GraphFallback::kReplayFailed: return "replay failed";
+    case GraphFallback::kMemoryMoves: return "memory moves";
   }
   return "unknown";
 }

@@ -53,9 +53,10 @@ enum class GraphFallback : int8_t {
   kCaptureFailed,    // the capture itself failed (a call that is not allowed while capturing)
   kOutOfMemory,      // the staging buffers or a temporary did not fit while capturing
   kModeChanged,      // the call's train/predict mode differs from the captured one
-  kReplayFailed,     // a replay failed without losing the device: later calls run normally
+  kReplayFailed,     // a replay failed: later calls run normally
+  kMemoryMoves,      // per-call memory used in place (a training step's block) moved too often
 };
-inline constexpr int kNumGraphFallbacks = 8;
+inline constexpr int kNumGraphFallbacks = 9;
 std::string_view graph_fallback_name(GraphFallback reason);
 
 // Process-wide counters (relaxed atomics; a snapshot is not one instant).
