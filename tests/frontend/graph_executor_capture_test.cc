@@ -11,6 +11,7 @@
 // real thing).
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -40,6 +41,9 @@ struct Call {
 };
 
 thread_local std::vector<Call>* tl_recording = nullptr;
+// An op whose kernel fails when run (not when recorded), to stand for a
+// kernel fault; kNumOps: none.
+std::atomic<int> g_failing_op{kNumOps};
 
 // Every op's kernel on the fake device: the CPU's, or, while a capture
 // records, a note of the call.
@@ -50,6 +54,7 @@ void fake_kernel(const KernelContext& ctx, std::span<const TensorView> in, std::
         {cpu, ctx.attrs, ctx.is_train, ctx.op, {in.begin(), in.end()}, {out.begin(), out.end()}});
     return;
   }
+  if (static_cast<int>(ctx.op) == g_failing_op.load()) throw DeviceError("fake kernel fault");
   cpu(ctx, in, out);
 }
 
@@ -347,6 +352,28 @@ TEST(GraphExecutorCapture, AFailedReplayNamesTheGraphAndLaterCallsRunNormally) {
   EXPECT_EQ(net(xs[0]).to_vector<float>(), want);
   GraphCaptureStats s = graph_capture_stats();
   EXPECT_EQ(s.fallbacks[static_cast<int>(GraphFallback::kReplayFailed)], 2) << s.to_string();
+}
+
+// A replay that fails while the device still works: the steps rerun one by
+// one, and the failing node is named.
+TEST(GraphExecutorCapture, AFailedReplayFindsTheNodeByRerunningStepByStep) {
+  REQUIRE_FAKE();
+  nd::random::seed(0);
+  auto net = models::mlp_chapter();
+  net.initialize(init::Xavier(), kFake);
+  net.hybridize();
+  NDArray x = inputs({1, 512}, 1, 12)[0];
+  first_call(net, x);
+  GraphsOn on(true);
+  net(x).wait_to_read();  // warm-up run
+  net(x).wait_to_read();  // captured and replayed
+  fake()->capture.fail_next_replay = true;
+  g_failing_op = static_cast<int>(OpId::kFullyConnected);
+  std::string msg = test::error_of<Error>([&] { net(x).wait_to_read(); });
+  g_failing_op = kNumOps;
+  EXPECT_NE(msg.find("fake kernel fault"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("(FullyConnected) of HybridSequential (predict, float32[1,512] on cuda(0))"), std::string::npos)
+      << msg;
 }
 
 }  // namespace
