@@ -114,7 +114,8 @@ struct GraphExecutor::Program {
   // was logged.
   GraphCapture* capturer = nullptr;
   std::string label;
-  mutable std::atomic<bool> logged{false};
+  // Shared by the programs of one training step (share_arena): one line per cache entry.
+  std::shared_ptr<std::atomic<bool>> logged = std::make_shared<std::atomic<bool>>(false);
 };
 
 bool GraphExecutor::supports(const ir::Graph& g) {
@@ -383,6 +384,7 @@ void GraphExecutor::share_arena(GraphExecutor& a, GraphExecutor& b) {
   KILN_CHECK(pa.device == pb.device, InternalError, "share_arena: programs on {} and {}", pa.device, pb.device);
   NDArray& larger = pa.arena_bytes >= pb.arena_bytes ? pa.arena : pb.arena;
   pa.arena = pb.arena = larger;
+  pb.logged = pa.logged;
 }
 
 int64_t GraphExecutor::arena_bytes() const { return program_->arena_bytes; }
@@ -502,7 +504,7 @@ void GraphExecutor::Call::run_segment(engine::RunContext rc, size_t segment) con
   std::lock_guard lock(slot->mutex);
   auto fall_back = [&](GraphFallback reason, const std::string& detail, bool always_log) {
     graph_capture_count_fallback(reason);
-    if ((always_log || log_static_fallbacks()) && !p.logged.exchange(true, std::memory_order_relaxed))
+    if ((always_log || log_static_fallbacks()) && !p.logged->exchange(true, std::memory_order_relaxed))
       std::fprintf(stderr, "kiln: %s runs without a CUDA graph (%s)%s%s\n", p.label.c_str(),
                    std::string(graph_fallback_name(reason)).c_str(), detail.empty() ? "" : ": ", detail.c_str());
     run_steps(rc, seg.begin, seg.end);
@@ -554,7 +556,7 @@ void GraphExecutor::Call::run_segment(engine::RunContext rc, size_t segment) con
       slot->pinned_chunks.clear();
       slot->failed = GraphFallback::kReplayFailed;
       graph_capture_count_fallback(GraphFallback::kReplayFailed);
-      if (!p.logged.exchange(true, std::memory_order_relaxed))
+      if (!p.logged->exchange(true, std::memory_order_relaxed))
         std::fprintf(stderr, "kiln: %s: CUDA graph replay failed: %s\n", p.label.c_str(), e.what());
       bool device_ok = true;
       try {

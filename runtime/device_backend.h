@@ -8,6 +8,7 @@
 //   b.run(fn, ctx);                                 // inside an engine op on ctx.device's lane
 //   b.drain();                                      // wait for work queued on every device of the kind
 //   copy_bytes(dst, Device::cpu(1), src, Device::cpu(0), n);  // inside an op on the copy lane
+//   GraphCapture* gc = b.graph_capture();           // device graphs, or null (runtime/graph_capture.h)
 //
 // One backend per DeviceKind, registered once by the explicit initialization
 // init_device_backends() (the first lookup runs it; backends/builtin_backends.cc
