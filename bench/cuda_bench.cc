@@ -140,7 +140,8 @@ void register_cuda_benchmarks() {
   add({"cuda_elemwise", {"cuda_add_gbps", "cuda_relu_gbps", "cuda_add_vs_copy"}, &bench_elemwise});
   add({"cuda_matmul", {"cuda_matmul_4096_tflops"}, &bench_matmul});
   add({"cuda_op_latency", {"cuda_op_latency_us"}, &bench_latency});
-  add({"cuda_mlp", {"cuda_mlp_imperative_us", "cuda_mlp_hybridized_nographs_us", "cuda_mlp_hybridized_us"},
+  add({"cuda_mlp",
+       {"cuda_mlp_imperative_us", "cuda_mlp_hybridized_nographs_us", "cuda_mlp_hybridized_us"},
        &bench_mlp});
 }
 

@@ -512,21 +512,18 @@ void GraphExecutor::Call::run_segment(engine::RunContext rc, size_t segment) con
   if (!graph_capture_enabled()) return fall_back(GraphFallback::kDisabled, {}, false);
   const int mode = is_train ? 1 : 0;
   if (!slot->decided[mode]) {
-    std::vector<OpId> ops;
-    std::vector<char> draws;
-    for (size_t s = seg.begin; s < seg.end; ++s) {
-      const Program::Step& step = p.steps[s];
-      ops.push_back(step.op);
+    const size_t n = seg.end - seg.begin;
+    std::vector<OpId> ops(n);
+    std::unique_ptr<bool[]> draws(new bool[n]);
+    for (size_t i = 0; i < n; ++i) {
+      const Program::Step& step = p.steps[seg.begin + i];
+      ops[i] = step.op;
       // Dropout outside training is the identity: nothing drawn.
-      bool drawn = step.fresh >= 0;
-      if (drawn && step.op == OpId::kDropout)
-        drawn = is_train || step.attrs.as<DropoutAttrs>().mode == DropoutMode::kAlways;
-      draws.push_back(drawn ? 1 : 0);
+      draws[i] = step.fresh >= 0 && (step.op != OpId::kDropout || is_train ||
+                                     step.attrs.as<DropoutAttrs>().mode == DropoutMode::kAlways);
     }
-    std::unique_ptr<bool[]> flags(new bool[draws.size() + 1]);
-    for (size_t i = 0; i < draws.size(); ++i) flags[i] = draws[i] != 0;
     slot->blocked[mode] =
-        capture_blocker(ops, std::span<const bool>(flags.get(), draws.size()), slot->empty_binding,
+        capture_blocker(ops, std::span<const bool>(draws.get(), n), slot->empty_binding,
                         [&](OpId op) { return p.capturer->op_capturable(op); }, &slot->blocked_detail[mode]);
     slot->decided[mode] = true;
   }
@@ -599,8 +596,9 @@ void GraphExecutor::Call::run_segment(engine::RunContext rc, size_t segment) con
     slot->failed = GraphFallback::kMemoryMoves;
     slot->variants.clear();
     slot->pinned_chunks.clear();
-    return fall_back(GraphFallback::kMemoryMoves, fmt::format("recorded {} times: the call's block or a parameter keeps moving",
-                                                                   CaptureSlot::kMaxCaptures),
+    return fall_back(GraphFallback::kMemoryMoves,
+                     fmt::format("recorded {} times: the call's block or a parameter keeps moving",
+                                 CaptureSlot::kMaxCaptures),
                      true);
   }
   if (slot->variants.size() >= CaptureSlot::kMaxVariants) {

@@ -25,15 +25,24 @@ std::atomic<int> g_enabled{-1};
 
 std::string_view graph_fallback_name(GraphFallback reason) {
   switch (reason) {
-    case GraphFallback::kDisabled: return "disabled";
-    case GraphFallback::kRandomPerCall: return "random per call";
-    case GraphFallback::kUnsafeOp: return "op not capturable";
-    case GraphFallback::kEmptyArray: return "empty array";
-    case GraphFallback::kCaptureFailed: return "capture failed";
-    case GraphFallback::kOutOfMemory: return "out of memory";
-    case GraphFallback::kModeChanged: return "mode changed";
-    case GraphFallback::kReplayFailed: return "replay failed";
-    case GraphFallback::kMemoryMoves: return "memory moves";
+    case GraphFallback::kDisabled:
+      return "disabled";
+    case GraphFallback::kRandomPerCall:
+      return "random per call";
+    case GraphFallback::kUnsafeOp:
+      return "op not capturable";
+    case GraphFallback::kEmptyArray:
+      return "empty array";
+    case GraphFallback::kCaptureFailed:
+      return "capture failed";
+    case GraphFallback::kOutOfMemory:
+      return "out of memory";
+    case GraphFallback::kModeChanged:
+      return "mode changed";
+    case GraphFallback::kReplayFailed:
+      return "replay failed";
+    case GraphFallback::kMemoryMoves:
+      return "memory moves";
   }
   return "unknown";
 }

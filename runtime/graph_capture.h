@@ -46,25 +46,25 @@ namespace kiln {
 // Why an engine operation that could have replayed a graph ran its kernels
 // one launch at a time instead.
 enum class GraphFallback : int8_t {
-  kDisabled = 0,     // KILN_CUDA_GRAPHS=0 or graph_capture_set_enabled(false)
-  kRandomPerCall,    // a step draws new random values per call (Dropout in training, random ops)
-  kUnsafeOp,         // an op whose kernel reads values back to the host or synchronizes
-  kEmptyArray,       // an input or output with no elements (nothing to copy in or out)
-  kCaptureFailed,    // the capture itself failed (a call that is not allowed while capturing)
-  kOutOfMemory,      // the staging buffers or a temporary did not fit while capturing
-  kModeChanged,      // the call's train/predict mode differs from the captured one
-  kReplayFailed,     // a replay failed: later calls run normally
-  kMemoryMoves,      // per-call memory used in place (a training step's block) moved too often
+  kDisabled = 0,   // KILN_CUDA_GRAPHS=0 or graph_capture_set_enabled(false)
+  kRandomPerCall,  // a step draws new random values per call (Dropout in training, random ops)
+  kUnsafeOp,       // an op whose kernel reads values back to the host or synchronizes
+  kEmptyArray,     // an input or output with no elements (nothing to copy in or out)
+  kCaptureFailed,  // the capture itself failed (a call that is not allowed while capturing)
+  kOutOfMemory,    // the staging buffers or a temporary did not fit while capturing
+  kModeChanged,    // the call's train/predict mode differs from the captured one
+  kReplayFailed,   // a replay failed: later calls run normally
+  kMemoryMoves,    // per-call memory used in place (a training step's block) moved too often
 };
 inline constexpr int kNumGraphFallbacks = 9;
 std::string_view graph_fallback_name(GraphFallback reason);
 
 // Process-wide counters (relaxed atomics; a snapshot is not one instant).
 struct GraphCaptureStats {
-  int64_t captures = 0;    // graphs recorded and instantiated
-  int64_t recaptures = 0;  // of those, re-recorded because a parameter's storage moved
-  int64_t replays = 0;     // engine operations that ran as one graph launch
-  int64_t warmups = 0;     // runs before a capture (the first run of each segment)
+  int64_t captures = 0;                        // graphs recorded and instantiated
+  int64_t recaptures = 0;                      // of those, re-recorded because a parameter's storage moved
+  int64_t replays = 0;                         // engine operations that ran as one graph launch
+  int64_t warmups = 0;                         // runs before a capture (the first run of each segment)
   int64_t fallbacks[kNumGraphFallbacks] = {};  // runs without a graph, by reason
   int64_t total_fallbacks() const;
   // "captures 2 (recaptured 0), replays 998, warm-up runs 2, fallbacks 0" plus
@@ -97,7 +97,7 @@ std::optional<GraphFallback> capture_blocker(std::span<const OpId> ops, std::spa
 
 // Memory the body reaches through a staging buffer (see above).
 struct GraphBinding {
-  size_t bytes = 0;  // > 0
+  size_t bytes = 0;       // > 0
   bool copy_in = false;   // the body reads it before writing it (or only reads it)
   bool copy_out = false;  // the body writes it
 };

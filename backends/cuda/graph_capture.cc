@@ -132,8 +132,7 @@ class CudaGraph final : public CapturedGraph {
           (void)cudaGetLastError();
           throw DeviceError(fmt::format(
               "{} ({}){}; rerun with KILN_CUDA_GRAPHS=0 KILN_CUDA_LANES=sync to find the node", cudaGetErrorName(err),
-              cudaGetErrorString(err),
-              sticky(err) ? "; the CUDA context is now unusable: restart the process" : ""));
+              cudaGetErrorString(err), sticky(err) ? "; the CUDA context is now unusable: restart the process" : ""));
         }
       }
     } catch (Error& e) {
@@ -180,12 +179,12 @@ class CudaGraph final : public CapturedGraph {
   std::string label_;
   uint64_t id_ = 0;
   std::vector<GraphBinding> bindings_;
-  std::vector<void*> staging_;                // per binding
-  std::vector<void*> captured_;               // per binding: the memory at the capture (a new instance's)
-  std::vector<cudaGraphNode_t> nodes_;        // per binding: copy in, copy out (null when none)
-  std::vector<storage::Block> retained_;      // staging buffers and the kernels' temporaries
-  cudaGraph_t graph_ = nullptr;               // kept: the copy nodes are its nodes
-  std::vector<Instance> instances_;           // at least one once captured
+  std::vector<void*> staging_;            // per binding
+  std::vector<void*> captured_;           // per binding: the memory at the capture (a new instance's)
+  std::vector<cudaGraphNode_t> nodes_;    // per binding: copy in, copy out (null when none)
+  std::vector<storage::Block> retained_;  // staging buffers and the kernels' temporaries
+  cudaGraph_t graph_ = nullptr;           // kept: the copy nodes are its nodes
+  std::vector<Instance> instances_;       // at least one once captured
   uint64_t uses_ = 0;
   size_t num_nodes_ = 0;
 };

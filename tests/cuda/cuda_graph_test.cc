@@ -68,8 +68,8 @@ void expect_replay_matches(Net& net, const std::vector<NDArray>& xs, int rounds)
   for (int r = 0; r < rounds; ++r)
     for (const NDArray& x : xs) got.push_back(net(x));
   for (size_t i = 0; i < got.size(); ++i)
-    EXPECT_EQ(got[i].template to_vector<float>(), want[i % xs.size()]) << "call " << i << " (input " << i % xs.size()
-                                                                       << ")";
+    EXPECT_EQ(got[i].template to_vector<float>(), want[i % xs.size()])
+        << "call " << i << " (input " << i % xs.size() << ")";
 }
 
 TEST(CudaGraph, ChapterMlpReplayMatchesNormalLaunchesBitForBit) {
@@ -238,8 +238,8 @@ TEST(CudaGraph, AFailedCaptureFallsBackAndLeavesTheStreamUsable) {
   expect_replay_matches(net, xs, 3);
   GraphCaptureStats s = graph_capture_stats();
   EXPECT_EQ(s.captures, 0) << s.to_string();
-  EXPECT_EQ(fallbacks(GraphFallback::kCaptureFailed), 3 * 2 - 1) << "one warm-up run, then fallbacks: "
-                                                                    << s.to_string();
+  EXPECT_EQ(fallbacks(GraphFallback::kCaptureFailed), 3 * 2 - 1)
+      << "one warm-up run, then fallbacks: " << s.to_string();
   // The stream works: plain ops after the failed capture.
   NDArray a = nd::ones({8}, {.device = kGpu}) + 1.0;
   EXPECT_EQ(a.to_vector<float>(), std::vector<float>(8, 2.0f));

@@ -50,8 +50,7 @@ std::atomic<int> g_failing_op{kNumOps};
 void fake_kernel(const KernelContext& ctx, std::span<const TensorView> in, std::span<const TensorView> out) {
   KernelFn cpu = find_kernel(op_def(ctx.op), Device::cpu(0));
   if (tl_recording != nullptr) {
-    tl_recording->push_back(
-        {cpu, ctx.attrs, ctx.is_train, ctx.op, {in.begin(), in.end()}, {out.begin(), out.end()}});
+    tl_recording->push_back({cpu, ctx.attrs, ctx.is_train, ctx.op, {in.begin(), in.end()}, {out.begin(), out.end()}});
     return;
   }
   if (static_cast<int>(ctx.op) == g_failing_op.load()) throw DeviceError("fake kernel fault");
@@ -62,7 +61,10 @@ class FakeGraph final : public CapturedGraph {
  public:
   FakeGraph(std::vector<GraphBinding> bindings, std::vector<std::vector<char>> staging, std::vector<Call> calls,
             int* replays, bool* fail_next)
-      : bindings_(std::move(bindings)), staging_(std::move(staging)), calls_(std::move(calls)), replays_(replays),
+      : bindings_(std::move(bindings)),
+        staging_(std::move(staging)),
+        calls_(std::move(calls)),
+        replays_(replays),
         fail_next_(fail_next) {}
   void replay(const engine::RunContext& ctx, std::span<void* const> pointers) override {
     if (*fail_next_) {
@@ -93,9 +95,8 @@ class FakeCapture final : public GraphCapture {
  public:
   bool op_capturable(OpId op) override { return op != OpId::kOneHot; }
   void synchronize(const engine::RunContext&) override {}
-  CaptureResult capture(const engine::RunContext&, std::span<const GraphBinding> bindings,
-                        std::span<void* const>, const std::string& label,
-                        const std::function<void(std::span<void* const>)>& body) override {
+  CaptureResult capture(const engine::RunContext&, std::span<const GraphBinding> bindings, std::span<void* const>,
+                        const std::string& label, const std::function<void(std::span<void* const>)>& body) override {
     labels.push_back(label);
     if (fail_next_capture) {
       fail_next_capture = false;
@@ -156,8 +157,8 @@ FakeBackend* fake() {
   return backend;
 }
 
-#define REQUIRE_FAKE()                                                                                   \
-  do {                                                                                                   \
+#define REQUIRE_FAKE()                                                                                     \
+  do {                                                                                                     \
     if (fake() == nullptr) GTEST_SKIP() << "built with CUDA: tests/cuda/cuda_graph_test.cc covers graphs"; \
   } while (0)
 
