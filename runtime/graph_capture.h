@@ -21,7 +21,10 @@
 // This file also holds what is backend-neutral: the on/off switch
 // (KILN_CUDA_GRAPHS=0 turns replay off), the process-wide statistics, and the
 // decision whether a sequence of ops may be captured at all
-// (capture_blocker), which frontend/graph_executor.cc consults.
+// (capture_blocker), which frontend/graph_executor.cc consults. The executor
+// logs a failed capture or replay to stderr, one line per cache entry;
+// KILN_LOG_CUDA_GRAPHS=1 also logs the fallbacks decided from the graph
+// alone (random draws, ops that read back).
 //
 // Thread safety: stats and the switch may be read and written from any
 // thread. A CapturedGraph is replayed by one engine operation at a time (the
