@@ -12,8 +12,10 @@
 #include "frontend/invoke.h"
 #include "frontend/nd.h"
 #include "ir/ops/fused.h"
+#include "models/zoo.h"
 #include "runtime/device_backend.h"
 #include "runtime/engine.h"
+#include "runtime/graph_capture.h"
 #if defined(KILN_HAVE_CUDA)
 #include "backends/cuda/fused_nvrtc.h"
 #include "backends/cuda/testing.h"
@@ -131,6 +133,45 @@ std::vector<Figure> bench_latency(const Options& options) {
   return {{"cuda_op_latency_us", s / 1000 * 1e6, "us"}};
 }
 
+// The chapter's MLP (512 -> 256 -> 128 -> 2, hybridize_bench.cc's `mlp`) on
+// cuda(0), one 1x512 sample per call: 1,000 calls then one wait, per-call
+// microseconds, best of `repeat` after a warm-up round. Imperative,
+// hybridized with CUDA graphs off (an engine push per call, a launch per
+// kernel), and hybridized with graphs on (an engine push and one graph
+// launch per call; the target on an H100 is <= 10 us). The graph statistics
+// of the graphs-on round go to stderr.
+double mlp_us_per_call(const Options& options, bool hybridize, bool graphs) {
+  const bool before = graph_capture_enabled();
+  graph_capture_set_enabled(graphs);
+  nd::random::seed(0);
+  auto net = models::mlp_chapter();
+  net.initialize(init::Uniform(), kGpu);
+  net.hybridize(hybridize);
+  NDArray x = nd::random::normal({1, 512}).copy_to(kGpu);
+  constexpr int kCalls = 1000;
+  auto round = [&] {
+    engine::wait_all();
+    auto start = Clock::now();
+    NDArray y;
+    for (int i = 0; i < kCalls; ++i) y = net(x);
+    y.wait_to_read();
+    return seconds_since(start);
+  };
+  round();  // warm-up: deferred init, trace, the graph's warm-up run and capture
+  graph_capture_reset_stats();
+  double us = best_of(options.repeat, round) / kCalls * 1e6;
+  if (hybridize && graphs) std::fprintf(stderr, "cuda_mlp graphs: %s\n", graph_capture_stats().to_string().c_str());
+  graph_capture_set_enabled(before);
+  return us;
+}
+
+std::vector<Figure> bench_mlp(const Options& options) {
+  if (!have_gpu("cuda_mlp")) return {};
+  return {{"cuda_mlp_imperative_us", mlp_us_per_call(options, false, false), "us"},
+          {"cuda_mlp_hybridized_nographs_us", mlp_us_per_call(options, true, false), "us"},
+          {"cuda_mlp_hybridized_us", mlp_us_per_call(options, true, true), "us"}};
+}
+
 }  // namespace
 
 void register_cuda_benchmarks() {
@@ -143,6 +184,9 @@ void register_cuda_benchmarks() {
        &bench_fused});
   add({"cuda_matmul", {"cuda_matmul_4096_tflops"}, &bench_matmul});
   add({"cuda_op_latency", {"cuda_op_latency_us"}, &bench_latency});
+  add({"cuda_mlp",
+       {"cuda_mlp_imperative_us", "cuda_mlp_hybridized_nographs_us", "cuda_mlp_hybridized_us"},
+       &bench_mlp});
 }
 
 }  // namespace kiln::bench

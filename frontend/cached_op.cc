@@ -33,6 +33,15 @@ bool compiled_training_enabled() {
   return on;
 }
 
+// "HybridNet (predict, f32[1,512] on cuda(0))": a cache entry in messages.
+template <typename Key>
+std::string entry_label(nn::Block& block, const Key& key) {
+  std::string types;
+  for (const TensorType& t : key.inputs)
+    types += fmt::format("{}{}{}", types.empty() ? "" : ", ", dtype_name(t.dtype), t.shape);
+  return fmt::format("{} ({}, {} on {})", block.display_name(), key.train ? "train" : "predict", types, key.device);
+}
+
 std::string input_name(size_t i, size_t n) { return n == 1 ? "data" : fmt::format("data{}", i); }
 
 // Node ids change when a pass rebuilds the graph; names do not.
@@ -232,6 +241,7 @@ std::vector<NDArray> CachedOp::call(nn::Block& block, std::span<const NDArray> i
       std::string report =
           optimize(*graph, entry->key.train, entry->key.amp, block.display_name(), executor_pipeline(t.device));
       entry->executor = std::make_unique<GraphExecutor>(std::move(graph));
+      entry->executor->set_label(entry_label(block, entry->key));
       std::lock_guard lock(mutex_);
       pass_report_ += report;
     });
@@ -245,7 +255,10 @@ std::vector<NDArray> CachedOp::call(nn::Block& block, std::span<const NDArray> i
       std::lock_guard lock(entry->train_mutex);
       auto it = entry->train.find(needs);
       if (it == entry->train.end())
-        it = entry->train.emplace(needs, TrainProgram::compile(entry->traced, needs, entry->key.train)).first;
+        it = entry->train
+                 .emplace(needs, TrainProgram::compile(entry->traced, needs, entry->key.train,
+                                                       entry_label(block, entry->key) + " training step"))
+                 .first;
       program = it->second;
     }
     if (program) {

@@ -64,7 +64,7 @@ int backward_segments() {
 
 std::shared_ptr<const TrainProgram> TrainProgram::compile(std::shared_ptr<const trace::TracedGraph> traced_graph,
                                                           const std::vector<bool>& input_needs_grad,
-                                                          bool train_mode) {
+                                                          bool train_mode, const std::string& label) {
   const trace::TracedGraph& traced = *traced_graph;
   const ir::Graph& fwd = traced.graph;
   if (!GraphExecutor::supports(fwd)) return nullptr;
@@ -159,6 +159,10 @@ std::shared_ptr<const TrainProgram> TrainProgram::compile(std::shared_ptr<const 
       std::make_unique<GraphExecutor>(bind_leaves(std::move(backward), traced, backward_order), backward_layout);
   program->backward_->split_into_segments(backward_segments());
   GraphExecutor::share_arena(*program->forward_, *program->backward_);
+  if (!label.empty()) {
+    program->forward_->set_label(label + " forward");
+    program->backward_->set_label(label + " backward");
+  }
   Memory& m = program->memory_;
   m.forward_arena = program->forward_->arena_bytes();
   m.backward_arena = program->backward_->arena_bytes();

@@ -38,9 +38,11 @@ class TrainProgram : public std::enable_shared_from_this<TrainProgram> {
  public:
   // Null when there is nothing to differentiate (no input needs a gradient
   // and no parameter has one) or when the graph cannot run compiled
-  // (GraphExecutor::supports).
+  // (GraphExecutor::supports). `label` names the step in messages (the
+  // executors' labels: "<label> forward", "<label> backward").
   static std::shared_ptr<const TrainProgram> compile(std::shared_ptr<const trace::TracedGraph> traced,
-                                                     const std::vector<bool>& input_needs_grad, bool train_mode);
+                                                     const std::vector<bool>& input_needs_grad, bool train_mode,
+                                                     const std::string& label = {});
 
   std::vector<NDArray> call(std::span<const NDArray> inputs, bool is_train) const;
 

@@ -1,19 +1,66 @@
 #include "frontend/graph_executor.h"
 
 #include <algorithm>
+#include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <mutex>
 #include <optional>
 
 #include "frontend/graph_eval.h"
 #include "ir/error.h"
+#include "ir/ops/nn.h"
 #include "passes/memory_plan.h"
 #include "passes/op_effects.h"
+#include "runtime/device_backend.h"
 #include "runtime/engine_impl.h"
+#include "runtime/graph_capture.h"
 #include "runtime/kernel.h"
 #include "runtime/profiler.h"
 
 namespace kiln {
+
+// A segment's device graph (runtime/graph_capture.h): what it binds per call,
+// what it assumes stays put, and the graph once recorded. Guarded by `mutex`
+// (a segment's runs are ordered by the arena's variable anyway; graphs
+// without an arena may run on several threads under the naive engine,
+// which never captures).
+struct GraphExecutor::CaptureSlot {
+  std::mutex mutex;
+  // Static, from the steps: one binding per external input or graph output
+  // the segment touches (small: copied through staging buffers).
+  std::vector<GraphBinding> bindings;
+  std::vector<int32_t> binding_ext;  // per binding: the external
+  std::vector<int32_t> binding_of;   // per external: its binding, or -1 (pinned or unused)
+  std::vector<int32_t> pinned;  // externals (parameters, constants) whose memory the graph reads or writes in place
+  // The call's block (a training step's saved values) can be large: it is
+  // used in place, and a graph is recorded per block address (the allocator
+  // hands a step's block out from a few addresses).
+  bool uses_block = false;
+  bool empty_binding = false;
+  // Decided on the first run in each mode (index: is_train).
+  bool decided[2] = {false, false};
+  std::optional<GraphFallback> blocked[2];
+  std::string blocked_detail[2];
+  // Dynamic.
+  struct Variant {
+    std::unique_ptr<CapturedGraph> graph;
+    void* block = nullptr;  // the block address it was recorded with (uses_block)
+    uint64_t last_use = 0;
+  };
+  static constexpr size_t kMaxVariants = 3;
+  static constexpr int64_t kMaxCaptures = 16;  // beyond: the block moves too often, run normally
+  int64_t runs = 0;
+  int64_t captures = 0;
+  uint64_t uses = 0;
+  std::optional<GraphFallback> failed;  // a capture or replay failed: run normally from now on
+  std::vector<Variant> variants;
+  bool graph_is_train = false;
+  std::vector<void*> pinned_data;  // per pinned external, at the capture
+  std::vector<std::shared_ptr<detail::Chunk>> pinned_chunks;  // kept alive while the graphs read them
+  void* arena_data = nullptr;
+};
 
 
 struct GraphExecutor::Program {
@@ -29,6 +76,7 @@ struct GraphExecutor::Program {
   struct Step {
     KernelFn fn = nullptr;
     OpId op{};
+    std::string name;  // the node's, for errors
     OpAttrs attrs;
     std::vector<Ref> in, out;
     int32_t fresh = -1;  // index among the steps that draw new random values per call (Dropout, random ops)
@@ -45,6 +93,7 @@ struct GraphExecutor::Program {
   struct Segment {
     size_t begin = 0, end = 0;
     std::vector<int32_t> reads, writes;
+    std::shared_ptr<CaptureSlot> capture;  // null where the device records no graphs
   };
 
   Device device;
@@ -60,6 +109,13 @@ struct GraphExecutor::Program {
   int64_t block_bytes = 0;  // the call's block, when the layout uses one
   int64_t arena_bytes = 0, naive_bytes = 0;
   NDArray arena;
+  // Device graphs: the device's recorder (null on CPUs and under the naive
+  // engine), the name graphs and their messages use, and whether a fallback
+  // was logged.
+  GraphCapture* capturer = nullptr;
+  std::string label;
+  // Shared by the programs of one training step (share_arena): one line per cache entry.
+  std::shared_ptr<std::atomic<bool>> logged = std::make_shared<std::atomic<bool>>(false);
 };
 
 bool GraphExecutor::supports(const ir::Graph& g) {
@@ -160,6 +216,7 @@ GraphExecutor::GraphExecutor(std::shared_ptr<const trace::TracedGraph> traced, B
     step.fn = find_kernel(def, p.device, in_types, n.types);
     prepare_kernel(n.op, p.device, n.attrs);  // e.g. compile a fused loop now, not in the first call
     step.op = n.op;
+    step.name = n.name;
     step.attrs = n.attrs;
     if (draws_per_call(n.op)) step.fresh = p.num_fresh++;
     for (const ir::Entry& e : n.inputs) step.in.push_back(refs[static_cast<size_t>(e.node)][static_cast<size_t>(e.index)]);
@@ -197,7 +254,59 @@ GraphExecutor::GraphExecutor(std::shared_ptr<const trace::TracedGraph> traced, B
   p.arena_bytes = plan.arena_bytes - reserved;
   p.naive_bytes = plan.naive_bytes;
   if (p.arena_bytes > 0) p.arena = NDArray::empty(Shape{p.arena_bytes}, {DType::kUint8, p.device});
+  if (!p.device.is_cpu() && engine::get().kind() == engine::Kind::kThreaded)
+    if (DeviceBackend* backend = find_device_backend(p.device.kind)) p.capturer = backend->graph_capture();
+  p.label = fmt::format("a compiled graph of {} steps on {}", p.steps.size(), p.device);
   set_segments(p, {p.steps.size()});
+}
+
+void GraphExecutor::set_label(std::string label) { program_->label = std::move(label); }
+
+std::shared_ptr<GraphExecutor::CaptureSlot> GraphExecutor::make_capture_slot(const Program& p, size_t begin,
+                                                                             size_t end) {
+  using Source = Program::Source;
+  auto slot = std::make_shared<CaptureSlot>();
+  slot->binding_of.assign(p.externals.size(), -1);
+  // First access per external: a binding needs its memory copied in only
+  // when the segment reads it before writing it.
+  enum : int8_t { kUnseen, kReadFirst, kWrittenFirst };
+  std::vector<int8_t> first(p.externals.size(), kUnseen);
+  std::vector<bool> written(p.externals.size(), false);
+  std::vector<int64_t> ext_bytes(p.externals.size(), 0);
+  bool touches_block = false;
+  for (size_t s = begin; s < end; ++s) {
+    const Program::Step& step = p.steps[s];
+    const OpDef& def = op_def(step.op);
+    auto touch = [&](const Program::Ref& r, bool write) {
+      if (r.ext >= 0) {
+        const auto x = static_cast<size_t>(r.ext);
+        if (first[x] == kUnseen) first[x] = write ? kWrittenFirst : kReadFirst;
+        if (write) written[x] = true;
+        ext_bytes[x] = static_cast<int64_t>(r.shape.size()) * static_cast<int64_t>(dtype_size(r.dtype));
+      } else if (r.in_block) {
+        touches_block = true;
+      }
+    };
+    for (size_t i = 0; i < step.in.size(); ++i) touch(step.in[i], false);
+    for (int m : def.mutate_inputs) touch(step.in[static_cast<size_t>(m)], true);
+    for (const Program::Ref& r : step.out) touch(r, true);
+  }
+  for (size_t x = 0; x < p.externals.size(); ++x) {
+    if (first[x] == kUnseen) continue;
+    const Source source = p.externals[x].source;
+    if (source == Source::kParam || source == Source::kConst) {
+      slot->pinned.push_back(static_cast<int32_t>(x));
+      continue;
+    }
+    if (ext_bytes[x] <= 0) slot->empty_binding = true;
+    slot->binding_of[x] = static_cast<int32_t>(slot->bindings.size());
+    slot->binding_ext.push_back(static_cast<int32_t>(x));
+    slot->bindings.push_back({.bytes = static_cast<size_t>(std::max<int64_t>(ext_bytes[x], 0)),
+                              .copy_in = first[x] == kReadFirst,
+                              .copy_out = written[x]});
+  }
+  slot->uses_block = touches_block;
+  return slot;
 }
 
 void GraphExecutor::set_segments(Program& p, const std::vector<size_t>& ends) {
@@ -206,6 +315,7 @@ void GraphExecutor::set_segments(Program& p, const std::vector<size_t>& ends) {
   size_t begin = 0;
   for (size_t end : ends) {
     Program::Segment seg{.begin = begin, .end = end};
+    if (p.capturer != nullptr) seg.capture = make_capture_slot(p, begin, end);
     std::vector<bool> read(p.externals.size()), written(p.externals.size());
     for (size_t s = begin; s < end; ++s) {
       const Program::Step& step = p.steps[s];
@@ -274,6 +384,7 @@ void GraphExecutor::share_arena(GraphExecutor& a, GraphExecutor& b) {
   KILN_CHECK(pa.device == pb.device, InternalError, "share_arena: programs on {} and {}", pa.device, pb.device);
   NDArray& larger = pa.arena_bytes >= pb.arena_bytes ? pa.arena : pb.arena;
   pa.arena = pb.arena = larger;
+  pb.logged = pa.logged;
 }
 
 int64_t GraphExecutor::arena_bytes() const { return program_->arena_bytes; }
@@ -297,13 +408,29 @@ struct GraphExecutor::Call {
   Bound block;  // the call's block, if any
   bool is_train = false;
 
-  void run_steps(engine::RunContext rc, size_t begin, size_t end) const;
+  // Runs segment `segment`: replaying its device graph when it has one,
+  // recording it on the run after the first, else launching step by step.
+  void run_segment(engine::RunContext rc, size_t segment) const;
+  // Launches steps [begin, end) one by one. With `slot` and `staging`, the
+  // slot's bindings resolve to the staging buffers (a capture). With
+  // `sync_each`, waits for the device after each step and names the node
+  // that failed.
+  void run_steps(engine::RunContext rc, size_t begin, size_t end, const CaptureSlot* slot = nullptr,
+                 std::span<void* const> staging = {}, bool sync_each = false) const;
 };
 
-void GraphExecutor::Call::run_steps(engine::RunContext rc, size_t begin, size_t end) const {
+void GraphExecutor::Call::run_steps(engine::RunContext rc, size_t begin, size_t end, const CaptureSlot* slot,
+                                    std::span<void* const> staging, bool sync_each) const {
   const Program& p = *program;
   char* arena = p.arena.is_none() ? nullptr : static_cast<char*>(p.arena.data());
   char* block_data = static_cast<char*>(block.data);
+  auto external_data = [&](int32_t ext) {
+    if (slot != nullptr) {
+      const int32_t b = slot->binding_of[static_cast<size_t>(ext)];
+      if (b >= 0) return staging[static_cast<size_t>(b)];
+    }
+    return bound[static_cast<size_t>(ext)].data;
+  };
   // One buffer for every step's views (a TensorView holds a Shape: not
   // something to construct 32 of per step), on the stack for small graphs.
   constexpr size_t kInlineViews = 8;
@@ -318,7 +445,7 @@ void GraphExecutor::Call::run_steps(engine::RunContext rc, size_t begin, size_t 
     size_t k = 0;
     for (const auto* refs : {&step.in, &step.out}) {
       for (const Program::Ref& r : *refs) {
-        views[k].data = r.ext >= 0 ? bound[static_cast<size_t>(r.ext)].data
+        views[k].data = r.ext >= 0 ? external_data(r.ext)
                         : r.in_block ? block_data + r.offset
                                      : arena + r.offset;
         views[k].shape = r.shape;
@@ -328,7 +455,17 @@ void GraphExecutor::Call::run_steps(engine::RunContext rc, size_t begin, size_t 
     }
     KernelContext ctx{rc, step.fresh >= 0 ? fresh_attrs[static_cast<size_t>(step.fresh)] : step.attrs, is_train,
                       step.op};
-    step.fn(ctx, {views, step.in.size()}, {views + step.in.size(), step.out.size()});
+    if (sync_each) {
+      try {
+        step.fn(ctx, {views, step.in.size()}, {views + step.in.size(), step.out.size()});
+        p.capturer->synchronize(rc);
+      } catch (Error& e) {
+        e.add_context(fmt::format("node '{}' ({}) of {}", step.name, op_def(step.op).name, p.label));
+        throw;
+      }
+    } else {
+      step.fn(ctx, {views, step.in.size()}, {views + step.in.size(), step.out.size()});
+    }
     if (profile) {
       profiler::record({.name = fmt::format("CachedOp/{}", op_def(step.op).name),
                         .device = p.device,
@@ -337,6 +474,160 @@ void GraphExecutor::Call::run_steps(engine::RunContext rc, size_t begin, size_t 
                         .end_ns = profiler::now_ns()});
     }
   }
+}
+
+namespace {
+
+// KILN_LOG_CUDA_GRAPHS=1: also log the fallbacks decided from the graph alone
+// (random ops, ops that read back); failed captures and replays are always
+// logged, once per executor.
+bool log_static_fallbacks() {
+  static const bool on = [] {
+    const char* env = std::getenv("KILN_LOG_CUDA_GRAPHS");
+    return env != nullptr && *env != '\0' && std::string_view(env) != "0";
+  }();
+  return on;
+}
+
+}  // namespace
+
+void GraphExecutor::Call::run_segment(engine::RunContext rc, size_t segment) const {
+  const Program& p = *program;
+  KILN_CHECK(segment < p.segments.size(), InternalError,
+             "compiled graph: segment {} of {} (segments changed while a run was queued)", segment, p.segments.size());
+  const Program::Segment& seg = p.segments[segment];
+  CaptureSlot* slot = seg.capture.get();
+  if (slot == nullptr || profiler::enabled()) {  // per-node profiler events need the steps launched one by one
+    run_steps(rc, seg.begin, seg.end);
+    return;
+  }
+  std::lock_guard lock(slot->mutex);
+  auto fall_back = [&](GraphFallback reason, const std::string& detail, bool always_log) {
+    graph_capture_count_fallback(reason);
+    if ((always_log || log_static_fallbacks()) && !p.logged->exchange(true, std::memory_order_relaxed))
+      std::fprintf(stderr, "kiln: %s runs without a CUDA graph (%s)%s%s\n", p.label.c_str(),
+                   std::string(graph_fallback_name(reason)).c_str(), detail.empty() ? "" : ": ", detail.c_str());
+    run_steps(rc, seg.begin, seg.end);
+  };
+  if (!graph_capture_enabled()) return fall_back(GraphFallback::kDisabled, {}, false);
+  const int mode = is_train ? 1 : 0;
+  if (!slot->decided[mode]) {
+    const size_t n = seg.end - seg.begin;
+    std::vector<OpId> ops(n);
+    std::unique_ptr<bool[]> draws(new bool[n]);
+    for (size_t i = 0; i < n; ++i) {
+      const Program::Step& step = p.steps[seg.begin + i];
+      ops[i] = step.op;
+      // Dropout outside training is the identity: nothing drawn.
+      draws[i] = step.fresh >= 0 && (step.op != OpId::kDropout || is_train ||
+                                     step.attrs.as<DropoutAttrs>().mode == DropoutMode::kAlways);
+    }
+    slot->blocked[mode] =
+        capture_blocker(ops, std::span<const bool>(draws.get(), n), slot->empty_binding,
+                        [&](OpId op) { return p.capturer->op_capturable(op); }, &slot->blocked_detail[mode]);
+    slot->decided[mode] = true;
+  }
+  if (slot->blocked[mode]) return fall_back(*slot->blocked[mode], slot->blocked_detail[mode], false);
+  if (slot->failed) return fall_back(*slot->failed, {}, false);
+
+  // This call's binding memory.
+  constexpr size_t kInline = 16;
+  void* inline_ptrs[kInline];
+  std::vector<void*> heap_ptrs(slot->bindings.size() > kInline ? slot->bindings.size() : 0);
+  void** ptrs = slot->bindings.size() > kInline ? heap_ptrs.data() : inline_ptrs;
+  for (size_t i = 0; i < slot->bindings.size(); ++i) {
+    ptrs[i] = bound[static_cast<size_t>(slot->binding_ext[i])].data;
+  }
+  const std::span<void* const> pointers(ptrs, slot->bindings.size());
+  void* arena_data = p.arena.is_none() ? nullptr : p.arena.data();
+
+  // Replays `v`; a failure drops the slot's graphs for good and, where the
+  // device still works, finds the node by running the steps one by one,
+  // waiting after each.
+  auto replay = [&](CaptureSlot::Variant& v) {
+    v.last_use = ++slot->uses;
+    try {
+      v.graph->replay(rc, pointers);
+    } catch (Error& e) {
+      slot->variants.clear();
+      slot->pinned_chunks.clear();
+      slot->failed = GraphFallback::kReplayFailed;
+      graph_capture_count_fallback(GraphFallback::kReplayFailed);
+      if (!p.logged->exchange(true, std::memory_order_relaxed))
+        std::fprintf(stderr, "kiln: %s: CUDA graph replay failed: %s\n", p.label.c_str(), e.what());
+      bool device_ok = true;
+      try {
+        p.capturer->synchronize(rc);
+      } catch (...) {
+        device_ok = false;
+      }
+      if (!device_ok) throw;  // the device is lost: the replay's error is all there is
+      run_steps(rc, seg.begin, seg.end, nullptr, {}, /*sync_each=*/true);
+      e.add_context("a step-by-step rerun did not fail");
+      throw;
+    }
+    graph_capture_count_replay();
+  };
+
+  bool recapture = false;
+  if (!slot->variants.empty()) {
+    if (slot->graph_is_train != is_train) return fall_back(GraphFallback::kModeChanged, {}, false);
+    bool moved = arena_data != slot->arena_data;
+    for (size_t i = 0; i < slot->pinned.size() && !moved; ++i)
+      moved = bound[static_cast<size_t>(slot->pinned[i])].data != slot->pinned_data[i];
+    if (!moved) {
+      for (CaptureSlot::Variant& v : slot->variants)
+        if (!slot->uses_block || v.block == block.data) return replay(v);
+    } else {
+      // A parameter got new storage (or the arena moved): record again.
+      slot->variants.clear();
+      slot->pinned_chunks.clear();
+      recapture = true;
+    }
+  }
+  if (slot->runs++ == 0 && !recapture) {
+    // The first run launches normally: allocator caches, cuBLAS/cuDNN
+    // handles and algorithm choices are set up outside the capture.
+    graph_capture_count_warmup();
+    run_steps(rc, seg.begin, seg.end);
+    return;
+  }
+  if (slot->captures >= CaptureSlot::kMaxCaptures) {
+    slot->failed = GraphFallback::kMemoryMoves;
+    slot->variants.clear();
+    slot->pinned_chunks.clear();
+    return fall_back(GraphFallback::kMemoryMoves,
+                     fmt::format("recorded {} times: the call's block or a parameter keeps moving",
+                                 CaptureSlot::kMaxCaptures),
+                     true);
+  }
+  if (slot->variants.size() >= CaptureSlot::kMaxVariants) {
+    auto lru = std::min_element(slot->variants.begin(), slot->variants.end(),
+                                [](const auto& a, const auto& b) { return a.last_use < b.last_use; });
+    slot->variants.erase(lru);
+  }
+  CaptureResult r = p.capturer->capture(rc, slot->bindings, pointers, p.label, [&](std::span<void* const> staging) {
+    run_steps(rc, seg.begin, seg.end, slot, staging);
+  });
+  if (!r.graph) {
+    slot->failed = r.reason.value_or(GraphFallback::kCaptureFailed);
+    slot->variants.clear();
+    slot->pinned_chunks.clear();
+    return fall_back(*slot->failed, r.detail, true);
+  }
+  ++slot->captures;
+  if (slot->variants.empty()) {
+    slot->graph_is_train = is_train;
+    slot->arena_data = arena_data;
+    slot->pinned_data.clear();
+    for (int32_t x : slot->pinned) {
+      slot->pinned_data.push_back(bound[static_cast<size_t>(x)].data);
+      slot->pinned_chunks.push_back(bound[static_cast<size_t>(x)].chunk);
+    }
+  }
+  graph_capture_count_capture(recapture);
+  slot->variants.push_back({std::move(r.graph), block.data, 0});
+  replay(slot->variants.back());  // the capture ran nothing: this call's work
 }
 
 std::vector<NDArray> GraphExecutor::run(std::span<const NDArray> inputs, bool is_train, const RunArgs& args) {
@@ -437,9 +728,7 @@ std::vector<NDArray> GraphExecutor::run(std::span<const NDArray> inputs, bool is
     // The last segment takes the call's reference instead of copying it.
     std::shared_ptr<const Call> held = s + 1 == p.segments.size() ? std::move(call) : call;
     engine::get().push(
-        [call = std::move(held), begin = seg.begin, end = seg.end](engine::RunContext rc) {
-          call->run_steps(rc, begin, end);
-        },
+        [call = std::move(held), s](engine::RunContext rc) { call->run_segment(rc, s); },
         std::span<engine::Var* const>(reads.data(), reads.size()),
         std::span<engine::Var* const>(writes.data(), writes.size()),
         {.device = p.device, .lane = engine::Lane::kCompute, .name = "CachedOp", .bytes = new_bytes});

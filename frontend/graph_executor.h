@@ -27,6 +27,19 @@
 // node's kernel is an event of its own, "CachedOp/<op>", inside the
 // CachedOp's event.
 //
+// Device graphs (runtime/graph_capture.h; CUDA graphs): on a device whose
+// backend records graphs, under the threaded engine, each segment runs its
+// kernels normally the first time, is recorded as one graph the second time
+// and is replayed from then on, so a call costs one engine push and one graph
+// launch. The graph reads the call's inputs and writes its outputs (fresh
+// arrays, as without graphs) through staging buffers it owns, copied inside
+// the graph; parameters, constants and the arena are used in place, and a
+// segment whose parameter got new storage is recorded again. Segments that
+// cannot be recorded (random draws per call, ops whose kernels read values
+// back, a failed capture, KILN_CUDA_GRAPHS=0) run normally and are counted
+// by reason (graph_capture_stats). The profiler on turns replay off (its
+// per-node events need the kernels launched one by one).
+//
 // The executor does not record autograd (TrainProgram puts it on the tape).
 // Dropout draws a new mask per call, and _random_uniform/_random_normal new
 // values, at the call, from the device's streams (as nd::dropout and
@@ -35,6 +48,7 @@
 
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "frontend/ndarray.h"
@@ -100,9 +114,16 @@ class GraphExecutor {
   // The arena a plan without reuse would need.
   int64_t naive_bytes() const;
 
+  // Names the executor in messages and in its device graphs' errors
+  // ("HybridNet (predict, f32[1,512] on cuda(0))"). Not thread-safe with run().
+  void set_label(std::string label);
+
  private:
   struct Program;
   struct Call;
+  struct CaptureSlot;
+  // The device-graph state of the segment of steps [begin, end).
+  static std::shared_ptr<CaptureSlot> make_capture_slot(const Program& p, size_t begin, size_t end);
   // Sets the segments ending before the given step indices (the last is the
   // number of steps) and each one's externals.
   static void set_segments(Program& p, const std::vector<size_t>& ends);

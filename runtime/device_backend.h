@@ -8,6 +8,7 @@
 //   b.run(fn, ctx);                                 // inside an engine op on ctx.device's lane
 //   b.drain();                                      // wait for work queued on every device of the kind
 //   copy_bytes(dst, Device::cpu(1), src, Device::cpu(0), n);  // inside an op on the copy lane
+//   GraphCapture* gc = b.graph_capture();           // device graphs, or null (runtime/graph_capture.h)
 //
 // One backend per DeviceKind, registered once by the explicit initialization
 // init_device_backends() (the first lookup runs it; backends/builtin_backends.cc
@@ -33,6 +34,8 @@
 #include "runtime/storage.h"
 
 namespace kiln {
+
+class GraphCapture;  // runtime/graph_capture.h
 
 class DeviceBackend {
  public:
@@ -79,6 +82,12 @@ class DeviceBackend {
   // Registers this kind's kernels in the kernel table (runtime/kernel.h).
   // Called once, the first time the kernel table is read.
   virtual void register_kernels() = 0;
+
+  // ---- graphs (optional)
+  // The recorder of this kind's device work into graphs replayed with one
+  // launch (runtime/graph_capture.h), owned by the backend; null when the
+  // kind has none (the default: CPUs run every kernel as it comes).
+  virtual GraphCapture* graph_capture() { return nullptr; }
 };
 
 // Registers the backend of `kind`. Called from the initialization list only

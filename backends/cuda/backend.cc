@@ -10,6 +10,7 @@
 #include "ir/device.h"
 #include "ir/error.h"
 #include "runtime/device_backend.h"
+#include "runtime/graph_capture.h"
 #include "runtime/storage.h"
 
 namespace kiln {
@@ -48,6 +49,10 @@ void register_cuda_layer_norm_kernels();  // layer_norm.cc
 // can run; check_device refuses cuda(i) when there is no such GPU.
 void register_cuda_widening_kernel();  // backends/cuda/widen.cc
 
+namespace cuda {
+GraphCapture& graph_capture();  // graph_capture.cc
+}
+
 namespace {
 
 class CudaBackend final : public DeviceBackend {
@@ -68,6 +73,8 @@ class CudaBackend final : public DeviceBackend {
   void copy(void* dst, Device to, const void* src, Device from, size_t bytes) override {
     cuda::copy(dst, to, src, from, bytes);
   }
+
+  GraphCapture* graph_capture() override { return &cuda::graph_capture(); }
 
   void register_kernels() override {
     register_cuda_elemwise_kernels();

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "backends/cuda/check.h"
+#include "backends/cuda/device_runtime.h"
 
 namespace kiln::cuda {
 
@@ -66,7 +67,10 @@ class CachingAllocator final : public storage::Pool {
     } else {
       DeviceScope scope(device_.id);
       p = system_alloc(rounded);
-      if (p == nullptr) {
+      // cudaFree is not allowed while this thread captures its stream: the
+      // capture fails with OutOfMemory and the normal run that follows frees
+      // the cache.
+      if (p == nullptr && !capturing_on_this_thread()) {
         release_cached_locked();
         p = system_alloc(rounded);
       }
@@ -134,7 +138,14 @@ class CachingAllocator final : public storage::Pool {
   void* system_alloc(size_t size) {
     if (system_limit_ >= 0 && system_bytes_ + static_cast<int64_t>(size) > system_limit_) return nullptr;
     void* p = nullptr;
+    // While this thread captures a graph (graph_capture.cc), cudaMalloc is a
+    // call the capture mode forbids: allow it for this call (the memory is
+    // not part of the graph; the graph keeps the block).
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    const bool capturing = capturing_on_this_thread();
+    if (capturing) (void)cudaThreadExchangeStreamCaptureMode(&mode);
     cudaError_t status = cudaMalloc(&p, size);
+    if (capturing) (void)cudaThreadExchangeStreamCaptureMode(&mode);
     if (status == cudaErrorMemoryAllocation) {
       (void)cudaGetLastError();  // not sticky: clear it and let the caller retry or report
       return nullptr;

@@ -12,6 +12,9 @@
 // free/total. A block is reusable as soon as it is freed: every engine op on
 // a CUDA lane has synchronized its stream before it completes (README.md),
 // so no kernel can still be using a block whose last array was released.
+// While the calling thread captures a CUDA graph (graph_capture.cc), a
+// cudaMalloc goes through in relaxed capture mode and a failed one throws
+// OutOfMemory without freeing the cache (cudaFree is not allowed then).
 // Thread safe.
 #pragma once
 

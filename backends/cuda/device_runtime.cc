@@ -57,7 +57,9 @@ bool env_switch(std::atomic<int>& state, const char* var, std::string_view off) 
 std::array<std::atomic<bool>, kMaxDevices> g_queued{};
 
 thread_local bool tl_in_lane_op = false;
+thread_local bool tl_capturing = false;
 thread_local std::vector<storage::Block> tl_deferred;
+std::array<std::mutex, kMaxDevices> g_compute_mutex;
 
 const char* cublas_text(cublasStatus_t s) { return cublasGetStatusString(s); }
 
@@ -87,19 +89,24 @@ void drain_queued_work() {
   for (int d = 0; d < kMaxDevices; ++d) {
     if (!g_queued[static_cast<size_t>(d)].load(std::memory_order_acquire)) continue;
     bind_device(d);
-    cudaError_t err = cudaStreamSynchronize(stream(d, StreamKind::kCompute));
+    cudaError_t err = cudaSuccess;
+    {
+      std::lock_guard lock(compute_stream_mutex(d));  // not while a worker captures the stream
+      err = cudaStreamSynchronize(stream(d, StreamKind::kCompute));
+    }
     try {
       if (err != cudaSuccess) {
         (void)cudaGetLastError();
         throw Error(fmt::format(
             "cuda({}): an asynchronous GPU error surfaced at a wait: {} ({}); with asynchronous lanes (the default) "
-            "the op that caused it is not known: rerun with KILN_CUDA_LANES=sync to have the failing op named",
-            d, cudaGetErrorName(err), cudaGetErrorString(err)));
+            "the op that caused it is not known: rerun with KILN_CUDA_LANES=sync to have the failing op named{}",
+            d, cudaGetErrorName(err), cudaGetErrorString(err), last_graph_replayed_note(d)));
       }
       deferred_check_drain(d);
     } catch (...) {
       if (!first) first = std::current_exception();
     }
+    clear_last_graph_replayed(d);
   }
   if (first) std::rethrow_exception(first);
 }
@@ -113,20 +120,35 @@ void order_after_compute(int device, cudaStream_t s) {
   Device dev = Device::cuda(device);
   bind_device(device);  // the event lives on `device`; callers bind their own device afterwards
   if (e == nullptr) KILN_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), dev);
+  // Not while the compute worker captures the stream: the record would join the capture.
+  std::lock_guard lock(compute_stream_mutex(device));
   KILN_CUDA_CHECK(cudaEventRecord(e, stream(device, StreamKind::kCompute)), dev);
   KILN_CUDA_CHECK(cudaStreamWaitEvent(s, e, 0), dev);
 }
 
+// Each handle's workspace (cublasSetWorkspace): the same memory whether or
+// not the stream is being captured into a CUDA graph, so cuBLAS picks the
+// same algorithms in both cases (without one it may run without a workspace
+// while capturing) and never allocates inside a capture. cuBLAS's
+// recommendation for Hopper; kept until exit with the handle.
+constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
+
 cublasHandle_t cublas_handle(int device, cudaStream_t s) {
   thread_local std::array<cublasHandle_t, kMaxDevices> handles{};
+  thread_local std::array<void*, kMaxDevices> workspaces{};
   Device dev = Device::cuda(device);
   cublasHandle_t& h = handles[static_cast<size_t>(device)];
+  void*& ws = workspaces[static_cast<size_t>(device)];
   if (h == nullptr) {
     cublasStatus_t st = cublasCreate(&h);
     if (st != CUBLAS_STATUS_SUCCESS) throw_library_error("cuBLAS", st, cublas_text(st), "cublasCreate", dev);
+    KILN_CUDA_CHECK(cudaMalloc(&ws, kCublasWorkspaceBytes), dev);
   }
   cublasStatus_t st = cublasSetStream(h, s);
   if (st != CUBLAS_STATUS_SUCCESS) throw_library_error("cuBLAS", st, cublas_text(st), "cublasSetStream", dev);
+  // cublasSetStream resets the workspace to cuBLAS's own pool.
+  st = cublasSetWorkspace(h, ws, kCublasWorkspaceBytes);
+  if (st != CUBLAS_STATUS_SUCCESS) throw_library_error("cuBLAS", st, cublas_text(st), "cublasSetWorkspace", dev);
   st = cublasSetMathMode(h, tf32_allowed() ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH);
   if (st != CUBLAS_STATUS_SUCCESS) throw_library_error("cuBLAS", st, cublas_text(st), "cublasSetMathMode", dev);
   return h;
@@ -160,6 +182,20 @@ void free_after_sync(storage::Block block) {
   storage::pool(block.device).free(block);
 }
 
+std::mutex& compute_stream_mutex(int device) { return g_compute_mutex[static_cast<size_t>(device)]; }
+
+bool capturing_on_this_thread() { return tl_capturing; }
+void set_capturing_on_this_thread(bool on) { tl_capturing = on; }
+
+size_t deferred_free_mark() { return tl_deferred.size(); }
+
+std::vector<storage::Block> take_deferred_frees(size_t mark) {
+  if (mark >= tl_deferred.size()) return {};
+  std::vector<storage::Block> taken(tl_deferred.begin() + static_cast<ptrdiff_t>(mark), tl_deferred.end());
+  tl_deferred.resize(mark);
+  return taken;
+}
+
 void flush_deferred_frees() {
   for (const storage::Block& b : tl_deferred) storage::pool(b.device).free(b);
   tl_deferred.clear();
@@ -171,6 +207,7 @@ bool lanes_async() { return cuda::lanes_async(); }
 void set_lanes_async(bool async) { cuda::set_lanes_async(async); }
 bool compute_stream_idle(int device) {
   bind_device(device);
+  std::lock_guard lock(compute_stream_mutex(device));
   return cudaStreamQuery(stream(device, StreamKind::kCompute)) == cudaSuccess;
 }
 

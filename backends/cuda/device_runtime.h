@@ -35,6 +35,10 @@
 #include <cudnn.h>
 #endif
 
+#include <mutex>
+#include <string>
+#include <vector>
+
 #include "backends/cuda/check.h"
 #include "runtime/engine.h"
 #include "runtime/storage.h"
@@ -99,6 +103,27 @@ void flush_deferred_frees();
 // True while this thread runs an engine op on a CUDA lane.
 bool in_cuda_lane_op();
 void set_in_cuda_lane_op(bool on);
+
+// Graph capture (graph_capture.cc).
+// Held while `device`'s compute stream is being captured, and by every
+// thread that queues on or waits for that stream from outside its engine
+// worker (order_after_compute, drain_queued_work): such a call during a
+// capture would join the capture or invalidate it.
+std::mutex& compute_stream_mutex(int device);
+// Whether this thread is capturing its lane's stream: the allocator then
+// lets cudaMalloc through (relaxed capture mode for that call) and does not
+// free its cache on a failed allocation (cudaFree is not allowed).
+bool capturing_on_this_thread();
+void set_capturing_on_this_thread(bool on);
+// The deferred frees of the current lane op: a mark, and the blocks deferred
+// since the mark, taken out of the list (a captured graph keeps them).
+size_t deferred_free_mark();
+std::vector<storage::Block> take_deferred_frees(size_t mark);
+// For drain's error message: "; the last CUDA graph replayed on cuda(d)
+// before this wait: '<label>' ..." or "" when none was since the last drain.
+std::string last_graph_replayed_note(int device);
+// A drain of `device` succeeded: forget the last replayed graph.
+void clear_last_graph_replayed(int device);
 
 // What backend.cc puts behind the DeviceBackend interface:
 // Runs an engine op on GPU ctx.device.id's lane (engine_lane.cc): binds the

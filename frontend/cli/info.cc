@@ -11,6 +11,7 @@
 #include "ir/device.h"
 #include "runtime/device_backend.h"
 #include "runtime/engine.h"
+#include "runtime/graph_capture.h"
 
 #ifndef KILN_CUDA_VERSION
 #define KILN_CUDA_VERSION ""
@@ -102,6 +103,8 @@ void print_info() {
   line("devices", devices());
   line("engine", eng.kind() == engine::Kind::kNaive ? "naive" : "threaded");
   line("max pending", fmt::format("{} MiB", eng.max_pending_bytes() >> 20));
+  // Hybridized blocks on devices that record graphs (KILN_CUDA_GRAPHS=0 turns it off).
+  line("cuda graphs", fmt::format("{}; {}", graph_capture_enabled() ? "on" : "off", graph_capture_stats().to_string()));
 }
 
 }  // namespace
