@@ -272,6 +272,7 @@ TEST(CudaGraph, CrossEntropyIsCapturedAndABadLabelSurfacesAtTheNextWait) {
   EXPECT_GE(s.replays, 2) << s.to_string();
   GraphsOn on(true);
   NDArray bad = net(batch(7));
+  EXPECT_EQ(bad.shape(), (Shape{3}));
   std::string msg = test::error_of<ValueError>([] { engine::wait_all(); });
   EXPECT_CONTAINS(msg, "_kiln_softmax_cross_entropy on cuda(0), in a CUDA graph: label 7 at position 2");
   engine::wait_all();  // reported once
