@@ -26,6 +26,7 @@
 # KILN_GPU_CHECK_PEERS="eager compile eager_bf16 compile_bf16" runs those PyTorch twins of the
 # ResNet-18 recipe (KILN_GPU_CHECK_PEER_EPOCHS each, default 3) one after the other;
 # KILN_GPU_CHECK_PROFILE=1 prints per-op GPU time of ResNet-18 training (float32 and bf16);
+# KILN_GPU_CHECK_AB=1 trains hybridized ResNet-18 with CUDA graphs and NVRTC fusion each on and off;
 # KILN_GPU_CHECK_EPOCHS (default 1) sets LeNet's length, KILN_GPU_CHECK_RESNET_EPOCHS (default 2)
 # ResNet-18's; KILN_GPU_CHECK_TORCH_SEEDS (default "0 1 2 3 4 5 6 7", empty to skip) runs the
 # PyTorch twin of the ResNet-18 recipe on the GPU in the background, one 2-epoch run per seed, to
@@ -277,6 +278,21 @@ if [[ -n $peers && $have_data == 1 ]]; then
       --epochs "${KILN_GPU_CHECK_PEER_EPOCHS:-3}" --seeds 0 "${flags[@]}" 2>&1 | tee "$logs/torch_peer_$mode.log" \
       | grep -v Warning
     record "PyTorch resnet18 peer $mode" "${PIPESTATUS[0]}"
+  done
+fi
+
+# What CUDA graphs and NVRTC fusion each bring to hybridized ResNet-18 training (KILN_GPU_CHECK_AB=1):
+# 2 epochs per configuration on the first 25,600 images, float32 then bf16; the second epoch is the figure.
+if [[ ${KILN_GPU_CHECK_AB:-0} == 1 && $have_data == 1 ]]; then
+  for amp in "" bf16; do
+    for cfg in "KILN_CUDA_GRAPHS=0 KILN_CUDA_FUSED=interpret" "KILN_CUDA_GRAPHS=0" "KILN_CUDA_FUSED=interpret" ""; do
+      step "A/B: ResNet-18 hybridized ${amp:+--amp $amp }with ${cfg:-graphs and NVRTC fusion on}"
+      # shellcheck disable=SC2086
+      (if [[ -n $cfg ]]; then export $cfg; fi
+       timed 120 "$bin/kiln" train --data "$data_dir" --model resnet18 --epochs 2 --batch-size 256 \
+         --lr 0.1 --devices cuda:0 --hybridize --train-limit 25600 --test-limit 1024 ${amp:+--amp $amp})
+      record "A/B resnet18 ${amp:-f32} ${cfg:-graphs+nvrtc}" $?
+    done
   done
 fi
 
