@@ -202,6 +202,12 @@ for t in "${gpu_tests[@]}"; do
   record "$t (sync lanes)" "${PIPESTATUS[0]}"
 done
 
+step "GPU benchmarks"
+timed 60 "$bin/kiln" bench cuda_
+record "kiln bench cuda_" $?
+KILN_CUDA_LANES=sync timed 60 "$bin/kiln" bench cuda_op_latency
+record "kiln bench cuda_op_latency (sync lanes)" $?
+
 if [[ "${KILN_GPU_CHECK_QUICK:-0}" != 1 ]]; then
   epochs=${KILN_GPU_CHECK_EPOCHS:-1}
   resnet_epochs=${KILN_GPU_CHECK_RESNET_EPOCHS:-2}
@@ -311,11 +317,6 @@ if [[ ${KILN_GPU_CHECK_PROFILE:-0} == 1 && $have_data == 1 ]]; then
   done
 fi
 
-step "GPU benchmarks"
-timed 60 "$bin/kiln" bench cuda_
-record "kiln bench cuda_" $?
-KILN_CUDA_LANES=sync timed 60 "$bin/kiln" bench cuda_op_latency
-record "kiln bench cuda_op_latency (sync lanes)" $?
 
 if [[ -n $torch_pid ]]; then
   step "PyTorch recipe seeds (waiting at most for what is left of the budget)"
