@@ -26,6 +26,7 @@
 # KILN_GPU_CHECK_PEERS="eager compile eager_bf16 compile_bf16" runs those PyTorch twins of the
 # ResNet-18 recipe (KILN_GPU_CHECK_PEER_EPOCHS each, default 3) one after the other;
 # KILN_GPU_CHECK_PROFILE=1 prints per-op GPU time of ResNet-18 training (float32 and bf16);
+# KILN_GPU_CHECK_GDB="PROGRAM..." runs test programs under cuda-gdb and prints their backtraces;
 # KILN_GPU_CHECK_AB=1 trains hybridized ResNet-18 with CUDA graphs and NVRTC fusion each on and off;
 # KILN_GPU_CHECK_EPOCHS (default 1) sets LeNet's length, KILN_GPU_CHECK_RESNET_EPOCHS (default 2)
 # ResNet-18's; KILN_GPU_CHECK_TORCH_SEEDS (default "0 1 2 3 4 5 6 7", empty to skip) runs the
@@ -169,6 +170,15 @@ fi
 step "kiln info"
 timed 30 "$bin/kiln" info
 record "kiln info" $?
+
+# KILN_GPU_CHECK_GDB="PROGRAM...": run those test programs under cuda-gdb first and print the
+# backtrace where they stop (a crash, or at exit).
+for t in ${KILN_GPU_CHECK_GDB:-}; do
+  step "$t under cuda-gdb"
+  timed 150 cuda-gdb -q -batch -ex run -ex bt -ex "thread apply all bt 8" --args "$bin/$t" --gtest_color=no 2>&1 \
+    | grep -v '^\[       OK \]\|^\[ RUN      \]\|^\[New Thread\|^\[Thread' | tail -120
+  record "$t under cuda-gdb" "${PIPESTATUS[0]}"
+done
 
 step "GPU tests (cuda_fault_test last: it destroys its process's CUDA context on purpose)"
 for t in "${gpu_tests[@]}"; do

@@ -48,8 +48,8 @@ struct DeviceFlags {
 };
 
 DeviceFlags& flags_of(int device) {
-  static std::array<DeviceFlags, kMaxDevicesPerKind> all;
-  DeviceFlags& f = all[static_cast<size_t>(device)];
+  static auto* all = new std::array<DeviceFlags, kMaxDevicesPerKind>();  // leaked: engine workers use it until exit
+  DeviceFlags& f = (*all)[static_cast<size_t>(device)];
   std::call_once(f.once, [&] {
       const Device dev = Device::cuda(device);
       bind_device(device);

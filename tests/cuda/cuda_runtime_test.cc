@@ -225,6 +225,8 @@ TEST(CudaErrors, ABadLabelWithSynchronousLanesNamesTheOp) {
   std::string msg = test::error_of<Error>([&] { nd::softmax_cross_entropy(logits, labels).wait_to_read(); });
   EXPECT_CONTAINS(msg, "_kiln_softmax_cross_entropy on cuda(0): label -2 at position 0 is out of range for 3 classes");
   EXPECT_EQ(msg.find("at a later wait"), std::string::npos) << msg;
+  // wait_all rethrows the engine's record of the op's failure once.
+  EXPECT_CONTAINS(test::error_of<Error>([] { engine::wait_all(); }), "label -2");
   engine::wait_all();
   cuda::testing::set_lanes_async(was_async);
 }
