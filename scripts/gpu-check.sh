@@ -181,6 +181,8 @@ for t in ${KILN_GPU_CHECK_GDB:-}; do
 done
 
 step "GPU tests (cuda_fault_test last: it destroys its process's CUDA context on purpose)"
+# KILN_GPU_CHECK_TESTS="PROGRAM...": only those test programs (of the bundle's).
+[[ -n ${KILN_GPU_CHECK_TESTS:-} ]] && read -r -a gpu_tests <<<"$KILN_GPU_CHECK_TESTS"
 for t in "${gpu_tests[@]}"; do
   timed 90 "$bin/$t" --gtest_color=no 2>&1 | tee "$logs/$t.log" | grep -v '^\[       OK \]\|^\[ RUN      \]'
   record "$t" "${PIPESTATUS[0]}"
@@ -301,8 +303,11 @@ fi
 # 2 epochs per configuration on the first 25,600 images (float32: neither, graphs only, both; bf16:
 # neither, both); the second epoch is the figure.
 if [[ ${KILN_GPU_CHECK_AB:-0} == 1 && $have_data == 1 ]]; then
-  for run in ":KILN_CUDA_GRAPHS=0 KILN_CUDA_FUSED=interpret" ":KILN_CUDA_FUSED=interpret" ":" \
-             "bf16:KILN_CUDA_GRAPHS=0 KILN_CUDA_FUSED=interpret" "bf16:"; do
+  ab_runs=(":KILN_CUDA_GRAPHS=0 KILN_CUDA_FUSED=interpret" ":KILN_CUDA_FUSED=interpret" ":"
+           "bf16:KILN_CUDA_GRAPHS=0 KILN_CUDA_FUSED=interpret" "bf16:")
+  # KILN_GPU_CHECK_AB_RUNS: ';'-separated AMP:ENV runs instead (e.g. ":;bf16:").
+  [[ -n ${KILN_GPU_CHECK_AB_RUNS:-} ]] && IFS=';' read -r -a ab_runs <<<"$KILN_GPU_CHECK_AB_RUNS"
+  for run in "${ab_runs[@]}"; do
     amp=${run%%:*} cfg=${run#*:}
     {
       step "A/B: ResNet-18 hybridized ${amp:+--amp $amp }with ${cfg:-graphs and NVRTC fusion on}"
