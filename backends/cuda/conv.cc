@@ -11,8 +11,6 @@
 // caching allocator and is released after the op's stream is synchronized.
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
-#include <string_view>
 #include <map>
 #include <mutex>
 
@@ -391,20 +389,6 @@ void pooling_backward(const KernelContext& ctx, std::span<const TensorView> in, 
                    dev);
 }
 
-// The weight gradient in 16 bits runs on float32 copies (TF32 when allowed)
-// unless KILN_CUDA_CONV_WGRAD_16=1: on an H200, cuDNN 9's NCHW bf16 weight
-// gradients of ResNet-18 took 7x the float32 ones (726 against 101 ms per
-// 50 steps); channels-last is the layout its fast 16-bit kernels need.
-void convolution_backward_weight(const KernelContext& ctx, std::span<const TensorView> in,
-                                 std::span<const TensorView> out) {
-  static const bool native16 = [] {
-    const char* v = std::getenv("KILN_CUDA_CONV_WGRAD_16");
-    return v != nullptr && std::string_view(v) == "1";
-  }();
-  if (is_16bit(in[0].dtype) && !native16) return cuda::widen(ctx, in, out);
-  or_widened<convolution_backward_weight_native>(ctx, in, out);
-}
-
 }  // namespace
 
 #endif  // KILN_HAVE_CUDNN
@@ -477,7 +461,7 @@ void register_cuda_conv_kernels() {
   register_kernel(OpId::kConvolution, k, or_widened<convolution_native>, HalfSupport::kAny);
   register_kernel(OpId::kConvAct, k, conv_act);
   register_kernel(OpId::kConvolutionBackwardData, k, or_widened<convolution_backward_data_native>, HalfSupport::kAny);
-  register_kernel(OpId::kConvolutionBackwardWeight, k, convolution_backward_weight,
+  register_kernel(OpId::kConvolutionBackwardWeight, k, or_widened<convolution_backward_weight_native>,
                   HalfSupport::kAny);
   register_kernel(OpId::kPooling, k, or_widened<pooling>, HalfSupport::kAny);
   register_kernel(OpId::kPoolingBackward, k, or_widened<pooling_backward>, HalfSupport::kAny);

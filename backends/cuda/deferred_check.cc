@@ -78,6 +78,7 @@ std::string take_front(DeviceFlags& f, int device) {
 }
 
 [[noreturn]] void fail_deferred(const std::string& message) {
+  if (!lanes_async()) throw ValueError(message);  // read right after the op that ran the graph
   throw ValueError(fmt::format("{} (found at a later wait: with asynchronous lanes a kernel's input is checked "
                                "after it ran; KILN_CUDA_LANES=sync reports it in the op itself)",
                                message));
@@ -128,6 +129,11 @@ void deferred_check_end(int device, int* flag, cudaStream_t s, const char* op, D
   DeviceFlags& f = flags_of(device);
   const Device dev = Device::cuda(device);
   const int slot = static_cast<int>((flag - f.device) / 2);
+  if (capturing(s)) {  // either lane mode: the graph keeps the flag
+    std::lock_guard lock(f.mu);
+    f.captured.push_back(Captured{slot, op, std::move(describe)});
+    return;
+  }
   if (!lanes_async()) {
     KILN_CUDA_CHECK(cudaStreamSynchronize(s), dev);
     const int* v = f.host + 2 * slot;
@@ -140,10 +146,6 @@ void deferred_check_end(int device, int* flag, cudaStream_t s, const char* op, D
     return;
   }
   std::lock_guard lock(f.mu);
-  if (capturing(s)) {
-    f.captured.push_back(Captured{slot, op, std::move(describe)});
-    return;
-  }
   cudaEvent_t e = nullptr;
   if (f.free_events.empty()) {
     KILN_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), dev);

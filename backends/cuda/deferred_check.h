@@ -22,9 +22,10 @@
 //    error, and its message says so.
 // Inside a CUDA graph capture on `s` (backends/cuda/graph_capture.h) the
 // flag belongs to the graph: it is never handed out again, nothing is
-// queried or recorded while capturing, and every wait reads it (and resets
-// it) after the graph's replays, so a bad label in a replayed step surfaces
-// at the next wait like any other.
+// queried or recorded while capturing, and deferred_check_drain reads it
+// (and resets it) after the graph's replays: every wait with asynchronous
+// lanes, and, with synchronous lanes, the end of every op on the GPU (so a
+// bad label in a replayed step is reported by the op that replayed it).
 //
 // A failed check throws ValueError with describe(row, payload); in the op
 // itself (synchronous lanes) the engine prefixes the op and device as for
@@ -53,8 +54,9 @@ int* deferred_check_begin(int device, cudaStream_t s);
 // Hands the flag back after its kernel was queued on `s` (see above).
 // `op` must outlive the check (a string literal).
 void deferred_check_end(int device, int* flag, cudaStream_t s, const char* op, DescribeFailure describe);
-// Reads every pending flag of `device` (its compute stream already
-// synchronized); throws ValueError for the first failed one, releasing all.
+// Reads every pending flag of `device` and the flags CUDA graphs hold (its
+// compute stream already synchronized); throws ValueError for the first
+// failed one, releasing all.
 void deferred_check_drain(int device);
 
 }  // namespace kiln::cuda

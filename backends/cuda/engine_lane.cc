@@ -16,6 +16,7 @@
 // completes once launched; the stream orders it before later compute ops,
 // copies order themselves after the compute stream, and waits drain it
 // (drain_lanes). Launch errors still name the op.
+#include "backends/cuda/deferred_check.h"
 #include "backends/cuda/device_runtime.h"
 
 namespace kiln::cuda {
@@ -55,6 +56,8 @@ void run_on_lane(engine::Fn& fn, engine::RunContext ctx) {
     return;
   }
   KILN_CUDA_CHECK(cudaStreamSynchronize(s), ctx.device);
+  // The label checks of kernels replayed from CUDA graphs (deferred_check.h).
+  if (ctx.lane == engine::Lane::kCompute) deferred_check_drain(id);
 }
 
 void drain_lanes() {

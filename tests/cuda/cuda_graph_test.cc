@@ -273,7 +273,9 @@ TEST(CudaGraph, CrossEntropyIsCapturedAndABadLabelSurfacesAtTheNextWait) {
   GraphsOn on(true);
   NDArray bad = net(batch(7));
   EXPECT_EQ(bad.shape(), (Shape{3}));
-  std::string msg = test::error_of<ValueError>([] { engine::wait_all(); });
+  // Asynchronous lanes: found at the wait; synchronous lanes: by the op that replayed the graph (the
+  // engine keeps its error for wait_all).
+  std::string msg = test::error_of<Error>([] { engine::wait_all(); });
   EXPECT_CONTAINS(msg, "_kiln_softmax_cross_entropy on cuda(0), in a CUDA graph: label 7 at position 2");
   engine::wait_all();  // reported once
   EXPECT_EQ(net(batch(0)).to_vector<float>().size(), 3u);
