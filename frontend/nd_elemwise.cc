@@ -98,6 +98,7 @@ NDArray log(const NDArray& x) { return unary(OpId::kLog, x); }
 NDArray sqrt(const NDArray& x) { return unary(OpId::kSqrt, x); }
 NDArray square(const NDArray& x) { return unary(OpId::kSquare, x); }
 NDArray tanh(const NDArray& x) { return unary(OpId::kTanh, x); }
+NDArray erf(const NDArray& x) { return unary(OpId::kErf, x); }
 NDArray sigmoid(const NDArray& x) { return unary(OpId::kSigmoid, x); }
 NDArray relu(const NDArray& x) { return unary(OpId::kRelu, x); }
 NDArray abs(const NDArray& x) { return unary(OpId::kAbs, x); }

@@ -78,6 +78,7 @@ NDArray sqrt(const NDArray& x);
 NDArray square(const NDArray& x);
 // Hyperbolic tangent (floating point).
 NDArray tanh(const NDArray& x);
+NDArray erf(const NDArray& x);  // the Gauss error function
 // 1 / (1 + exp(-x)) (floating point).
 NDArray sigmoid(const NDArray& x);
 // max(x, 0).

@@ -93,6 +93,7 @@ inline const std::vector<Case>& cases() {
     {"sqrt", {in({33}, 0, 10)}, {}},
     {"square", {in({33})}, {}},
     {"tanh", {in({33}, -4, 4)}, {}},
+    {"erf", {in({33}, -3, 3)}, {}},
     {"sigmoid", {in({33}, -6, 6)}, {}},
     {"relu", {in({33})}, {}},
     {"abs", {in({33})}, {}},

@@ -48,6 +48,13 @@ struct TanhOp {
   static VecF vec(VecF v) { return cpu::vec_tanh(v); }
 };
 
+struct ErfOp {  // libm's erf: no float32 vector form (the op is rare: ONNX graphs that spell GELU out)
+  template <typename C>
+  C operator()(C a) const {
+    return std::erf(a);
+  }
+};
+
 struct SigmoidOp {
   template <typename C>
   C operator()(C a) const {
@@ -199,6 +206,7 @@ void register_cpu_elemwise_unary_kernels() {
   register_kernel(OpId::kLog, kCPU, floating_unary<LogOp>, HalfSupport::kAny);
   register_kernel(OpId::kSqrt, kCPU, floating_unary<SqrtOp>, HalfSupport::kAny);
   register_kernel(OpId::kTanh, kCPU, floating_unary<TanhOp>, HalfSupport::kAny);
+  register_kernel(OpId::kErf, kCPU, floating_unary<ErfOp>, HalfSupport::kAny);
   register_kernel(OpId::kSigmoid, kCPU, floating_unary<SigmoidOp>, HalfSupport::kAny);
   register_kernel(OpId::kSquare, kCPU, numeric_unary<SquareOp>, HalfSupport::kAny);
   register_kernel(OpId::kRelu, kCPU, numeric_unary<ReluOp>, HalfSupport::kAny);

@@ -169,6 +169,7 @@ void register_cuda_elemwise_kernels() {
   register_kernel(OpId::kSqrt, k, unary<UnaryOp::kSqrt>);
   register_kernel(OpId::kSquare, k, unary<UnaryOp::kSquare>);
   register_kernel(OpId::kTanh, k, unary<UnaryOp::kTanh>);
+  register_kernel(OpId::kErf, k, unary<UnaryOp::kErf>);
   register_kernel(OpId::kSigmoid, k, unary<UnaryOp::kSigmoid>);
   register_kernel(OpId::kRelu, k, unary<UnaryOp::kRelu>);
   register_kernel(OpId::kAbs, k, unary<UnaryOp::kAbs>);

@@ -18,6 +18,7 @@ __device__ __forceinline__ float apply_unary(UnaryOp op, float v, float p0, floa
     case UnaryOp::kSqrt: return math::op_sqrt(v, 0.0f, 0.0f);
     case UnaryOp::kSquare: return math::op_square(v, 0.0f, 0.0f);
     case UnaryOp::kTanh: return math::op_tanh(v, 0.0f, 0.0f);
+    case UnaryOp::kErf: return erff(v);
     case UnaryOp::kSigmoid: return math::op_sigmoid(v, 0.0f, 0.0f);
     case UnaryOp::kRelu: return math::op_relu(v, 0.0f, 0.0f);
     case UnaryOp::kAbs: return math::op_abs(v, 0.0f, 0.0f);

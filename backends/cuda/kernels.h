@@ -45,7 +45,7 @@ struct BroadcastIndex {
 // ---- elementwise (elemwise.cu), float32
 enum class UnaryOp : int {
   kExp, kLog, kSqrt, kSquare, kTanh, kSigmoid, kRelu, kAbs, kNegative, kClip, kSoftrelu, kSoftsign,
-  kLeaky, kElu, kSelu, kGelu, kGeluTanh,
+  kLeaky, kElu, kSelu, kGelu, kGeluTanh, kErf,
 };
 enum class BinaryOp : int {
   kAdd, kSub, kMul, kDiv, kPower, kMaximum, kMinimum, kEqual, kNotEqual, kGreater, kGreaterEqual, kLesser,

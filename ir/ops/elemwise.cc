@@ -154,6 +154,9 @@ void define_unary_ops(OpRegistry& r) {
   define_unary(r, OpId::kSqrt, "Square root (floating-point inputs).", infer_float_unary);
   define_unary(r, OpId::kSquare, "x * x.", infer_numeric_unary);
   define_unary(r, OpId::kTanh, "Hyperbolic tangent (floating-point inputs).", infer_float_unary);
+  define_unary(r, OpId::kErf, "The Gauss error function, 2/sqrt(pi) * integral of exp(-t^2) from 0 to x (floating-point "
+                              "inputs).",
+               infer_float_unary);
   define_unary(r, OpId::kSigmoid, "1 / (1 + exp(-x)) (floating-point inputs).", infer_float_unary);
   define_unary(r, OpId::kRelu, "max(x, 0).", infer_numeric_unary);
   define_unary(r, OpId::kAbs, "Absolute value.", infer_numeric_unary);

@@ -108,6 +108,10 @@ void tanh_grad(GradBuilder& b, const GradArgs& a, std::span<GradValue> g) {  // 
   GradValue one_minus = scalar(b, OpId::kRMinusScalar, b.op(OpId::kSquare, {a.outputs[0]}), 1);
   g[0] = mul(b, dy(a), one_minus);
 }
+void erf_grad(GradBuilder& b, const GradArgs& a, std::span<GradValue> g) {  // 2/sqrt(pi) exp(-x^2)
+  GradValue e = b.op(OpId::kExp, {b.op(OpId::kNegative, {b.op(OpId::kSquare, {lhs(a)})})});
+  g[0] = mul(b, dy(a), scalar(b, OpId::kMulScalar, e, 1.1283791670955125739));
+}
 void sigmoid_grad(GradBuilder& b, const GradArgs& a, std::span<GradValue> g) {  // y (1 - y)
   GradValue y = a.outputs[0];
   g[0] = mul(b, dy(a), mul(b, y, scalar(b, OpId::kRMinusScalar, y, 1)));
@@ -173,6 +177,7 @@ void register_elemwise_grads(OpRegistry& r) {
   set(r, OpId::kSqrt, sqrt_grad, false, true);
   set(r, OpId::kSquare, square_grad);
   set(r, OpId::kTanh, tanh_grad, false, true);
+  set(r, OpId::kErf, erf_grad);
   set(r, OpId::kSigmoid, sigmoid_grad, false, true);
   set(r, OpId::kRelu, relu_grad, false, true);
   set(r, OpId::kAbs, abs_grad);

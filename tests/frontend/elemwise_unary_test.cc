@@ -31,6 +31,7 @@ const UnaryCase kUnaryCases[] = {
     {OpId::kLog, [](double x) { return std::log(x); }, true, 0.001, 1000},
     {OpId::kSqrt, [](double x) { return std::sqrt(x); }, true, 0, 1000},
     {OpId::kTanh, [](double x) { return std::tanh(x); }, true, -6, 6},
+    {OpId::kErf, [](double x) { return std::erf(x); }, true, -4, 4},
     {OpId::kSigmoid, [](double x) { return 1 / (1 + std::exp(-x)); }, true, -30, 30},
     {OpId::kSquare, [](double x) { return x * x; }, false, -11, 11},
     {OpId::kRelu, [](double x) { return x > 0 ? x : 0; }, false, -100, 100},

@@ -176,7 +176,8 @@ void with_scalar(Writer& w, const ir::Node& n) {
 
 constexpr char kAdd[] = "Add", kSub[] = "Sub", kMul[] = "Mul", kDiv[] = "Div", kPow[] = "Pow", kMax[] = "Max",
                kMin[] = "Min", kRelu[] = "Relu", kSigmoid[] = "Sigmoid", kTanh[] = "Tanh", kExp[] = "Exp",
-               kLog[] = "Log", kSqrt[] = "Sqrt", kAbs[] = "Abs", kNeg[] = "Neg", kIdentity[] = "Identity";
+               kLog[] = "Log", kSqrt[] = "Sqrt", kAbs[] = "Abs", kNeg[] = "Neg", kIdentity[] = "Identity",
+               kErf[] = "Erf";
 
 void write_activation(Writer& w, const ir::Node& n) {
   static const std::map<ActType, const char*> ops{{ActType::kRelu, "Relu"}, {ActType::kSigmoid, "Sigmoid"},
@@ -526,7 +527,7 @@ const std::map<OpId, WriteFn>& writers() {
       {OpId::kMaximumScalar, with_scalar<kMax>},   {OpId::kMinimumScalar, with_scalar<kMin>},
       {OpId::kRelu, unary<kRelu>},                 {OpId::kSigmoid, unary<kSigmoid>},
       {OpId::kTanh, unary<kTanh>},                 {OpId::kExp, unary<kExp>},
-      {OpId::kLog, unary<kLog>},                   {OpId::kSqrt, unary<kSqrt>},
+      {OpId::kLog, unary<kLog>},                   {OpId::kSqrt, unary<kSqrt>},                 {OpId::kErf, unary<kErf>},
       {OpId::kAbs, unary<kAbs>},                   {OpId::kNegative, unary<kNeg>},
       {OpId::kCopy, unary<kIdentity>},             {OpId::kBlockGrad, unary<kIdentity>},
       {OpId::kClip, write_clip},                   {OpId::kActivation, write_activation},

@@ -112,6 +112,7 @@ KILN_ONNX_CONVERTER("Pow", convert_pow);
 KILN_ONNX_CONVERTER("Exp", convert_unary<OpId::kExp>);
 KILN_ONNX_CONVERTER("Log", convert_unary<OpId::kLog>);
 KILN_ONNX_CONVERTER("Sqrt", convert_unary<OpId::kSqrt>);
+KILN_ONNX_CONVERTER("Erf", convert_unary<OpId::kErf>);
 KILN_ONNX_CONVERTER("Abs", convert_unary<OpId::kAbs>);
 KILN_ONNX_CONVERTER("Neg", convert_unary<OpId::kNegative>);
 KILN_ONNX_CONVERTER("Reciprocal", convert_reciprocal);
