@@ -26,6 +26,8 @@
 # KILN_GPU_CHECK_PEERS="eager compile eager_bf16 compile_bf16" runs those PyTorch twins of the
 # ResNet-18 recipe (KILN_GPU_CHECK_PEER_EPOCHS each, default 3) one after the other;
 # KILN_GPU_CHECK_PROFILE=1 prints per-op GPU time of ResNet-18 training (float32 and bf16);
+# KILN_GPU_CHECK_TESTS="PROGRAM..." (or none) picks the test programs; KILN_GPU_CHECK_BENCH=0 skips
+# the GPU benchmarks; KILN_GPU_CHECK_CPU_COMPARE="PREFIX..." runs bench/pytorch_compare.py on the host CPU;
 # KILN_GPU_CHECK_GDB="PROGRAM..." runs test programs under cuda-gdb and prints their backtraces;
 # KILN_GPU_CHECK_AB=1 trains hybridized ResNet-18 with CUDA graphs and NVRTC fusion each on and off;
 # KILN_GPU_CHECK_EPOCHS (default 1) sets LeNet's length, KILN_GPU_CHECK_RESNET_EPOCHS (default 2)
@@ -183,6 +185,7 @@ done
 step "GPU tests (cuda_fault_test last: it destroys its process's CUDA context on purpose)"
 # KILN_GPU_CHECK_TESTS="PROGRAM...": only those test programs (of the bundle's).
 [[ -n ${KILN_GPU_CHECK_TESTS:-} ]] && read -r -a gpu_tests <<<"$KILN_GPU_CHECK_TESTS"
+[[ ${KILN_GPU_CHECK_TESTS:-} == none ]] && gpu_tests=()
 for t in "${gpu_tests[@]}"; do
   timed 90 "$bin/$t" --gtest_color=no 2>&1 | tee "$logs/$t.log" | grep -v '^\[       OK \]\|^\[ RUN      \]'
   record "$t" "${PIPESTATUS[0]}"
@@ -214,11 +217,24 @@ for t in "${gpu_tests[@]}"; do
   record "$t (sync lanes)" "${PIPESTATUS[0]}"
 done
 
+# KILN_GPU_CHECK_CPU_COMPARE="PREFIX...": Kiln's CPU benchmarks against PyTorch's on this machine's
+# host CPU (2 threads each: the GPU machines' hosts have AMX, which the CPU issues' targets name).
+if [[ -n ${KILN_GPU_CHECK_CPU_COMPARE:-} ]]; then
+  step "CPU benchmarks against PyTorch on the host: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)"
+  grep -o 'amx_bf16\|amx_tile\|avx512_bf16\|avx512_fp16' /proc/cpuinfo | sort -u | tr '\n' ' '; echo
+  # shellcheck disable=SC2086
+  KILN_CPU_THREADS=2 PYTHONUNBUFFERED=1 timed 240 python3 bench/pytorch_compare.py --kiln "$bin/kiln" --threads 2 \
+    --only $KILN_GPU_CHECK_CPU_COMPARE --out "$logs/cpu_compare.md" 2>&1 | tee "$logs/cpu_compare.log"
+  record "CPU benchmarks against PyTorch" "${PIPESTATUS[0]}"
+fi
+
+if [[ ${KILN_GPU_CHECK_BENCH:-1} == 1 ]]; then
 step "GPU benchmarks"
 timed 60 "$bin/kiln" bench cuda_
 record "kiln bench cuda_" $?
 KILN_CUDA_LANES=sync timed 60 "$bin/kiln" bench cuda_op_latency
 record "kiln bench cuda_op_latency (sync lanes)" $?
+fi
 
 if [[ "${KILN_GPU_CHECK_QUICK:-0}" != 1 ]]; then
   epochs=${KILN_GPU_CHECK_EPOCHS:-1}
