@@ -18,6 +18,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
@@ -109,5 +110,13 @@ class CpuThreadsGuard {
 // be the same device). Inputs are created and waited for before the clock
 // starts; returns the seconds until both chains have finished.
 double two_chains_seconds(Device first, Device second, int length, int64_t n);
+
+// Microseconds per call of d2l 12.1's MLP (models::mlp_chapter) on one 1x512
+// sample on `device`, imperative or hybridized: 1,000 calls per round, best
+// of options.repeat rounds after a warm-up round (deferred init, trace,
+// plans); `after_warmup` runs between the warm-up and the timed rounds
+// (hybridize_bench.cc).
+double mlp_us_per_call(const Options& options, bool hybridize, Device device,
+                       const std::function<void()>& after_warmup = {});
 
 }  // namespace kiln::bench

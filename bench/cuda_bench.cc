@@ -140,26 +140,10 @@ std::vector<Figure> bench_latency(const Options& options) {
 // kernel), and hybridized with graphs on (an engine push and one graph
 // launch per call; the target on an H100 is <= 10 us). The graph statistics
 // of the graphs-on round go to stderr.
-double mlp_us_per_call(const Options& options, bool hybridize, bool graphs) {
+double mlp_us(const Options& options, bool hybridize, bool graphs) {
   const bool before = graph_capture_enabled();
   graph_capture_set_enabled(graphs);
-  nd::random::seed(0);
-  auto net = models::mlp_chapter();
-  net.initialize(init::Uniform(), kGpu);
-  net.hybridize(hybridize);
-  NDArray x = nd::random::normal({1, 512}).copy_to(kGpu);
-  constexpr int kCalls = 1000;
-  auto round = [&] {
-    engine::wait_all();
-    auto start = Clock::now();
-    NDArray y;
-    for (int i = 0; i < kCalls; ++i) y = net(x);
-    y.wait_to_read();
-    return seconds_since(start);
-  };
-  round();  // warm-up: deferred init, trace, the graph's warm-up run and capture
-  graph_capture_reset_stats();
-  double us = best_of(options.repeat, round) / kCalls * 1e6;
+  double us = mlp_us_per_call(options, hybridize, kGpu, graph_capture_reset_stats);
   if (hybridize && graphs) std::fprintf(stderr, "cuda_mlp graphs: %s\n", graph_capture_stats().to_string().c_str());
   graph_capture_set_enabled(before);
   return us;
@@ -167,9 +151,9 @@ double mlp_us_per_call(const Options& options, bool hybridize, bool graphs) {
 
 std::vector<Figure> bench_mlp(const Options& options) {
   if (!have_gpu("cuda_mlp")) return {};
-  return {{"cuda_mlp_imperative_us", mlp_us_per_call(options, false, false), "us"},
-          {"cuda_mlp_hybridized_nographs_us", mlp_us_per_call(options, true, false), "us"},
-          {"cuda_mlp_hybridized_us", mlp_us_per_call(options, true, true), "us"}};
+  return {{"cuda_mlp_imperative_us", mlp_us(options, false, false), "us"},
+          {"cuda_mlp_hybridized_nographs_us", mlp_us(options, true, false), "us"},
+          {"cuda_mlp_hybridized_us", mlp_us(options, true, true), "us"}};
 }
 
 }  // namespace
