@@ -24,8 +24,9 @@ file at another batch size). Models:
   ffn_op13     LayerNorm, Linear, GELU (exported as Div-Erf-Add-Mul-Mul), Linear,
                residual, over [N, 4, 8]
   mlp_external the MLP with its weights in mlp_external.bin (external data)
-  --torchvision NAME... OUT_DIR  torchvision classification models (random
-               weights, opset 13, batch 2/3 at 224x224): large, not committed
+  --torchvision [--opset N] NAME... OUT_DIR  torchvision classification
+               models (random weights, opset 13 or N, batch 2/3 at 224x224):
+               large, not committed; with --opset the files are NAME_opN
   --compare KILN DIR  runs `KILN run` on every DIR/NAME.onnx with NAME.in3.npy
                and prints one line per model: NAME, max |kiln - torch| over
                max |torch| (or Kiln's error message)
@@ -147,12 +148,16 @@ def main():
         return
     if args and args[0] == "--torchvision":
         import torchvision
+        opset, suffix = 13, ""
+        if len(args) > 2 and args[1] == "--opset":
+            opset, suffix, args = int(args[2]), f"_op{args[2]}", args[2:]
         names, out = args[1:-1], args[-1]
         os.makedirs(out, exist_ok=True)
         for name in names:
             torch.manual_seed(0)
             kwargs = {"aux_logits": False, "init_weights": True} if name in ("googlenet", "inception_v3") else {}
-            export(getattr(torchvision.models, name)(weights=None, **kwargs), name, (1, 3, 224, 224), 13, out)
+            export(getattr(torchvision.models, name)(weights=None, **kwargs), name + suffix, (1, 3, 224, 224), opset,
+                   out)
         return
     out = args[0] if args else os.path.join(os.path.dirname(__file__), "..", "tests", "data", "onnx")
     os.makedirs(out, exist_ok=True)
