@@ -36,7 +36,9 @@ void convert_pow(NodeContext& n) {
 // Clip: bounds as attributes before opset 11, as optional inputs after.
 void convert_clip(NodeContext& n) {
   const double lowest = std::numeric_limits<float>::lowest(), highest = std::numeric_limits<float>::max();
-  if (!is_floating(n.type(0).dtype)) n.unsupported(fmt::format("Clip of {}", dtype_name(n.type(0).dtype)));
+  // Integers: bounds saturate to the dtype's range (Kiln's clip), so the float defaults mean "none".
+  const DType t = n.type(0).dtype;
+  if (!is_floating(t) && !is_integral(t)) n.unsupported(fmt::format("Clip of {}", dtype_name(t)));
   if (n.opset() < 11) {
     ClipAttrs a{.a_min = n.attr_float("min", lowest), .a_max = n.attr_float("max", highest)};
     n.set_output(0, n.op1(OpId::kClip, {n.input(0)}, a));

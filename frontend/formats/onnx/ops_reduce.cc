@@ -33,11 +33,24 @@ void convert_reduce(NodeContext& n) {
 }
 
 // ArgMax/ArgMin: Kiln's give the first extremum in the input's dtype; ONNX int64.
+// select_last_index 1: the first extremum of the axis reversed (a slice with
+// step -1), counted back from the end: (len - 1) - index.
 template <OpId kId>
 void convert_arg_reduce(NodeContext& n) {
-  if (n.attr_int("select_last_index", 0) != 0) n.unsupported("select_last_index 1");
-  int axis = normalize_onnx_axis(n, n.attr_int("axis", 0), n.shape(0).ndim());
-  ir::Entry y = n.op1(kId, {n.input(0)}, ArgReduceAttrs{.axis = axis, .keepdims = n.attr_int("keepdims", 1) != 0});
+  const Shape& shape = n.shape(0);
+  int axis = normalize_onnx_axis(n, n.attr_int("axis", 0), shape.ndim());
+  const bool last = n.attr_int("select_last_index", 0) != 0;
+  ir::Entry x = n.input(0);
+  if (last) {
+    std::vector<std::optional<int64_t>> none(static_cast<size_t>(shape.ndim())), step(none.size(), 1);
+    step[static_cast<size_t>(axis)] = -1;
+    x = n.op1(OpId::kSlice, {x}, SliceAttrs{.begin = OptIntTuple(none), .end = OptIntTuple(none),
+                                             .step = OptIntTuple(step)});
+  }
+  ir::Entry y = n.op1(kId, {x}, ArgReduceAttrs{.axis = axis, .keepdims = n.attr_int("keepdims", 1) != 0});
+  if (last) {
+    y = n.op1(OpId::kRMinusScalar, {y}, ScalarAttrs{.scalar = static_cast<double>(shape[axis] - 1)});
+  }
   n.set_output(0, n.op1(OpId::kCast, {y}, CastAttrs{.dtype = DType::kInt64}));
 }
 
