@@ -26,11 +26,23 @@ void convert_reciprocal(NodeContext& n) {
   n.set_output(0, n.op1(OpId::kRDivScalar, {n.input(0)}, ScalarAttrs{.scalar = 1.0}));
 }
 
+// Pow: the result has the base's dtype, the exponent may have another. A
+// floating base takes the exponent cast to its dtype; an integer base with
+// another exponent dtype computes in float64 and truncates back (exact for
+// the integers a float64 power represents).
 void convert_pow(NodeContext& n) {
-  if (n.type(0).dtype != n.type(1).dtype)
-    n.unsupported(fmt::format("an exponent of dtype {} with a base of dtype {}", dtype_name(n.type(1).dtype),
-                              dtype_name(n.type(0).dtype)));
-  n.set_output(0, n.op1(OpId::kBroadcastPower, {n.input(0), n.input(1)}));
+  const DType base = n.type(0).dtype, exponent = n.type(1).dtype;
+  if (base == exponent) {
+    n.set_output(0, n.op1(OpId::kBroadcastPower, {n.input(0), n.input(1)}));
+    return;
+  }
+  auto cast = [&](ir::Entry e, DType t) { return n.op1(OpId::kCast, {e}, CastAttrs{.dtype = t}); };
+  if (is_floating(base)) {
+    n.set_output(0, n.op1(OpId::kBroadcastPower, {n.input(0), cast(n.input(1), base)}));
+    return;
+  }
+  ir::Entry y = n.op1(OpId::kBroadcastPower, {cast(n.input(0), DType::kFloat64), cast(n.input(1), DType::kFloat64)});
+  n.set_output(0, cast(y, base));
 }
 
 // Clip: bounds as attributes before opset 11, as optional inputs after.

@@ -328,12 +328,16 @@ void convert_softsign(NodeContext& n) {
   n.set_output(0, n.op1(OpId::kActivation, {n.input(0)}, ActivationAttrs{.act_type = ActType::kSoftsign}));
 }
 
-// Selu with ONNX's default alpha and gamma, which Kiln's selu fixes.
+// Selu: Kiln's selu with ONNX's default alpha and gamma; other values as
+// gamma * elu(x, alpha), which is the same function.
 void convert_selu(NodeContext& n) {
   double alpha = n.attr_float("alpha", kSeluAlpha), gamma = n.attr_float("gamma", kSeluLambda);
-  if (std::abs(alpha - kSeluAlpha) > 1e-6 || std::abs(gamma - kSeluLambda) > 1e-6)  // float attributes
-    n.unsupported(fmt::format("alpha {} and gamma {} other than SELU's own", alpha, gamma));
-  n.set_output(0, n.op1(OpId::kLeakyReLU, {n.input(0)}, LeakyReLUAttrs{.act_type = LeakyType::kSelu}));
+  if (std::abs(alpha - kSeluAlpha) <= 1e-6 && std::abs(gamma - kSeluLambda) <= 1e-6) {  // float attributes
+    n.set_output(0, n.op1(OpId::kLeakyReLU, {n.input(0)}, LeakyReLUAttrs{.act_type = LeakyType::kSelu}));
+    return;
+  }
+  ir::Entry elu = n.op1(OpId::kLeakyReLU, {n.input(0)}, LeakyReLUAttrs{.act_type = LeakyType::kElu, .slope = alpha});
+  n.set_output(0, n.op1(OpId::kMulScalar, {elu}, ScalarAttrs{.scalar = gamma}));
 }
 
 // Gelu (exact, with erf): what frontend/formats/onnx/patterns.cc makes of
