@@ -51,16 +51,16 @@ DeviceFlags& flags_of(int device) {
   static auto* all = new std::array<DeviceFlags, kMaxDevicesPerKind>();  // leaked: engine workers use it until exit
   DeviceFlags& f = (*all)[static_cast<size_t>(device)];
   std::call_once(f.once, [&] {
-      const Device dev = Device::cuda(device);
-      bind_device(device);
-      void* p = nullptr;
-      KILN_CUDA_CHECK(cudaHostAlloc(&p, sizeof(int) * 2 * kFlagsPerDevice, cudaHostAllocMapped | cudaHostAllocPortable),
-                      dev);
-      void* d = nullptr;
-      KILN_CUDA_CHECK(cudaHostGetDevicePointer(&d, p, 0), dev);
-      f.device = static_cast<int*>(d);
-      for (int i = kFlagsPerDevice - 1; i >= 0; --i) f.free_slots.push_back(i);
-      f.host = static_cast<int*>(p);
+    const Device dev = Device::cuda(device);
+    bind_device(device);
+    void* p = nullptr;
+    KILN_CUDA_CHECK(cudaHostAlloc(&p, sizeof(int) * 2 * kFlagsPerDevice, cudaHostAllocMapped | cudaHostAllocPortable),
+                    dev);
+    void* d = nullptr;
+    KILN_CUDA_CHECK(cudaHostGetDevicePointer(&d, p, 0), dev);
+    f.device = static_cast<int*>(d);
+    for (int i = kFlagsPerDevice - 1; i >= 0; --i) f.free_slots.push_back(i);
+    f.host = static_cast<int*>(p);
   });
   return f;
 }
@@ -71,7 +71,8 @@ std::string take_front(DeviceFlags& f, int device) {
   Pending p = std::move(f.pending.front());
   f.pending.pop_front();
   const int* v = f.host + 2 * p.slot;
-  std::string failure = v[0] >= 0 ? fmt::format("{} on cuda({}): {}", p.op, device, p.describe(v[0], v[1])) : std::string();
+  std::string failure =
+      v[0] >= 0 ? fmt::format("{} on cuda({}): {}", p.op, device, p.describe(v[0], v[1])) : std::string();
   f.free_slots.push_back(p.slot);
   f.free_events.push_back(p.event);
   return failure;
@@ -79,9 +80,10 @@ std::string take_front(DeviceFlags& f, int device) {
 
 [[noreturn]] void fail_deferred(const std::string& message) {
   if (!lanes_async()) throw ValueError(message);  // read right after the op that ran the graph
-  throw ValueError(fmt::format("{} (found at a later wait: with asynchronous lanes a kernel's input is checked "
-                               "after it ran; KILN_CUDA_LANES=sync reports it in the op itself)",
-                               message));
+  throw ValueError(
+      fmt::format("{} (found at a later wait: with asynchronous lanes a kernel's input is checked "
+                  "after it ran; KILN_CUDA_LANES=sync reports it in the op itself)",
+                  message));
 }
 
 }  // namespace
@@ -168,8 +170,8 @@ void deferred_check_drain(int device) {
   }
   for (const Captured& c : f.captured) {
     int* v = f.host + 2 * c.slot;
-    if (v[0] >= 0 && failure.empty()) failure = fmt::format("{} on cuda({}), in a CUDA graph: {}", c.op, device,
-                                                            c.describe(v[0], v[1]));
+    if (v[0] >= 0 && failure.empty())
+      failure = fmt::format("{} on cuda({}), in a CUDA graph: {}", c.op, device, c.describe(v[0], v[1]));
     v[0] = -1;
     v[1] = 0;
   }

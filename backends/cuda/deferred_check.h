@@ -2,8 +2,8 @@
 // index past the end) reported without reading a flag back after every op.
 //
 //   int* flag = cuda::deferred_check_begin(id, s);         // two ints in mapped pinned memory
-//   launch_kernel(..., flag, s);                           // on a bad row r: atomicCAS(flag, -1, r), then flag[1] = payload
-//   cuda::deferred_check_end(id, flag, s, "softmax_cross_entropy", [=](int row, int payload) { return ...; });
+//   launch_kernel(..., flag, s);                           // on a bad row r: atomicCAS(flag, -1, r), then flag[1] =
+//   payload cuda::deferred_check_end(id, flag, s, "softmax_cross_entropy", [=](int row, int payload) { return ...; });
 //
 // The flag lives in page-locked host memory mapped into the GPU's address
 // space: the kernel writes it directly, no copy is queued. flag[0] is -1 until
