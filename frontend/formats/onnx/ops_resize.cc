@@ -5,15 +5,21 @@
 // is repeated exactly (what nearest sampling gives for whole factors with
 // asymmetric coordinates and floor, or half-pixel coordinates and rounding).
 //
-// Linear mode, any scales or sizes: interpolating along one axis is a linear
-// map, so each resized axis is moved last and multiplied by a constant
-// [in, out] matrix whose column j holds the two weights of output j
-// (1 - r at floor(x), r at floor(x) + 1, indices clamped to the axis, as
-// ONNX's edge padding gives; x is output j's coordinate in the input under
-// coordinate_transformation_mode). Separable, so N-linear over several axes.
+// Every other case (linear and cubic modes, nearest sampling with fractional
+// factors or other coordinate and rounding modes), any scales or sizes:
+// resampling one axis is a linear map, so each resized axis is moved last
+// and multiplied by a constant [in, out] matrix whose column j holds the
+// weights of output j, x being its coordinate in the input under
+// coordinate_transformation_mode: linear 1 - r at floor(x) and r at
+// floor(x) + 1; cubic the four Keys weights of cubic_coeff_a around floor(x)
+// (out-of-range taps dropped and the rest renormalized with
+// exclude_outside); nearest a single 1 at x rounded by nearest_mode. Indices
+// are clamped to the axis, as ONNX's edge padding gives. Separable, so the
+// axes are resampled one after another. Floating data only.
 //
-// Other modes (cubic), nearest with fractional factors and
-// tf_crop_and_resize are NotSupported.
+// tf_crop_and_resize and antialiasing are NotSupported.
+#include <algorithm>
+#include <array>
 #include <cmath>
 #include <numeric>
 
@@ -94,22 +100,58 @@ double source_coordinate(NodeContext& n, const std::string& coord, int64_t j, in
   n.unsupported(fmt::format("coordinate_transformation_mode '{}'", coord));
 }
 
-// `y` (of n.type(0)'s dtype) interpolated linearly along `axis` from `in` to `out` elements.
-ir::Entry linear_axis(NodeContext& n, ir::Entry y, int axis, int64_t out, double scale, const std::string& coord) {
+// How one axis is resampled: mode, nearest rounding, cubic coefficient, excluded outside taps.
+struct Sampling {
+  std::string mode = "linear";  // linear, cubic, nearest
+  std::string nearest = "round_prefer_floor";
+  double cubic_a = -0.75;
+  bool exclude_outside = false;
+};
+
+// The Keys cubic weights of the taps at floor(x) - 1 .. floor(x) + 2, r = x - floor(x).
+std::array<double, 4> cubic_weights(double r, double a) {
+  auto near = [&](double d) { return ((a + 2) * d - (a + 3)) * d * d + 1; };       // |d| <= 1
+  auto far = [&](double d) { return ((a * d - 5 * a) * d + 8 * a) * d - 4 * a; };  // 1 < |d| < 2
+  return {far(r + 1), near(r), near(1 - r), far(2 - r)};
+}
+
+// `y` (of n.type(0)'s dtype) resampled along `axis` from `in` to `out` elements.
+ir::Entry resample_axis(NodeContext& n, ir::Entry y, int axis, int64_t out, double scale, const std::string& coord,
+                        const Sampling& sampling) {
   const Shape s = n.entry_type(y).shape;
   const int last = s.ndim() - 1;
   const int64_t in = s[axis];
-  KILN_CHECK(in > 0, ShapeError, "linear resizing of the empty axis {} of {}", axis, s);
+  KILN_CHECK(in > 0, ShapeError, "resizing the empty axis {} of {}", axis, s);
   KILN_CHECK(in * out <= kMaxImportElements, ValueError, "the {}x{} interpolation matrix of axis {} is too large", in,
              out, axis);
   std::vector<float> w(static_cast<size_t>(in * out), 0.0f);
+  auto clamp = [&](double i) { return static_cast<int64_t>(std::clamp(i, 0.0, static_cast<double>(in - 1))); };
   for (int64_t j = 0; j < out; ++j) {
     double x = source_coordinate(n, coord, j, in, scale);
     KILN_CHECK(std::isfinite(x), ValueError, "scale {} of axis {} gives no finite coordinates", scale, axis);
-    double lo = std::floor(x), r = x - lo;
-    auto at = [&](double i) { return static_cast<int64_t>(std::clamp(i, 0.0, static_cast<double>(in - 1))); };
-    w[static_cast<size_t>(at(lo) * out + j)] += static_cast<float>(1 - r);
-    w[static_cast<size_t>(at(lo + 1) * out + j)] += static_cast<float>(r);
+    const double lo = std::floor(x), r = x - lo;
+    if (sampling.mode == "nearest") {
+      double i = sampling.nearest == "floor"              ? lo
+                 : sampling.nearest == "ceil"             ? std::ceil(x)
+                 : r == 0.5                               ? (sampling.nearest == "round_prefer_ceil" ? lo + 1 : lo)
+                                                          : std::round(x);
+      w[static_cast<size_t>(clamp(i) * out + j)] = 1.0f;
+    } else if (sampling.mode == "cubic") {
+      std::array<double, 4> c = cubic_weights(r, sampling.cubic_a);
+      double total = 0;
+      for (int t = 0; t < 4; ++t) {
+        double i = lo - 1 + t;
+        if (sampling.exclude_outside && (i < 0 || i > static_cast<double>(in - 1))) c[static_cast<size_t>(t)] = 0;
+        total += c[static_cast<size_t>(t)];
+      }
+      for (int t = 0; t < 4; ++t) {
+        double v = c[static_cast<size_t>(t)] / (sampling.exclude_outside && total != 0 ? total : 1.0);
+        w[static_cast<size_t>(clamp(lo - 1 + t) * out + j)] += static_cast<float>(v);
+      }
+    } else {
+      w[static_cast<size_t>(clamp(lo) * out + j)] += static_cast<float>(1 - r);
+      w[static_cast<size_t>(clamp(lo + 1) * out + j)] += static_cast<float>(r);
+    }
   }
   ir::Entry m = n.constant(nd::array(w, Shape{in, out}).astype(n.type(0).dtype));
   std::vector<int64_t> perm(static_cast<size_t>(s.ndim()));
@@ -126,11 +168,12 @@ ir::Entry linear_axis(NodeContext& n, ir::Entry y, int axis, int64_t out, double
   return y;
 }
 
-// Linear Resize/Upsample: `scales` or `sizes` (one per axis) give each axis's output length.
-void resize_linear(NodeContext& n, const std::string& coord, const std::vector<double>& scales,
-                   const std::vector<int64_t>& sizes) {
+// Resize/Upsample through interpolation matrices: `scales` or `sizes` (one per axis) give each axis's output length.
+void resize_matrix(NodeContext& n, const std::string& coord, const std::vector<double>& scales,
+                   const std::vector<int64_t>& sizes, const Sampling& sampling) {
   const Shape& x = n.shape(0);
-  KILN_CHECK(is_floating(n.type(0).dtype), NotSupported, "linear resizing of {} data", dtype_name(n.type(0).dtype));
+  if (!is_floating(n.type(0).dtype))
+    n.unsupported(fmt::format("{} resizing of {} data", sampling.mode, dtype_name(n.type(0).dtype)));
   ir::Entry y = n.input(0);
   for (int d = 0; d < x.ndim(); ++d) {
     double scale;
@@ -150,28 +193,13 @@ void resize_linear(NodeContext& n, const std::string& coord, const std::vector<d
       out = static_cast<int64_t>(len);
     }
     if (scale == 1.0 && out == x[d]) continue;
-    y = linear_axis(n, y, d, out, scale, coord);
+    y = resample_axis(n, y, d, out, scale, coord, sampling);
   }
   n.set_output(0, y);
 }
 
-void convert_resize(NodeContext& n) {
-  if (n.attr_string("mode", "nearest") == "linear") {
-    std::string coord = n.opset() < 11 ? "asymmetric" : n.attr_string("coordinate_transformation_mode", "half_pixel");
-    std::vector<double> scales;
-    std::vector<int64_t> sizes;
-    if (n.opset() < 11) scales = n.known_doubles(1, "scales");
-    else if (n.has_input(3)) sizes = n.known_ints(3, "sizes");
-    else scales = n.known_doubles(2, "scales");
-    KILN_CHECK(scales.size() == static_cast<size_t>(n.shape(0).ndim()) ||
-                   sizes.size() == static_cast<size_t>(n.shape(0).ndim()),
-               ValueError, "expected one scale or size per axis of {}", n.shape(0));
-    resize_linear(n, coord, scales, sizes);
-    return;
-  }
-  check_nearest(n, true);
+std::vector<double> resize_scales(NodeContext& n, std::vector<int64_t>& sizes) {
   std::vector<double> scales;
-  std::vector<int64_t> sizes;
   if (n.opset() < 11) {
     scales = n.known_doubles(1, "scales");
   } else if (n.has_input(3)) {
@@ -179,16 +207,64 @@ void convert_resize(NodeContext& n) {
   } else {
     scales = n.known_doubles(2, "scales");
   }
-  KILN_CHECK(scales.size() == static_cast<size_t>(n.shape(0).ndim()) || sizes.size() == static_cast<size_t>(n.shape(0).ndim()),
+  KILN_CHECK(scales.size() == static_cast<size_t>(n.shape(0).ndim()) ||
+                 sizes.size() == static_cast<size_t>(n.shape(0).ndim()),
              ValueError, "expected one scale or size per axis of {}", n.shape(0));
-  repeat(n, factors(n, n.shape(0), scales, sizes));
+  return scales;
+}
+
+// Nearest sampling that whole factors repeat exactly (the broadcast path).
+bool whole_factor_nearest(NodeContext& n, const std::vector<double>& scales, const std::vector<int64_t>& sizes) {
+  if (n.opset() >= 11) {
+    std::string coord = n.attr_string("coordinate_transformation_mode", "half_pixel");
+    std::string rounding = n.attr_string("nearest_mode", "round_prefer_floor");
+    bool half_pixel = coord == "half_pixel" || coord == "pytorch_half_pixel";
+    bool rounds = rounding == "round_prefer_floor" || rounding == "round_prefer_ceil";
+    if (!((coord == "asymmetric" && rounding == "floor") || (half_pixel && rounds))) return false;
+  }
+  const Shape& x = n.shape(0);
+  for (int d = 0; d < x.ndim(); ++d) {
+    if (!sizes.empty()) {
+      int64_t out = sizes[static_cast<size_t>(d)];
+      if (x[d] == 0 || out % x[d] != 0) return false;
+    } else {
+      double s = scales[static_cast<size_t>(d)];
+      if (s < 1 || std::floor(s) != s) return false;
+    }
+  }
+  return true;
+}
+
+void convert_resize(NodeContext& n) {
+  const std::string mode = n.attr_string("mode", "nearest");
+  if (mode != "nearest" && mode != "linear" && mode != "cubic") n.unsupported(fmt::format("mode '{}'", mode));
+  std::vector<int64_t> sizes;
+  std::vector<double> scales = resize_scales(n, sizes);
+  if (mode == "nearest" && (whole_factor_nearest(n, scales, sizes) || !is_floating(n.type(0).dtype))) {
+    check_nearest(n, true);
+    repeat(n, factors(n, n.shape(0), scales, sizes));
+    return;
+  }
+  std::string coord = n.opset() < 11 ? "asymmetric" : n.attr_string("coordinate_transformation_mode", "half_pixel");
+  Sampling sampling{.mode = mode};
+  if (n.opset() >= 11) {
+    sampling.nearest = n.attr_string("nearest_mode", "round_prefer_floor");
+    sampling.cubic_a = n.attr_float("cubic_coeff_a", -0.75);
+    sampling.exclude_outside = n.attr_int("exclude_outside", 0) != 0;
+  } else if (mode == "nearest") {
+    sampling.nearest = "floor";  // opset 10: asymmetric coordinates, floor
+  }
+  const std::vector<std::string> roundings = {"round_prefer_floor", "round_prefer_ceil", "floor", "ceil"};
+  if (std::find(roundings.begin(), roundings.end(), sampling.nearest) == roundings.end())
+    n.unsupported(fmt::format("nearest_mode '{}'", sampling.nearest));
+  resize_matrix(n, coord, scales, sizes, sampling);
 }
 
 void convert_upsample(NodeContext& n) {
   std::vector<double> scales = n.opset() < 9 ? n.attr_floats("scales") : n.known_doubles(1, "scales");
   KILN_CHECK(scales.size() == static_cast<size_t>(n.shape(0).ndim()), ValueError, "expected one scale per axis of {}",
              n.shape(0));
-  if (n.attr_string("mode", "nearest") == "linear") return resize_linear(n, "asymmetric", scales, {});
+  if (n.attr_string("mode", "nearest") == "linear") return resize_matrix(n, "asymmetric", scales, {}, Sampling{});
   check_nearest(n, false);
   repeat(n, factors(n, n.shape(0), scales, {}));
 }
