@@ -108,13 +108,22 @@ void convert_not(NodeContext& n) {
   n.set_output(0, n.op1(OpId::kCast, {y}, CastAttrs{.dtype = DType::kBool}));
 }
 
-// Sum, Max, Min, Mean of any number of inputs, broadcasting pairwise.
+// Sum, Max, Min, Mean of any number of inputs, broadcasting pairwise. Max
+// and Min of int16, uint16 and uint32 (dtypes Kiln stores but does not
+// compute in) run in int64, which holds every value, and cast back.
 template <OpId kId>
 void convert_variadic(NodeContext& n) {
-  ir::Entry y = n.input(0);
-  for (size_t i = 1; i < n.num_inputs(); ++i) y = n.op1(kId, {y, n.input(i)});
+  const DType t = n.type(0).dtype;
+  const bool widen = (kId == OpId::kBroadcastMaximum || kId == OpId::kBroadcastMinimum) &&
+                     (t == DType::kInt16 || t == DType::kUint16 || t == DType::kUint32);
+  auto in = [&](size_t i) {
+    return widen ? n.op1(OpId::kCast, {n.input(i)}, CastAttrs{.dtype = DType::kInt64}) : n.input(i);
+  };
+  ir::Entry y = in(0);
+  for (size_t i = 1; i < n.num_inputs(); ++i) y = n.op1(kId, {y, in(i)});
   if (n.op_type() == "Mean" && n.num_inputs() > 1)
     y = n.op1(OpId::kDivScalar, {y}, ScalarAttrs{.scalar = static_cast<double>(n.num_inputs())});
+  if (widen) y = n.op1(OpId::kCast, {y}, CastAttrs{.dtype = t});
   n.set_output(0, y);
 }
 
