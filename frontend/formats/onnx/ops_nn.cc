@@ -170,8 +170,38 @@ void convert_conv_transpose(NodeContext& n) {
   n.set_output(0, y);
 }
 
+// training_mode=1 (opset 14+): normalize with the batch's mean and biased
+// variance over every axis but 1, and output the running statistics
+// input * momentum + batch * (1 - momentum), composed from Kiln's reductions.
+void batch_norm_training(NodeContext& n) {
+  const Shape& x = n.shape(0);
+  KILN_CHECK(x.ndim() >= 2, ShapeError, "expected data [N,C,...], got {}", x);
+  IntTuple axes;
+  std::vector<int64_t> channel_shape(static_cast<size_t>(x.ndim()), 1);
+  channel_shape[1] = x[1];
+  for (int d = 0; d < x.ndim(); ++d) {
+    if (d != 1) axes.push_back(d);
+  }
+  const double eps = n.attr_float("epsilon", 1e-5), momentum = n.attr_float("momentum", 0.9);
+  ir::Entry mean = n.op1(OpId::kMean, {n.input(0)}, ReduceAttrs{.axis = axes, .keepdims = true});
+  ir::Entry centered = n.op1(OpId::kBroadcastSub, {n.input(0), mean});
+  ir::Entry var = n.op1(OpId::kMean, {n.op1(OpId::kSquare, {centered})}, ReduceAttrs{.axis = axes, .keepdims = true});
+  ir::Entry std = n.op1(OpId::kSqrt, {n.op1(OpId::kPlusScalar, {var}, ScalarAttrs{.scalar = eps})});
+  ir::Entry y = n.op1(OpId::kBroadcastDiv, {centered, std});
+  y = n.op1(OpId::kBroadcastMul, {y, reshape_to(n, n.input(1), channel_shape)});
+  y = n.op1(OpId::kBroadcastAdd, {y, reshape_to(n, n.input(2), channel_shape)});
+  n.set_output(0, y);
+  auto running = [&](size_t input, ir::Entry batch) {
+    ir::Entry old = n.op1(OpId::kMulScalar, {n.input(input)}, ScalarAttrs{.scalar = momentum});
+    ir::Entry now = n.op1(OpId::kMulScalar, {reshape_to(n, batch, {x[1]})}, ScalarAttrs{.scalar = 1 - momentum});
+    return n.op1(OpId::kBroadcastAdd, {old, now});
+  };
+  if (n.has_output(1)) n.set_output(1, running(3, mean));
+  if (n.has_output(2)) n.set_output(2, running(4, var));
+}
+
 void convert_batch_norm(NodeContext& n) {
-  if (n.opset() >= 14) n.require_attr_int("training_mode", 0, "training-mode statistics");
+  if (n.opset() >= 14 && n.attr_int("training_mode", 0) != 0) return batch_norm_training(n);
   if (n.num_outputs() > 1 && n.has_output(1)) n.unsupported("training-mode outputs (running mean and variance)");
   if (n.opset() < 9) n.require_attr_int("spatial", 1, "per-activation statistics");
   BatchNormAttrs a{.eps = n.attr_float("epsilon", 1e-5),
