@@ -49,6 +49,17 @@ NDArray TrainTask::correct(const NDArray& out, const NDArray& label) const {
   return nd::sum(guess == (label.dtype() == guess.dtype() ? label : label.astype(guess.dtype())));
 }
 
+namespace {
+
+// ValueError naming `model` unless it is one of the zoo's image models.
+void require_image_model(const std::string& model) {
+  std::vector<std::string> known = names();
+  KILN_CHECK(std::find(known.begin(), known.end(), model) != known.end(), ValueError,
+             "--model {}: unknown; expected one of {}, gpt", model, fmt::join(known, ", "));
+}
+
+}  // namespace
+
 TrainConfig recipe_for(const std::string& model) {
   TrainConfig c;
   c.model = model;
@@ -62,9 +73,7 @@ TrainConfig recipe_for(const std::string& model) {
     c.clip_grad_norm = 1;
     return c;
   }
-  std::vector<std::string> known = names();
-  KILN_CHECK(std::find(known.begin(), known.end(), model) != known.end(), ValueError,
-             "--model {}: unknown; expected one of {}, gpt", model, fmt::join(known, ", "));
+  require_image_model(model);
   return c;
 }
 
@@ -89,9 +98,7 @@ TrainTask make_task(const TrainConfig& cfg) {
     t.net = std::make_shared<Gpt>(g);
     return t;
   }
-  std::vector<std::string> known = names();
-  KILN_CHECK(std::find(known.begin(), known.end(), cfg.model) != known.end(), ValueError,
-             "--model {}: unknown; expected one of {}, gpt", cfg.model, fmt::join(known, ", "));
+  require_image_model(cfg.model);
   t.data_name = "Fashion-MNIST";
   t.item = "images";
   t.default_init = "xavier";

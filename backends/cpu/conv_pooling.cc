@@ -467,18 +467,26 @@ bool onednn_direct(const PoolProblem& p, DType t) {
   return t == DType::kFloat32 || (onednn_pools_in(t) && !output_scales(p).needed);
 }
 
+// f(T{}) for the pooled dtypes: float32, float16, bfloat16 (inference admits no float64).
+template <typename F>
+void dispatch_pooled(DType t, F&& f) {
+  cpu::dispatch_floating(t, [&](auto tag) {
+    if constexpr (std::is_same_v<decltype(tag), double>)
+      KILN_ASSERT(!"Pooling: float64 not admitted by inference");
+    else
+      f(tag);
+  });
+}
+
 // (data) -> out
 void pooling_forward(const KernelContext& ctx, std::span<const TensorView> in, std::span<const TensorView> out) {
   if (out[0].size() == 0) return;
   const DType t = in[0].dtype;
   PoolProblem p = make_problem(ctx.attrs.as<PoolingAttrs>(), in[0].shape, t);
   if (p.g.nsp == 2) {
-    return cpu::dispatch_floating(t, [&](auto tag) {
+    return dispatch_pooled(t, [&](auto tag) {
       using T = decltype(tag);
-      if constexpr (std::is_same_v<T, double>)
-        KILN_ASSERT(!"Pooling: float64 not admitted by inference");
-      else
-        pooling_forward_2d<T>(ctx, p, in[0].ptr<T>(), out[0].ptr<T>());
+      pooling_forward_2d<T>(ctx, p, in[0].ptr<T>(), out[0].ptr<T>());
     });
   }
   if (!onednn_direct(p, t)) return cpu::widen(ctx, in, out);
@@ -504,12 +512,9 @@ void pooling_backward(const KernelContext& ctx, std::span<const TensorView> in, 
   const DType t = in[1].dtype;
   PoolProblem p = make_problem(ctx.attrs.as<PoolingAttrs>(), in[1].shape, t);
   if (p.g.nsp == 2) {
-    return cpu::dispatch_floating(t, [&](auto tag) {
+    return dispatch_pooled(t, [&](auto tag) {
       using T = decltype(tag);
-      if constexpr (std::is_same_v<T, double>)
-        KILN_ASSERT(!"Pooling: float64 not admitted by inference");
-      else
-        pooling_backward_2d<T>(ctx, p, in[0].ptr<T>(), in[1].ptr<T>(), out[0].ptr<T>());
+      pooling_backward_2d<T>(ctx, p, in[0].ptr<T>(), in[1].ptr<T>(), out[0].ptr<T>());
     });
   }
   if (!onednn_direct(p, t)) return cpu::widen(ctx, in, out);
