@@ -264,7 +264,10 @@ void convert_upsample(NodeContext& n) {
   std::vector<double> scales = n.opset() < 9 ? n.attr_floats("scales") : n.known_doubles(1, "scales");
   KILN_CHECK(scales.size() == static_cast<size_t>(n.shape(0).ndim()), ValueError, "expected one scale per axis of {}",
              n.shape(0));
-  if (n.attr_string("mode", "nearest") == "linear") return resize_matrix(n, "asymmetric", scales, {}, Sampling{});
+  const std::string mode = n.attr_string("mode", "nearest");
+  if (mode == "linear") return resize_matrix(n, "asymmetric", scales, {}, Sampling{});
+  if (mode == "nearest" && !whole_factor_nearest(n, scales, {}) && is_floating(n.type(0).dtype))
+    return resize_matrix(n, "asymmetric", scales, {}, Sampling{.mode = "nearest", .nearest = "floor"});
   check_nearest(n, false);
   repeat(n, factors(n, n.shape(0), scales, {}));
 }
