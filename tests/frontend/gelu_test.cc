@@ -121,6 +121,46 @@ TEST(Gelu, Float32KernelIsAccurateRelativeToTheValueInTheTail) {
   }
 }
 
+// Large float16/bfloat16 arrays run oneDNN's eltwise primitives (the CPU
+// kernel's header says why): both forms, forward and backward, against
+// float64 on the same (rounded) inputs, within one rounding of the result
+// plus 1e-6.
+TEST(Gelu, LargeSixteenBitArraysAgreeWithFloat64) {
+  const int n = 1 << 16;
+  std::vector<double> x = ramp(n, -8, 8), g = ramp(n, -2, 2);
+  for (DType t : {DType::kBfloat16, DType::kFloat16}) {
+    const double eps = t == DType::kBfloat16 ? 1.0 / 256 : 1.0 / 2048;
+    // The inputs as the 16-bit arrays hold them.
+    std::vector<double> xr = nd::array(x, Shape{n}).astype(t).to_vector<double>();
+    std::vector<double> gr = nd::array(g, Shape{n}).astype(t).to_vector<double>();
+    for (LeakyType type : {LeakyType::kGelu, LeakyType::kGeluTanh}) {
+      NDArray xa = nd::array(xr, Shape{n}).astype(t);
+      xa.attach_grad();
+      NDArray y;
+      {
+        autograd::Record r;
+        y = nd::leaky_relu(xa, type);
+        autograd::backward({nd::sum(y * nd::array(gr, Shape{n}).astype(t))});
+      }
+      NDArray xd = nd::array(xr, Shape{n});
+      xd.attach_grad();
+      NDArray yd;
+      {
+        autograd::Record r;
+        yd = nd::leaky_relu(xd, type);
+        autograd::backward({nd::sum(yd * nd::array(gr, Shape{n}))});
+      }
+      auto got = y.to_vector<double>(), want = yd.to_vector<double>();
+      auto dgot = xa.grad().to_vector<double>(), dwant = xd.grad().to_vector<double>();
+      for (int i = 0; i < n; ++i) {
+        const auto u = static_cast<size_t>(i);
+        ASSERT_NEAR(got[u], want[u], eps * std::abs(want[u]) + 1e-6) << "x " << xr[u] << " " << dtype_name(t);
+        ASSERT_NEAR(dgot[u], dwant[u], eps * std::abs(dwant[u]) + 2e-6) << "x " << xr[u] << " " << dtype_name(t);
+      }
+    }
+  }
+}
+
 TEST(GeluTanh, ActTypeSpellings) {
   const OpDef* d = find_op("LeakyReLU");
   ASSERT_NE(d, nullptr);
