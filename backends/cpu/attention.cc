@@ -227,13 +227,12 @@ void attention_kernel(const KernelContext& ctx, std::span<const TensorView> in, 
 
 template <typename T>
 struct BackwardScratch {
-  std::vector<T> kt, vt, s, dp, st, di;
+  std::vector<T> kt, vt, s, dp, di;
   explicit BackwardScratch(const AttentionDims& d)
       : kt(static_cast<size_t>(d.d * kBc)),
         vt(static_cast<size_t>(d.dv * kBc)),
         s(static_cast<size_t>(kBr * kBc)),
         dp(static_cast<size_t>(kBr * kBc)),
-        st(static_cast<size_t>(kBc * kBr)),
         di(static_cast<size_t>(d.tq)) {}
 };
 
@@ -274,8 +273,7 @@ void backward_row(const AttentionDims& d, const T* dout, const T* dlse, const T*
         std::fill(row + nv, row + nc, T(0));
       }
       // dv += P^T dout
-      tile::transpose(nr, nc, s, kBc, w.st.data(), kBr);
-      tile::matmul_add(nc, nr, d.dv, w.st.data(), kBr, dout + i0 * d.dv, d.dv, dv + kb * d.dv, d.dv);
+      tile::matmul_at_add(nc, nr, d.dv, s, kBc, dout + i0 * d.dv, d.dv, dv + kb * d.dv, d.dv);
       // dS = P * (dout v^T - Di) * scale
       std::fill(dp, dp + nr * kBc, T(0));
       tile::matmul_add(nr, d.dv, nc, dout + i0 * d.dv, d.dv, w.vt.data(), kBc, dp, kBc);
@@ -288,8 +286,7 @@ void backward_row(const AttentionDims& d, const T* dout, const T* dlse, const T*
       }
       // dq += dS k, dk += dS^T q
       tile::matmul_add(nr, nc, d.d, s, kBc, k + kb * d.d, d.d, dq + i0 * d.d, d.d);
-      tile::transpose(nr, nc, s, kBc, w.st.data(), kBr);
-      tile::matmul_add(nc, nr, d.d, w.st.data(), kBr, q + i0 * d.d, d.d, dk + kb * d.d, d.d);
+      tile::matmul_at_add(nc, nr, d.d, s, kBc, q + i0 * d.d, d.d, dk + kb * d.d, d.d);
     }
   }
 }

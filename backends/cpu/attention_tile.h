@@ -2,6 +2,7 @@
 // small dense products on one tile, register-blocked.
 //
 //   cpu::tile::matmul_add(m, k, n, a, lda, b, ldb, c, ldc);   // c[m, n] += a[m, k] . b[k, n]
+//   cpu::tile::matmul_at_add(m, k, n, a, lda, b, ldb, c, ldc); // c[m, n] += a[k, m]^T . b[k, n]
 //   cpu::tile::dot_rows(m, k, n, a, lda, b, ldb, c, ldc);     // c[m, n] = a[m, k] . b[n, k]^T
 //
 // All operands are row-major with the given row strides, float32 or
@@ -24,8 +25,9 @@ struct Vec {
   static constexpr int kLanes = 64 / sizeof(T);
 };
 
-// c[R rows][NV vectors] += a[R rows][k] . b[k][NV vectors].
-template <typename T, int R, int NV>
+// c[R rows][NV vectors] += a[R rows][k] . b[k][NV vectors]; with TA, a is
+// stored transposed (a[p][r] at a + p * lda + r).
+template <typename T, int R, int NV, bool TA>
 inline void micro(int64_t k, const T* a, int64_t lda, const T* b, int64_t ldb, T* c, int64_t ldc) {
   using V = typename Vec<T>::type;
   constexpr int L = Vec<T>::kLanes;
@@ -36,7 +38,7 @@ inline void micro(int64_t k, const T* a, int64_t lda, const T* b, int64_t ldb, T
     V bv[NV];
     for (int v = 0; v < NV; ++v) std::memcpy(&bv[v], b + p * ldb + v * L, sizeof(V));
     for (int r = 0; r < R; ++r) {
-      const T x = a[r * lda + p];
+      const T x = TA ? a[p * lda + r] : a[r * lda + p];
       for (int v = 0; v < NV; ++v) acc[r][v] += x * bv[v];
     }
   }
@@ -45,21 +47,24 @@ inline void micro(int64_t k, const T* a, int64_t lda, const T* b, int64_t ldb, T
 }
 
 // Columns [j, j + NV * lanes) of every row.
-template <typename T, int NV>
+template <typename T, int NV, bool TA>
 inline void column_block(int64_t m, int64_t k, const T* a, int64_t lda, const T* b, int64_t ldb, T* c, int64_t ldc) {
   constexpr int R = 4;
+  // Row i of the product starts at a + i * lda, or at a + i when a is transposed.
+  const int64_t row_step = TA ? 1 : lda;
   int64_t i = 0;
-  for (; i + R <= m; i += R) micro<T, R, NV>(k, a + i * lda, lda, b, ldb, c + i * ldc, ldc);
-  for (; i < m; ++i) micro<T, 1, NV>(k, a + i * lda, lda, b, ldb, c + i * ldc, ldc);
+  for (; i + R <= m; i += R) micro<T, R, NV, TA>(k, a + i * row_step, lda, b, ldb, c + i * ldc, ldc);
+  for (; i < m; ++i) micro<T, 1, NV, TA>(k, a + i * row_step, lda, b, ldb, c + i * ldc, ldc);
 }
 
-template <typename T>
-void matmul_add(int64_t m, int64_t k, int64_t n, const T* a, int64_t lda, const T* b, int64_t ldb, T* c, int64_t ldc) {
+template <typename T, bool TA>
+void product_add(int64_t m, int64_t k, int64_t n, const T* a, int64_t lda, const T* b, int64_t ldb, T* c,
+                 int64_t ldc) {
   constexpr int L = Vec<T>::kLanes;
   constexpr int NV = 4;
   int64_t j = 0;
-  for (; j + NV * L <= n; j += NV * L) column_block<T, NV>(m, k, a, lda, b + j, ldb, c + j, ldc);
-  for (; j + L <= n; j += L) column_block<T, 1>(m, k, a, lda, b + j, ldb, c + j, ldc);
+  for (; j + NV * L <= n; j += NV * L) column_block<T, NV, TA>(m, k, a, lda, b + j, ldb, c + j, ldc);
+  for (; j + L <= n; j += L) column_block<T, 1, TA>(m, k, a, lda, b + j, ldb, c + j, ldc);
   if (j == n) return;
   // The last n % lanes columns: through zero-padded copies of b's and c's
   // columns, so that they run on the vector path too.
@@ -69,8 +74,20 @@ void matmul_add(int64_t m, int64_t k, int64_t n, const T* a, int64_t lda, const 
   T *bp = pad.data(), *cp = pad.data() + k * L;
   for (int64_t p = 0; p < k; ++p) std::memcpy(bp + p * L, b + p * ldb + j, tail * sizeof(T));
   for (int64_t i = 0; i < m; ++i) std::memcpy(cp + i * L, c + i * ldc + j, tail * sizeof(T));
-  column_block<T, 1>(m, k, a, lda, bp, L, cp, L);
+  column_block<T, 1, TA>(m, k, a, lda, bp, L, cp, L);
   for (int64_t i = 0; i < m; ++i) std::memcpy(c + i * ldc + j, cp + i * L, tail * sizeof(T));
+}
+
+template <typename T>
+void matmul_add(int64_t m, int64_t k, int64_t n, const T* a, int64_t lda, const T* b, int64_t ldb, T* c, int64_t ldc) {
+  product_add<T, false>(m, k, n, a, lda, b, ldb, c, ldc);
+}
+
+// a is [k, m] (row stride lda): c += a^T . b without forming a^T.
+template <typename T>
+void matmul_at_add(int64_t m, int64_t k, int64_t n, const T* a, int64_t lda, const T* b, int64_t ldb, T* c,
+                   int64_t ldc) {
+  product_add<T, true>(m, k, n, a, lda, b, ldb, c, ldc);
 }
 
 // c[i][j] = a_i . b_j for i < m, j < n (b's rows as given, not transposed):
