@@ -89,82 +89,71 @@ void nag_mom(const KernelContext& ctx, std::span<const TensorView> in, const Ten
   });
 }
 
+// Adam's moments and step, one element or eight lanes (V = T or VecF):
+// adam folds the weight decay into the gradient; adamw (kDecoupled) decays
+// the weight apart from the moments and scales the whole step by eta.
 template <typename T>
-void adam(const KernelContext& ctx, std::span<const TensorView> in, const TensorView& out) {
-  const auto& a = ctx.attrs.as<AdamAttrs>();
+struct AdamStep {
+  T lr, eta, wd, b1, b2, eps, rescale, c;
+
+  static T root(T x) { return std::sqrt(x); }
+  static cpu::VecF root(cpu::VecF x) { return cpu::vec_sqrt(x); }
+  static T bound(T x, T c) { return clip(x, c); }
+  static cpu::VecF bound(cpu::VecF x, float c) { return x > c ? cpu::splat(c) : (x < -c ? cpu::splat(-c) : x); }
+
+  // Updates the moments m, v in place; returns the new weight.
+  template <bool kDecoupled, bool kClip, typename V>
+  V operator()(V w, V g, V& m, V& v) const {
+    V d = rescale * g;
+    if constexpr (!kDecoupled) d = d + wd * w;
+    if constexpr (kClip) d = bound(d, c);
+    m = b1 * m + (T(1) - b1) * d;
+    v = b2 * v + (T(1) - b2) * d * d;
+    const V step = lr * m / (root(v) + eps);
+    if constexpr (kDecoupled) return w - eta * (step + wd * w);
+    return w - step;
+  }
+};
+
+template <typename T, bool kDecoupled>
+void adam_family(const KernelContext& ctx, std::span<const TensorView> in, const TensorView& out,
+                 const AdamStep<T>& step, double clip_gradient) {
   const T* w = in[0].ptr<T>();
   const T* g = in[1].ptr<T>();
   T* mean = in[2].ptr<T>();
   T* var = in[3].ptr<T>();
   T* y = out.ptr<T>();
-  const T lr = a.lr, wd = a.wd, b1 = a.beta1, b2 = a.beta2, eps = a.epsilon, rescale = a.rescale_grad,
-          c = a.clip_gradient;
-  run_update(ctx, a.clip_gradient, out.size(), [&](auto clip_on, int64_t b, int64_t e) {
+  run_update(ctx, clip_gradient, out.size(), [&](auto clip_on, int64_t b, int64_t e) {
+    constexpr bool kClip = decltype(clip_on)::value;
     int64_t i = b;
     if constexpr (std::is_same_v<T, float>) {
       // Eight lanes by hand: std::sqrt's errno path keeps GCC from vectorizing the loop.
-      using cpu::VecF;
       for (; i + cpu::kVecWidth <= e; i += cpu::kVecWidth) {
-        const VecF wi = cpu::load_vec(w + i);
-        VecF d = rescale * cpu::load_vec(g + i) + wd * wi;
-        if constexpr (decltype(clip_on)::value) d = d > c ? cpu::splat(c) : (d < -c ? cpu::splat(-c) : d);
-        const VecF m = b1 * cpu::load_vec(mean + i) + (T(1) - b1) * d;
-        const VecF v = b2 * cpu::load_vec(var + i) + (T(1) - b2) * d * d;
+        cpu::VecF m = cpu::load_vec(mean + i), v = cpu::load_vec(var + i);
+        const cpu::VecF wi = step.template operator()<kDecoupled, kClip>(cpu::load_vec(w + i), cpu::load_vec(g + i), m, v);
         cpu::store_vec(mean + i, m);
         cpu::store_vec(var + i, v);
-        cpu::store_vec(y + i, wi - lr * m / (cpu::vec_sqrt(v) + eps));
+        cpu::store_vec(y + i, wi);
       }
     }
-    for (; i < e; ++i) {
-      const T wi = w[i];
-      T d = rescale * g[i] + wd * wi;
-      if constexpr (decltype(clip_on)::value) d = clip(d, c);
-      const T m = b1 * mean[i] + (T(1) - b1) * d;
-      const T v = b2 * var[i] + (T(1) - b2) * d * d;
-      mean[i] = m;
-      var[i] = v;
-      y[i] = wi - lr * m / (std::sqrt(v) + eps);
-    }
+    for (; i < e; ++i) y[i] = step.template operator()<kDecoupled, kClip>(w[i], g[i], mean[i], var[i]);
   });
 }
 
-// The moments as adam's (without wd); the decay is decoupled and scaled by eta.
+template <typename T>
+void adam(const KernelContext& ctx, std::span<const TensorView> in, const TensorView& out) {
+  const auto& a = ctx.attrs.as<AdamAttrs>();
+  const AdamStep<T> step{T(a.lr), T(1), T(a.wd), T(a.beta1), T(a.beta2), T(a.epsilon), T(a.rescale_grad),
+                         T(a.clip_gradient)};
+  adam_family<T, false>(ctx, in, out, step, a.clip_gradient);
+}
+
 template <typename T>
 void adamw(const KernelContext& ctx, std::span<const TensorView> in, const TensorView& out) {
   const auto& a = ctx.attrs.as<AdamWAttrs>();
-  const T* w = in[0].ptr<T>();
-  const T* g = in[1].ptr<T>();
-  T* mean = in[2].ptr<T>();
-  T* var = in[3].ptr<T>();
-  T* y = out.ptr<T>();
-  const T lr = a.lr, eta = a.eta, wd = a.wd, b1 = a.beta1, b2 = a.beta2, eps = a.epsilon, rescale = a.rescale_grad,
-          c = a.clip_gradient;
-  run_update(ctx, a.clip_gradient, out.size(), [&](auto clip_on, int64_t b, int64_t e) {
-    int64_t i = b;
-    if constexpr (std::is_same_v<T, float>) {
-      using cpu::VecF;
-      for (; i + cpu::kVecWidth <= e; i += cpu::kVecWidth) {
-        const VecF wi = cpu::load_vec(w + i);
-        VecF d = rescale * cpu::load_vec(g + i);
-        if constexpr (decltype(clip_on)::value) d = d > c ? cpu::splat(c) : (d < -c ? cpu::splat(-c) : d);
-        const VecF m = b1 * cpu::load_vec(mean + i) + (T(1) - b1) * d;
-        const VecF v = b2 * cpu::load_vec(var + i) + (T(1) - b2) * d * d;
-        cpu::store_vec(mean + i, m);
-        cpu::store_vec(var + i, v);
-        cpu::store_vec(y + i, wi - eta * (lr * m / (cpu::vec_sqrt(v) + eps) + wd * wi));
-      }
-    }
-    for (; i < e; ++i) {
-      const T wi = w[i];
-      T d = rescale * g[i];
-      if constexpr (decltype(clip_on)::value) d = clip(d, c);
-      const T m = b1 * mean[i] + (T(1) - b1) * d;
-      const T v = b2 * var[i] + (T(1) - b2) * d * d;
-      mean[i] = m;
-      var[i] = v;
-      y[i] = wi - eta * (lr * m / (std::sqrt(v) + eps) + wd * wi);
-    }
-  });
+  const AdamStep<T> step{T(a.lr), T(a.eta), T(a.wd), T(a.beta1), T(a.beta2), T(a.epsilon), T(a.rescale_grad),
+                         T(a.clip_gradient)};
+  adam_family<T, true>(ctx, in, out, step, a.clip_gradient);
 }
 
 template <void (*kF32)(const KernelContext&, std::span<const TensorView>, const TensorView&),

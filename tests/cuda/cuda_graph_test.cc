@@ -18,6 +18,7 @@
 #include "runtime/engine.h"
 #include "runtime/graph_capture.h"
 #include "tests/cuda/cuda_test_util.h"
+#include "tests/graph_replay_util.h"
 #include "tests/test_util.h"
 
 namespace kiln {
@@ -29,48 +30,8 @@ constexpr Device kGpu = Device::cuda(0);
 
 int64_t fallbacks(GraphFallback reason) { return graph_capture_stats().fallbacks[static_cast<int>(reason)]; }
 
-// Sets the switch for a scope.
-class GraphsOn {
- public:
-  explicit GraphsOn(bool on) : before_(graph_capture_enabled()) { graph_capture_set_enabled(on); }
-  ~GraphsOn() { graph_capture_set_enabled(before_); }
-
- private:
-  bool before_;
-};
-
-// The trace and deferred initialization, with graphs off: the segment's
-// warm-up run is still to come.
-template <typename Net>
-void first_call(Net& net, const NDArray& x) {
-  GraphsOn off(false);
-  net(x).wait_to_read();
-}
-
 std::vector<NDArray> inputs(const Shape& shape, int n, uint64_t seed) {
-  nd::random::seed(seed);
-  std::vector<NDArray> xs;
-  for (int i = 0; i < n; ++i) xs.push_back(nd::random::normal(shape).copy_to(kGpu));
-  return xs;
-}
-
-// Calls `net` on every input `rounds` times with graphs on, keeping every
-// output, and checks each against the graphs-off result of its input bit for
-// bit (an output handed out earlier must not change with later replays).
-template <typename Net>
-void expect_replay_matches(Net& net, const std::vector<NDArray>& xs, int rounds) {
-  std::vector<std::vector<float>> want;
-  {
-    GraphsOn off(false);
-    for (const NDArray& x : xs) want.push_back(net(x).template to_vector<float>());
-  }
-  GraphsOn on(true);
-  std::vector<NDArray> got;
-  for (int r = 0; r < rounds; ++r)
-    for (const NDArray& x : xs) got.push_back(net(x));
-  for (size_t i = 0; i < got.size(); ++i)
-    EXPECT_EQ(got[i].template to_vector<float>(), want[i % xs.size()])
-        << "call " << i << " (input " << i % xs.size() << ")";
+  return test::inputs_on(kGpu, shape, n, seed);
 }
 
 TEST(CudaGraph, ChapterMlpReplayMatchesNormalLaunchesBitForBit) {
@@ -80,9 +41,9 @@ TEST(CudaGraph, ChapterMlpReplayMatchesNormalLaunchesBitForBit) {
   net.initialize(init::Xavier(), kGpu);
   net.hybridize();
   std::vector<NDArray> xs = inputs({1, 512}, 3, 1);
-  first_call(net, xs[0]);
+  test::first_call(net, xs[0]);
   graph_capture_reset_stats();
-  expect_replay_matches(net, xs, 3);
+  test::expect_replay_matches(net, xs, 3);
   engine::wait_all();
   GraphCaptureStats s = graph_capture_stats();
   // Graphs off: 3 runs (kDisabled); on: a warm-up run, a capture, then replays.
@@ -101,9 +62,9 @@ TEST(CudaGraph, SmallCnnReplayMatchesNormalLaunchesBitForBit) {
   net.initialize(init::Xavier(), kGpu);
   net.hybridize();
   std::vector<NDArray> xs = inputs({2, 3, 16, 16}, 2, 2);
-  first_call(net, xs[0]);
+  test::first_call(net, xs[0]);
   graph_capture_reset_stats();
-  expect_replay_matches(net, xs, 3);
+  test::expect_replay_matches(net, xs, 3);
   GraphCaptureStats s = graph_capture_stats();
   EXPECT_EQ(s.captures, 1) << s.to_string();
   EXPECT_GE(s.replays, 4) << s.to_string();
@@ -119,9 +80,9 @@ TEST(CudaGraph, SyncLanesReplayMatchesToo) {
   net.initialize(init::Xavier(), kGpu);
   net.hybridize();
   std::vector<NDArray> xs = inputs({1, 512}, 2, 3);
-  first_call(net, xs[0]);
+  test::first_call(net, xs[0]);
   graph_capture_reset_stats();
-  expect_replay_matches(net, xs, 2);
+  test::expect_replay_matches(net, xs, 2);
   engine::wait_all();
   cuda::testing::set_lanes_async(was_async);
   EXPECT_EQ(graph_capture_stats().captures, 1) << graph_capture_stats().to_string();
@@ -140,21 +101,9 @@ TEST(CudaGraph, TrainModeForwardUpdatesRunningStatsAsLaunchesDo) {
     return net;
   };
   std::vector<NDArray> xs = inputs({2, 3, 8, 8}, 3, 6);
-  auto run = [&](bool graphs) {
-    GraphsOn switch_(graphs);
-    auto net = make();
-    std::vector<std::vector<float>> out;
-    autograd::TrainMode train;
-    for (int r = 0; r < 3; ++r)
-      for (const NDArray& x : xs) out.push_back(net(x).to_vector<float>());
-    for (auto& [name, p] : net.collect_params()) out.push_back(p.data(kGpu).to_vector<float>());
-    return out;
-  };
   graph_capture_reset_stats();
-  auto want = run(false);
-  auto got = run(true);
-  ASSERT_EQ(got.size(), want.size());
-  for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i], want[i]) << "value " << i;
+  test::expect_same_with_and_without_graphs(
+      [&](bool graphs) { return test::train_mode_values(make, kGpu, xs, graphs); });
   EXPECT_GE(graph_capture_stats().replays, 1) << graph_capture_stats().to_string();
 }
 
@@ -164,35 +113,9 @@ TEST(CudaGraph, TrainModeForwardUpdatesRunningStatsAsLaunchesDo) {
 TEST(CudaGraph, TrainingStepGradientsMatchBitForBit) {
   KILN_REQUIRE_CUDA();
   std::vector<NDArray> xs = inputs({4, 512}, 3, 7);
-  auto run = [&](bool graphs) {
-    GraphsOn switch_(graphs);
-    nd::random::seed(0);
-    auto net = models::mlp_chapter();
-    net.initialize(init::Xavier(), kGpu);
-    net.hybridize();
-    std::vector<std::vector<float>> out;
-    for (int r = 0; r < 3; ++r) {
-      for (size_t k = 0; k < xs.size(); ++k) {
-        // Two calls before one backward: two saved-value blocks alive at
-        // once, so the calls' blocks change address from step to step.
-        NDArray loss;
-        {
-          autograd::Record record;
-          NDArray y = net(xs[k]), z = net(xs[(k + 1) % xs.size()]);
-          loss = nd::sum(y * y) + nd::sum(z * z);
-        }
-        autograd::backward({loss});
-        out.push_back(loss.to_vector<float>());
-        for (auto& [name, p] : net.collect_params()) out.push_back(p.grad(kGpu).to_vector<float>());
-      }
-    }
-    return out;
-  };
   graph_capture_reset_stats();
-  auto want = run(false);
-  auto got = run(true);
-  ASSERT_EQ(got.size(), want.size());
-  for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i], want[i]) << "value " << i;
+  test::expect_same_with_and_without_graphs(
+      [&](bool graphs) { return test::mlp_training_values(kGpu, xs, graphs); });
   GraphCaptureStats s = graph_capture_stats();
   EXPECT_GE(s.captures, 2) << "forward and backward: " << s.to_string();
   EXPECT_GE(s.replays, 2 * (3 * 3 - 2)) << s.to_string();
@@ -200,22 +123,16 @@ TEST(CudaGraph, TrainingStepGradientsMatchBitForBit) {
 }
 
 // one_hot reads its indices back to the host: never captured, counted as such.
-struct OneHotNet : nn::HybridBlock {
-  nn::Dense dense{4};
-  OneHotNet() { register_child("dense", dense); }
-  NDArray forward(const NDArray& x) override { return dense(nd::one_hot(nd::argmax(x, 1), 4)); }
-};
-
 TEST(CudaGraph, AnOpThatReadsBackFallsBackWithItsReason) {
   KILN_REQUIRE_CUDA();
   nd::random::seed(0);
-  OneHotNet net;
+  test::OneHotNet net;
   net.initialize(init::Xavier(), kGpu);
   net.hybridize();
   std::vector<NDArray> xs = inputs({3, 4}, 2, 8);
-  first_call(net, xs[0]);
+  test::first_call(net, xs[0]);
   graph_capture_reset_stats();
-  expect_replay_matches(net, xs, 2);
+  test::expect_replay_matches(net, xs, 2);
   GraphCaptureStats s = graph_capture_stats();
   EXPECT_EQ(s.captures, 0) << s.to_string();
   EXPECT_EQ(fallbacks(GraphFallback::kUnsafeOp), 4) << s.to_string();
@@ -234,9 +151,9 @@ TEST(CudaGraph, AFailedCaptureFallsBackAndLeavesTheStreamUsable) {
   LengthSoftmaxNet net;
   net.hybridize();
   std::vector<NDArray> xs = inputs({3, 5}, 2, 9);
-  first_call(net, xs[0]);
+  test::first_call(net, xs[0]);
   graph_capture_reset_stats();
-  expect_replay_matches(net, xs, 3);
+  test::expect_replay_matches(net, xs, 3);
   GraphCaptureStats s = graph_capture_stats();
   EXPECT_EQ(s.captures, 0) << s.to_string();
   EXPECT_EQ(fallbacks(GraphFallback::kCaptureFailed), 3 * 2 - 1)
@@ -264,13 +181,13 @@ TEST(CudaGraph, CrossEntropyIsCapturedAndABadLabelSurfacesAtTheNextWait) {
     return nd::array<float>(v, Shape{3, 4}, kGpu);
   };
   std::vector<NDArray> xs = {batch(1), batch(2)};
-  first_call(net, xs[0]);
+  test::first_call(net, xs[0]);
   graph_capture_reset_stats();
-  expect_replay_matches(net, xs, 2);
+  test::expect_replay_matches(net, xs, 2);
   GraphCaptureStats s = graph_capture_stats();
   EXPECT_EQ(s.captures, 1) << s.to_string();
   EXPECT_GE(s.replays, 2) << s.to_string();
-  GraphsOn on(true);
+  test::GraphsOn on(true);
   NDArray bad = net(batch(7));
   EXPECT_EQ(bad.shape(), (Shape{3}));
   // Asynchronous lanes: found at the wait; synchronous lanes: by the op that replayed the graph (the
@@ -290,7 +207,7 @@ TEST(CudaGraph, SwitchOffRunsNormallyAndCountsIt) {
   NDArray x = inputs({1, 512}, 1, 10)[0];
   net(x).wait_to_read();
   graph_capture_reset_stats();
-  GraphsOn off(false);
+  test::GraphsOn off(false);
   for (int i = 0; i < 4; ++i) net(x).wait_to_read();
   GraphCaptureStats s = graph_capture_stats();
   EXPECT_EQ(s.captures + s.replays, 0) << s.to_string();

@@ -25,6 +25,7 @@
 #include "runtime/engine.h"
 #include "runtime/graph_capture.h"
 #include "runtime/kernel.h"
+#include "tests/graph_replay_util.h"
 #include "tests/test_util.h"
 
 namespace kiln {
@@ -162,43 +163,8 @@ FakeBackend* fake() {
     if (fake() == nullptr) GTEST_SKIP() << "built with CUDA: tests/cuda/cuda_graph_test.cc covers graphs"; \
   } while (0)
 
-class GraphsOn {
- public:
-  explicit GraphsOn(bool on) : before_(graph_capture_enabled()) { graph_capture_set_enabled(on); }
-  ~GraphsOn() { graph_capture_set_enabled(before_); }
-
- private:
-  bool before_;
-};
-
 std::vector<NDArray> inputs(const Shape& shape, int n, uint64_t seed) {
-  nd::random::seed(seed);
-  std::vector<NDArray> xs;
-  for (int i = 0; i < n; ++i) xs.push_back(nd::random::normal(shape).copy_to(kFake));
-  return xs;
-}
-
-template <typename Net>
-void first_call(Net& net, const NDArray& x) {
-  GraphsOn off(false);
-  net(x).wait_to_read();
-}
-
-// Graphs off, then `rounds` rounds with graphs on keeping every output: equal
-// bit for bit, earlier outputs untouched by later replays.
-template <typename Net>
-void expect_replay_matches(Net& net, const std::vector<NDArray>& xs, int rounds) {
-  std::vector<std::vector<float>> want;
-  {
-    GraphsOn off(false);
-    for (const NDArray& x : xs) want.push_back(net(x).template to_vector<float>());
-  }
-  GraphsOn on(true);
-  std::vector<NDArray> got;
-  for (int r = 0; r < rounds; ++r)
-    for (const NDArray& x : xs) got.push_back(net(x));
-  for (size_t i = 0; i < got.size(); ++i)
-    EXPECT_EQ(got[i].template to_vector<float>(), want[i % xs.size()]) << "call " << i;
+  return test::inputs_on(kFake, shape, n, seed);
 }
 
 TEST(GraphExecutorCapture, MlpReplaysMatchLaunchesAndFollowNewInputs) {
@@ -208,10 +174,10 @@ TEST(GraphExecutorCapture, MlpReplaysMatchLaunchesAndFollowNewInputs) {
   net.initialize(init::Xavier(), kFake);
   net.hybridize();
   std::vector<NDArray> xs = inputs({1, 512}, 3, 1);
-  first_call(net, xs[0]);
+  test::first_call(net, xs[0]);
   graph_capture_reset_stats();
   const int replays_before = fake()->capture.replays;
-  expect_replay_matches(net, xs, 3);
+  test::expect_replay_matches(net, xs, 3);
   engine::wait_all();
   GraphCaptureStats s = graph_capture_stats();
   EXPECT_EQ(s.captures, 1) << s.to_string();
@@ -237,83 +203,39 @@ TEST(GraphExecutorCapture, CnnAndTrainModeForwardMatch) {
   std::vector<NDArray> xs = inputs({2, 3, 8, 8}, 2, 6);
   {
     auto net = make();
-    first_call(net, xs[0]);
-    expect_replay_matches(net, xs, 3);
+    test::first_call(net, xs[0]);
+    test::expect_replay_matches(net, xs, 3);
   }
   // Train mode without recording: BatchNorm's running statistics are
   // updated in place by every replay, as by launches.
-  auto run = [&](bool graphs) {
-    GraphsOn switch_(graphs);
-    auto net = make();
-    std::vector<std::vector<float>> out;
-    autograd::TrainMode train;
-    for (int r = 0; r < 3; ++r)
-      for (const NDArray& x : xs) out.push_back(net(x).to_vector<float>());
-    for (auto& [name, p] : net.collect_params()) out.push_back(p.data(kFake).to_vector<float>());
-    return out;
-  };
   graph_capture_reset_stats();
-  auto want = run(false);
-  auto got = run(true);
-  ASSERT_EQ(got.size(), want.size());
-  for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i], want[i]) << "value " << i;
+  test::expect_same_with_and_without_graphs(
+      [&](bool graphs) { return test::train_mode_values(make, kFake, xs, graphs); });
   EXPECT_EQ(graph_capture_stats().replays, 3 * 2 - 1) << graph_capture_stats().to_string();
 }
 
 TEST(GraphExecutorCapture, TrainingStepGradientsMatch) {
   REQUIRE_FAKE();
   std::vector<NDArray> xs = inputs({4, 512}, 3, 7);
-  auto run = [&](bool graphs) {
-    GraphsOn switch_(graphs);
-    nd::random::seed(0);
-    auto net = models::mlp_chapter();
-    net.initialize(init::Xavier(), kFake);
-    net.hybridize();
-    std::vector<std::vector<float>> out;
-    for (int r = 0; r < 3; ++r) {
-      for (size_t k = 0; k < xs.size(); ++k) {
-        // Two calls before one backward: two saved-value blocks alive at
-        // once, so the calls' blocks change address from step to step.
-        NDArray loss;
-        {
-          autograd::Record record;
-          NDArray y = net(xs[k]), z = net(xs[(k + 1) % xs.size()]);
-          loss = nd::sum(y * y) + nd::sum(z * z);
-        }
-        autograd::backward({loss});
-        out.push_back(loss.to_vector<float>());
-        for (auto& [name, p] : net.collect_params()) out.push_back(p.grad(kFake).to_vector<float>());
-      }
-    }
-    return out;
-  };
   graph_capture_reset_stats();
-  auto want = run(false);
-  auto got = run(true);
-  ASSERT_EQ(got.size(), want.size());
-  for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i], want[i]) << "value " << i;
+  test::expect_same_with_and_without_graphs(
+      [&](bool graphs) { return test::mlp_training_values(kFake, xs, graphs); });
   GraphCaptureStats s = graph_capture_stats();
   EXPECT_GE(s.captures, 2) << s.to_string();
   EXPECT_GE(s.replays, 2 * 7) << s.to_string();
   EXPECT_EQ(s.total_fallbacks() - s.fallbacks[static_cast<int>(GraphFallback::kDisabled)], 0) << s.to_string();
 }
 
-struct OneHotNet : nn::HybridBlock {
-  nn::Dense dense{4};
-  OneHotNet() { register_child("dense", dense); }
-  NDArray forward(const NDArray& x) override { return dense(nd::one_hot(nd::argmax(x, 1), 4)); }
-};
-
 TEST(GraphExecutorCapture, UnsafeOpsAndFailedCapturesFallBackWithTheirReason) {
   REQUIRE_FAKE();
   nd::random::seed(0);
-  OneHotNet net;
+  test::OneHotNet net;
   net.initialize(init::Xavier(), kFake);
   net.hybridize();
   std::vector<NDArray> xs = inputs({3, 4}, 2, 8);
-  first_call(net, xs[0]);
+  test::first_call(net, xs[0]);
   graph_capture_reset_stats();
-  expect_replay_matches(net, xs, 2);
+  test::expect_replay_matches(net, xs, 2);
   EXPECT_EQ(graph_capture_stats().fallbacks[static_cast<int>(GraphFallback::kUnsafeOp)], 4);
   EXPECT_EQ(graph_capture_stats().captures, 0);
 
@@ -321,10 +243,10 @@ TEST(GraphExecutorCapture, UnsafeOpsAndFailedCapturesFallBackWithTheirReason) {
   mlp.initialize(init::Xavier(), kFake);
   mlp.hybridize();
   std::vector<NDArray> ys = inputs({1, 512}, 2, 9);
-  first_call(mlp, ys[0]);
+  test::first_call(mlp, ys[0]);
   graph_capture_reset_stats();
   fake()->capture.fail_next_capture = true;
-  expect_replay_matches(mlp, ys, 3);
+  test::expect_replay_matches(mlp, ys, 3);
   GraphCaptureStats s = graph_capture_stats();
   EXPECT_EQ(s.captures, 0) << s.to_string();
   EXPECT_EQ(s.fallbacks[static_cast<int>(GraphFallback::kCaptureFailed)], 3 * 2 - 1) << s.to_string();
@@ -337,13 +259,13 @@ TEST(GraphExecutorCapture, AFailedReplayNamesTheGraphAndLaterCallsRunNormally) {
   net.initialize(init::Xavier(), kFake);
   net.hybridize();
   std::vector<NDArray> xs = inputs({1, 512}, 1, 10);
-  first_call(net, xs[0]);
+  test::first_call(net, xs[0]);
   std::vector<float> want;
   {
-    GraphsOn off(false);
+    test::GraphsOn off(false);
     want = net(xs[0]).to_vector<float>();
   }
-  GraphsOn on(true);
+  test::GraphsOn on(true);
   net(xs[0]).wait_to_read();  // warm-up run
   graph_capture_reset_stats();
   fake()->capture.fail_next_replay = true;
@@ -364,8 +286,8 @@ TEST(GraphExecutorCapture, AFailedReplayFindsTheNodeByRerunningStepByStep) {
   net.initialize(init::Xavier(), kFake);
   net.hybridize();
   NDArray x = inputs({1, 512}, 1, 12)[0];
-  first_call(net, x);
-  GraphsOn on(true);
+  test::first_call(net, x);
+  test::GraphsOn on(true);
   net(x).wait_to_read();  // warm-up run
   net(x).wait_to_read();  // captured and replayed
   fake()->capture.fail_next_replay = true;
