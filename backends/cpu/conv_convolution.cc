@@ -11,7 +11,9 @@
 // 4 input channels (first layers) run their forward as im2col + a matrix
 // product and their weight gradient as im2col + dot products
 // (backends/cpu/conv_im2col.h); 3x3 stride-1 layers with at least 16
-// channels run all three as Winograd (backends/cpu/conv_winograd.h).
+// channels run all three as Winograd (backends/cpu/conv_winograd.h). Other
+// weight gradients of layers with small outputs (4x4) run as unfolded matrix
+// products (gemm_backward_weight, conv_im2col.h says why).
 //
 // User arrays stay NCHW, so each call reorders its operands into the chosen
 // layouts and the result back. Weights are reordered on every
@@ -236,17 +238,23 @@ std::optional<WinogradChoice> choose_winograd(const ConvProblem& p, bool backwar
   return WinogradChoice{s, tile};
 }
 
-// The im2col forward (backends/cpu/conv_im2col.h) for `p` when it applies:
-// ungrouped 2-D, no post-ops, at most a few input channels.
-std::optional<cpu::Im2colConv> choose_im2col(const ConvProblem& p) {
-  if (p.dt != memory::data_type::f32) return std::nullopt;
+// `p` as an im2col problem (backends/cpu/conv_im2col.h): ungrouped 2-D
+// without post-ops; nullopt otherwise.
+std::optional<cpu::Im2colConv> im2col_problem(const ConvProblem& p) {
   if (p.src.size() != 4 || p.weights.size() != 4 || p.with_sum || p.act) return std::nullopt;
   cpu::Im2colConv s{.batch = p.src[0], .channels = p.src[1], .height = p.src[2], .width = p.src[3],
                     .out_channels = p.dst[1], .out_height = p.dst[2], .out_width = p.dst[3],
                     .kernel_h = p.weights[2], .kernel_w = p.weights[3], .stride_h = p.strides[0],
                     .stride_w = p.strides[1], .dilate_h = p.dilates[0] + 1, .dilate_w = p.dilates[1] + 1,
                     .pad_top = p.pad_l[0], .pad_left = p.pad_l[1]};
-  if (!cpu::im2col_applies(s)) return std::nullopt;
+  return s;
+}
+
+// The im2col forward for `p` when it applies: float32, at most a few input channels.
+std::optional<cpu::Im2colConv> choose_im2col(const ConvProblem& p) {
+  if (p.dt != memory::data_type::f32) return std::nullopt;
+  auto s = im2col_problem(p);
+  if (!s || !cpu::im2col_applies(*s)) return std::nullopt;
   return s;
 }
 
@@ -342,6 +350,8 @@ void convolution_backward_weight(const KernelContext& ctx, std::span<const Tenso
     return cpu::im2col_backward_weight(ctx.run, *im2col, in[1].ptr<float>(), in[0].ptr<float>(),
                                        out[0].ptr<float>());
   }
+  if (auto s = im2col_problem(p); s && cpu::gemm_weight_applies(*s))
+    return cpu::gemm_backward_weight(ctx.run, *s, in[0].dtype, in[1].data, in[0].data, out[0].data);
   dn::Call call(ctx.run, p.macs);
   auto plan = dn::cached<BackwardWeightsPlan>(fmt::format("conv_bwd_weights|{}{}", p.key, call.threads()), [&] { return make_backward_weights_plan(p); });
   call.run(plan->prim, plan->scratchpad,

@@ -16,8 +16,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <type_traits>
 #include <vector>
 
+#include "backends/cpu/elemwise_kernels.h"
 #include "backends/cpu/onednn_util.h"
 #include "backends/cpu/parallel.h"
 
@@ -44,9 +46,10 @@ struct Geometry {
 };
 
 // col[r][i * P1 + oy * OW + ox] = x[n0 + i][c][oy sh - pt + ky dh][ox sw - pl + kx dw], 0
-// outside, for r = (c, ky, kx).
-void unfold(const Im2colConv& s, const Geometry& g, int threads, const float* x, int64_t n0, int64_t count,
-            float* col) {
+// outside, for r = (c, ky, kx). T: float, or a 16-bit float copied as it is.
+template <typename T>
+void unfold(const Im2colConv& s, const Geometry& g, int threads, const T* x, int64_t n0, int64_t count, T* col) {
+  const T zero{};
   const int64_t cols = count * g.p1, plane = s.height * s.width;
   parallel_for(
       threads, g.ckk,
@@ -58,23 +61,23 @@ void unfold(const Im2colConv& s, const Geometry& g, int threads, const float* x,
           const int64_t ox0 = std::clamp<int64_t>((-off_x + s.stride_w - 1) / s.stride_w, 0, s.out_width);
           const int64_t ox1 = std::clamp<int64_t>((s.width - off_x + s.stride_w - 1) / s.stride_w, ox0, s.out_width);
           for (int64_t i = 0; i < count; ++i) {
-            const float* xs = x + ((n0 + i) * s.channels + c) * plane;
-            float* row = col + r * cols + i * g.p1;
+            const T* xs = x + ((n0 + i) * s.channels + c) * plane;
+            T* row = col + r * cols + i * g.p1;
             for (int64_t oy = 0; oy < s.out_height; ++oy) {
-              float* out = row + oy * s.out_width;
+              T* out = row + oy * s.out_width;
               const int64_t iy = oy * s.stride_h - s.pad_top + ky * s.dilate_h;
               if (iy < 0 || iy >= s.height) {
-                std::fill(out, out + s.out_width, 0.0f);
+                std::fill(out, out + s.out_width, zero);
                 continue;
               }
-              const float* in = xs + iy * s.width;  // input column of output column ox: ox sw + off_x
-              std::fill(out, out + ox0, 0.0f);
+              const T* in = xs + iy * s.width;  // input column of output column ox: ox sw + off_x
+              std::fill(out, out + ox0, zero);
               if (s.stride_w == 1 && ox1 > ox0) {
-                std::memcpy(out + ox0, in + ox0 + off_x, static_cast<size_t>(ox1 - ox0) * sizeof(float));
+                std::memcpy(out + ox0, in + ox0 + off_x, static_cast<size_t>(ox1 - ox0) * sizeof(T));
               } else {
                 for (int64_t ox = ox0; ox < ox1; ++ox) out[ox] = in[ox * s.stride_w + off_x];
               }
-              std::fill(out + ox1, out + s.out_width, 0.0f);
+              std::fill(out + ox1, out + s.out_width, zero);
             }
           }
         }
@@ -203,6 +206,121 @@ void im2col_backward_weight(const engine::RunContext& run, const Im2colConv& s, 
     float sum = 0;
     for (int wk = 0; wk < workers; ++wk) sum += parts[static_cast<size_t>(wk * size + i)];
     dw[i] = sum;
+  }
+}
+
+
+namespace {
+
+// Bytes of col per chunk of the matrix-product weight gradient: large enough
+// that each product runs long (thousands of positions), small enough to stay
+// a modest temporary.
+constexpr int64_t kGemmColBytes = int64_t{16} << 20;
+
+std::atomic<int>& gemm_weight_mode() {
+  static std::atomic<int> mode{[] {
+    const char* env = std::getenv("KILN_CONV_WEIGHT_GEMM");
+    if (env == nullptr) return -1;  // auto
+    return std::string(env) == "0" ? 0 : 1;
+  }()};
+  return mode;
+}
+
+// a[k][i * P1 + p] = dy[n0 + i][k][p]: the chunk's output gradient as one matrix.
+template <typename T>
+void gather_output_grad(const Im2colConv& s, int64_t p1, int threads, const T* dy, int64_t n0, int64_t count, T* a) {
+  const int64_t K = s.out_channels, cols = count * p1;
+  parallel_for(
+      threads, K * count,
+      [&](int64_t u0, int64_t u1) {
+        for (int64_t u = u0; u < u1; ++u) {
+          const int64_t k = u / count, i = u % count;
+          std::memcpy(a + k * cols + i * p1, dy + ((n0 + i) * K + k) * p1, static_cast<size_t>(p1) * sizeof(T));
+        }
+      },
+      1);
+}
+
+// acc [K][CKK] (+)= a [K][cols] . col [CKK][cols]^T in float32, oneDNN's
+// matmul with the sum post-op when accumulating.
+void product_transposed(dn::Call& call, memory::data_type dt, int64_t m, int64_t k, int64_t n, const void* a,
+                        const void* col, float* acc, bool accumulate) {
+  std::string key = fmt::format("conv_weight_gemm|{}|{}|", static_cast<int>(dt), accumulate);
+  dn::append_key(key, {m, k, n, call.threads()});
+  struct Plan {
+    dnnl::matmul prim;
+    size_t scratchpad = 0;
+    memory::desc a, b, c;
+  };
+  auto plan = dn::cached<Plan>(key, [&] {
+    Plan made{.a = dn::plain_desc({m, k}, dt),
+              .b = memory::desc({k, n}, dt, memory::dims{1, k}),  // col^T: element (q, r) at col[r * k + q]
+              .c = dn::plain_desc({m, n})};
+    dnnl::primitive_attr attr = dn::post_ops_attr(accumulate, std::nullopt);
+    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(made.a, made.b, made.c), attr, dn::engine());
+    made.prim = dnnl::matmul(pd);
+    made.scratchpad = dn::scratchpad_bytes(pd);
+    return made;
+  });
+  call.run(plan->prim, plan->scratchpad,
+           {{DNNL_ARG_SRC, call.wrap(plan->a, a)}, {DNNL_ARG_WEIGHTS, call.wrap(plan->b, col)},
+            {DNNL_ARG_DST, call.wrap(plan->c, acc)}});
+  dn::Call::stream().wait();
+}
+
+template <typename T>
+void gemm_weight_typed(const engine::RunContext& run, const Im2colConv& s, memory::data_type dt, const T* x,
+                       const T* dy, T* dw) {
+  const int64_t K = s.out_channels, ckk = s.channels * s.kernel_h * s.kernel_w, p1 = s.out_height * s.out_width;
+  const int64_t chunk =
+      std::clamp<int64_t>(kGemmColBytes / std::max<int64_t>(1, ckk * p1 * static_cast<int64_t>(sizeof(T))), 1,
+                          s.batch);
+  dn::Call call(run, s.batch * K * p1 * ckk);
+  const int threads = call.threads();
+  T* col = static_cast<T*>(call.temp(dn::plain_desc({ckk, chunk * p1}, dt)).get_data_handle());
+  T* a = static_cast<T*>(call.temp(dn::plain_desc({K, chunk * p1}, dt)).get_data_handle());
+  float* acc = std::is_same_v<T, float> ? reinterpret_cast<float*>(dw)
+                                        : static_cast<float*>(call.temp(dn::plain_desc({K, ckk})).get_data_handle());
+  Geometry g(s);
+  for (int64_t n0 = 0; n0 < s.batch; n0 += chunk) {
+    const int64_t count = std::min(chunk, s.batch - n0);
+    unfold(s, g, threads, x, n0, count, col);
+    gather_output_grad(s, p1, threads, dy, n0, count, a);
+    product_transposed(call, dt, K, count * p1, ckk, a, col, acc, n0 > 0);
+  }
+  if constexpr (!std::is_same_v<T, float>) {
+    parallel_for(threads, K * ckk, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) dw[i] = store<T>(acc[i]);
+    });
+  }
+}
+
+}  // namespace
+
+bool gemm_weight_applies(const Im2colConv& s) {
+  const int mode = gemm_weight_mode().load(std::memory_order_relaxed);
+  if (mode == 0 || s.batch <= 0 || s.out_height <= 0 || s.out_width <= 0) return false;
+  if (mode == 1) return true;
+  return s.out_height * s.out_width <= kGemmWeightMaxPositions;
+}
+
+int gemm_weight_set_mode(int mode) { return gemm_weight_mode().exchange(mode); }
+
+void gemm_backward_weight(const engine::RunContext& run, const Im2colConv& s, DType t, const void* x, const void* dy,
+                          void* dw) {
+  const memory::data_type dt = dn::data_type(t);
+  switch (t) {
+    case DType::kFloat32:
+      return gemm_weight_typed(run, s, dt, static_cast<const float*>(x), static_cast<const float*>(dy),
+                               static_cast<float*>(dw));
+    case DType::kBfloat16:
+      return gemm_weight_typed(run, s, dt, static_cast<const BFloat16*>(x), static_cast<const BFloat16*>(dy),
+                               static_cast<BFloat16*>(dw));
+    case DType::kFloat16:
+      return gemm_weight_typed(run, s, dt, static_cast<const Half*>(x), static_cast<const Half*>(dy),
+                               static_cast<Half*>(dw));
+    default:
+      throw InternalError(fmt::format("internal error: matrix-product weight gradient reached with dtype {}", t));
   }
 }
 

@@ -25,6 +25,7 @@
 
 #include <cstdint>
 
+#include "ir/dtype.h"
 #include "runtime/engine.h"
 
 namespace kiln::cpu {
@@ -58,5 +59,30 @@ void im2col_forward(const engine::RunContext& run, const Im2colConv& s, const fl
 // channel 3x3 layer: 14 ms against 3 ms); these dots take 1.75 ms.
 void im2col_backward_weight(const engine::RunContext& run, const Im2colConv& s, const float* x, const float* dy,
                             float* dw);
+
+// The weight gradient as matrix products, for any number of channels:
+// chunks of images are unfolded (col [C kh kw][images x OH x OW], about 16
+// MiB each), the chunk's output gradient is gathered into one matrix a
+// [K][images x OH x OW], and dw [K][C kh kw] += a . col^T is one oneDNN
+// matmul accumulating in float32 (then rounded once to dw's dtype: float32,
+// bfloat16 or float16). oneDNN 2.6's direct weight-gradient kernels slow down
+// when each image has few output positions: on an AMD EPYC with AVX512-BF16
+// (2 threads, batch 256, best of 3 on a busy machine) ResNet-18's 512-channel
+// 4x4 layer took 260 ms in bfloat16 against 94 ms here, its 7x7 -> 4x4
+// strided 3x3 and 1x1 layers 90 and 15 ms against 43 and 8 (float32: 54 ms
+// against 52, 128 against 143, 36 against 24). With more positions oneDNN's
+// kernels were as fast or faster (the 28x28 and 14x14 layers, strided or
+// not, up to 2x in bfloat16), so they keep those.
+//
+// Applies (auto mode) to outputs of at most kGemmWeightMaxPositions
+// positions per image; KILN_CONV_WEIGHT_GEMM=1 sends every ungrouped 2-D
+// layer here, =0 none (gemm_weight_set_mode: -1 auto, 0, 1; returns the
+// previous mode).
+inline constexpr int64_t kGemmWeightMaxPositions = 16;
+bool gemm_weight_applies(const Im2colConv& s);
+int gemm_weight_set_mode(int mode);
+// x [batch][C][H][W] and dy [batch][K][OH][OW] of dtype t -> dw [K][C][kh][kw].
+void gemm_backward_weight(const engine::RunContext& run, const Im2colConv& s, DType t, const void* x, const void* dy,
+                          void* dw);
 
 }  // namespace kiln::cpu

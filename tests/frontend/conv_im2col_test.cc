@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "backends/cpu/conv_im2col.h"
+#include "backends/cpu/onednn_util.h"
 #include "frontend/invoke.h"
 #include "frontend/nd.h"
 #include "ir/ops/conv.h"
@@ -111,13 +112,48 @@ void check(const Im2colConv& s, int threads = 2) {
     dw_magnitude[wi] += std::abs(backward);
   });
   engine::RunContext run{.device = Device::cpu(0), .num_threads = threads};
-  std::vector<float> y(y_want.size(), 1e6f), dw(w.size(), 1e6f);
-  cpu::im2col_forward(run, s, x.data(), w.data(), b.data(), y.data());
-  cpu::im2col_backward_weight(run, s, x.data(), dy.data(), dw.data());
-  const double forward = error_vs_bound(y, y_want, y_magnitude, static_cast<double>(s.channels * KK + 1));
-  const double backward = error_vs_bound(dw, dw_want, dw_magnitude, static_cast<double>(s.batch * P1));
-  EXPECT_LE(forward, 1.0) << "forward " << name(s);
-  EXPECT_LE(backward, 1.0) << "weight gradient " << name(s);
+  std::vector<float> y(y_want.size(), 1e6f), dw(w.size(), 1e6f), dw_gemm(w.size(), 1e6f);
+  if (s.channels <= 4) {
+    cpu::im2col_forward(run, s, x.data(), w.data(), b.data(), y.data());
+    cpu::im2col_backward_weight(run, s, x.data(), dy.data(), dw.data());
+    const double forward = error_vs_bound(y, y_want, y_magnitude, static_cast<double>(s.channels * KK + 1));
+    const double backward = error_vs_bound(dw, dw_want, dw_magnitude, static_cast<double>(s.batch * P1));
+    EXPECT_LE(forward, 1.0) << "forward " << name(s);
+    EXPECT_LE(backward, 1.0) << "weight gradient " << name(s);
+  }
+  cpu::gemm_backward_weight(run, s, DType::kFloat32, x.data(), dy.data(), dw_gemm.data());
+  EXPECT_LE(error_vs_bound(dw_gemm, dw_want, dw_magnitude, static_cast<double>(s.batch * P1)), 1.0)
+      << "matrix-product weight gradient " << name(s);
+}
+
+// The matrix-product weight gradient in bfloat16 and float16: inputs rounded
+// to the type, products accumulated in float32 and the result rounded once,
+// so within one rounding of the float64 result on the rounded inputs plus the
+// float32 sum's bound.
+void check_16bit(const Im2colConv& s, DType t) {
+  const int64_t K = s.out_channels, KK = s.kernel_h * s.kernel_w, P1 = s.out_height * s.out_width;
+  const double eps = t == DType::kBfloat16 ? 0x1p-8 : 0x1p-11;
+  auto rounded = [&](std::vector<float> v) {
+    return nd::array(v, Shape{static_cast<int64_t>(v.size())}).astype(t);
+  };
+  NDArray x = rounded(uniform(s.batch * s.channels * s.height * s.width, 1));
+  NDArray dy = rounded(uniform(s.batch * K * P1, 4));
+  auto xd = x.to_vector<double>(), dyd = dy.to_vector<double>();
+  std::vector<double> want(static_cast<size_t>(K * s.channels * KK), 0.0), magnitude(want.size(), 0.0);
+  for_each_product(s, [&](int64_t n, int64_t k, int64_t c, int64_t oy, int64_t ox, int64_t ky, int64_t kx, int64_t xi) {
+    const auto wi = static_cast<size_t>(((k * s.channels + c) * s.kernel_h + ky) * s.kernel_w + kx);
+    const double term = dyd[static_cast<size_t>((n * K + k) * P1 + oy * s.out_width + ox)] * xd[static_cast<size_t>(xi)];
+    want[wi] += term;
+    magnitude[wi] += std::abs(term);
+  });
+  NDArray dw = nd::zeros({K, s.channels, s.kernel_h, s.kernel_w}, {.dtype = t});
+  engine::wait_all();
+  engine::RunContext run{.device = Device::cpu(0), .num_threads = 2};
+  cpu::gemm_backward_weight(run, s, t, x.data(), dy.data(), dw.data());
+  auto got = dw.to_vector<double>();
+  const double m = static_cast<double>(s.batch * P1), gamma = std::min(m, 6 * std::sqrt(m)) * kUnitRoundoff;
+  for (size_t i = 0; i < got.size(); ++i)
+    ASSERT_NEAR(got[i], want[i], eps * std::abs(want[i]) + gamma * magnitude[i]) << dtype_name(t) << " " << name(s);
 }
 
 TEST(ConvIm2col, MatchesReferenceOnManyShapes) {
@@ -142,6 +178,40 @@ TEST(ConvIm2col, BatchesSpanningSeveralChunksAndThreads) {
   check(make(41, 1, 28, 28, 20, 3, 3, 1, 0, 1));
   // One image, large enough for two threads: they share each step.
   check(make(1, 4, 64, 64, 64, 5, 5, 1, 2, 1));
+}
+
+TEST(ConvGemmWeight, MatchesReferenceOnManyShapes) {
+  for (int64_t stride : {1, 2})
+    for (int64_t pad : {0, 1})
+      for (int64_t dilate : {1, 2}) check(make(3, 16, 9, 8, 5, 3, 3, stride, pad, dilate));
+  check(make(4, 32, 7, 7, 24, 3, 3, 2, 1, 1));   // ResNet's strided 3x3
+  check(make(4, 32, 7, 7, 24, 1, 1, 2, 0, 1));   // and its strided 1x1 shortcut
+  check(make(5, 24, 4, 4, 16, 3, 3, 1, 1, 1));   // a 4x4 output
+  check(make(2, 8, 6, 9, 7, 2, 5, 1, 1, 1), 1);  // non-square kernel, one thread
+  // 64 x 9 taps x 64 positions x 4 bytes = 144 KiB per image: 16 MiB chunks
+  // hold 113, so 120 images take two products, the second accumulating.
+  check(make(120, 64, 8, 8, 4, 3, 3, 1, 1, 1));
+}
+
+TEST(ConvGemmWeight, SixteenBitTypesRoundOnce) {
+  for (DType t : {DType::kBfloat16, DType::kFloat16}) {
+    if (!cpu::onednn::computes_in(t)) continue;  // the convolution ops widen such types to float32 first
+    check_16bit(make(3, 16, 9, 8, 5, 3, 3, 2, 1, 1), t);
+    check_16bit(make(4, 32, 4, 4, 8, 3, 3, 1, 1, 1), t);
+  }
+}
+
+TEST(ConvGemmWeight, SelectionTakesSmallOutputs) {
+  const int saved = cpu::gemm_weight_set_mode(-1);
+  EXPECT_TRUE(cpu::gemm_weight_applies(make(2, 256, 7, 7, 512, 3, 3, 2, 1, 1)));  // 4x4 outputs
+  EXPECT_TRUE(cpu::gemm_weight_applies(make(2, 512, 4, 4, 512, 3, 3, 1, 1, 1)));
+  EXPECT_FALSE(cpu::gemm_weight_applies(make(2, 64, 28, 28, 128, 3, 3, 2, 1, 1)));  // oneDNN's own kernel
+  EXPECT_FALSE(cpu::gemm_weight_applies(make(2, 64, 28, 28, 64, 3, 3, 1, 1, 1)));
+  cpu::gemm_weight_set_mode(0);
+  EXPECT_FALSE(cpu::gemm_weight_applies(make(2, 512, 4, 4, 512, 3, 3, 1, 1, 1)));
+  cpu::gemm_weight_set_mode(1);
+  EXPECT_TRUE(cpu::gemm_weight_applies(make(2, 64, 28, 28, 64, 3, 3, 1, 1, 1)));
+  cpu::gemm_weight_set_mode(saved);
 }
 
 TEST(ConvIm2col, SelectionTakesFewInputChannels) {
@@ -193,6 +263,30 @@ TEST(ConvIm2col, ConvolutionOpsMatchOneDnn) {
       EXPECT_LE(worst, 1e-5 * std::max(scale, 1.0)) << names[i] << " " << what;
     }
   }
+}
+
+// The weight-gradient op with the matrix products on and off (oneDNN's
+// kernel) agrees, in float32 and bfloat16, with and without a bias.
+TEST(ConvGemmWeight, WeightGradientOpMatchesOneDnn) {
+  for (DType t : {DType::kFloat32, DType::kBfloat16})
+    for (bool bias : {false, true}) {
+      ConvolutionAttrs a{.kernel = {3, 3}, .stride = {2, 2}, .pad = {1, 1}, .num_filter = 32, .no_bias = !bias};
+      NDArray x = nd::array(uniform(4 * 32 * 9 * 9, 5), Shape{4, 32, 9, 9}).astype(t);
+      NDArray dy = nd::array(uniform(4 * 32 * 5 * 5, 8), Shape{4, 32, 5, 5}).astype(t);
+      auto run = [&](int mode) {
+        const int saved = cpu::gemm_weight_set_mode(mode);
+        auto v = invoke1(OpId::kConvolutionBackwardWeight, {dy, x}, OpAttrs::make(a)).to_vector<double>();
+        cpu::gemm_weight_set_mode(saved);
+        return v;
+      };
+      auto direct = run(0), gemm = run(1);
+      ASSERT_EQ(direct.size(), gemm.size());
+      const double tol = t == DType::kFloat32 ? 1e-5 : 2e-2;
+      double scale = 0;
+      for (double v : direct) scale = std::max(scale, std::abs(v));
+      for (size_t j = 0; j < direct.size(); ++j)
+        ASSERT_NEAR(gemm[j], direct[j], tol * std::max(scale, 1.0)) << dtype_name(t) << " bias " << bias << " " << j;
+    }
 }
 
 }  // namespace
