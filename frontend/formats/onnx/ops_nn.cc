@@ -527,15 +527,40 @@ void convert_layer_norm(NodeContext& n) {
 }
 
 // Dropout at inference is the identity (its mask, when asked for, all true).
+// training_mode true (opset 12+; ratio and training_mode known at import):
+// ratio 0 is the identity too; otherwise Kiln's Dropout in mode "always",
+// which draws a fresh mask at each call from Kiln's counter-based stream
+// (the `seed` attribute is not honoured: no generator reproduces ONNX
+// runtimes' masks), scales kept elements by 1 / (1 - ratio), and gives the
+// mask as the scale or 0, which becomes ONNX's boolean mask.
 void convert_dropout(NodeContext& n) {
-  if (n.opset() >= 12 && n.has_input(2) && n.known_ints(2, "training_mode") != std::vector<int64_t>{0})
-    n.unsupported("training_mode true");
+  const bool training =
+      n.opset() >= 12 && n.has_input(2) && n.known_ints(2, "training_mode") != std::vector<int64_t>{0};
   if (n.opset() < 7) n.require_attr_int("is_test", 1, "training mode");
-  n.set_output(0, n.input(0));
+  double ratio = 0.5;
+  if (n.opset() >= 12 && n.has_input(1)) {
+    std::vector<double> r = n.known_doubles(1, "ratio");
+    KILN_CHECK(r.size() == 1, ShapeError, "ratio must be a scalar, got {} values", r.size());
+    ratio = r[0];
+  } else if (n.opset() < 12) {
+    ratio = n.attr_float("ratio", 0.5);
+  }
+  KILN_CHECK(ratio >= 0 && ratio < 1, ValueError, "ratio must be in [0, 1), got {}", ratio);
+  if (!training || ratio == 0) {
+    n.set_output(0, n.input(0));
+    if (n.has_output(1)) {
+      NDArray mask = NDArray::empty(n.shape(0), {DType::kBool, Device::cpu(0)});
+      std::fill_n(static_cast<bool*>(mask.data()), mask.size(), true);
+      n.set_known(1, mask);
+    }
+    return;
+  }
+  std::vector<ir::Entry> out =
+      n.op(OpId::kDropout, std::vector<ir::Entry>{n.input(0)}, OpAttrs::make(DropoutAttrs{.p = ratio, .mode = DropoutMode::kAlways}));
+  n.set_output(0, out[0]);
   if (n.has_output(1)) {
-    NDArray mask = NDArray::empty(n.shape(0), {DType::kBool, Device::cpu(0)});
-    std::fill_n(static_cast<bool*>(mask.data()), mask.size(), true);
-    n.set_known(1, mask);
+    ir::Entry kept = n.op1(OpId::kNotEqualScalar, {out[1]}, ScalarAttrs{.scalar = 0.0});
+    n.set_output(1, n.op1(OpId::kCast, {kept}, CastAttrs{.dtype = DType::kBool}));
   }
 }
 
