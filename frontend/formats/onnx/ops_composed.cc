@@ -1,0 +1,341 @@
+// ONNX ops that Kiln has no op for, composed exactly from Kiln's ops:
+// EyeLike (a constant), InstanceNormalization, MeanVarianceNormalization and
+// LRN (reductions, sum pooling over channels), CumSum (a triangular matrix
+// product), TopK (repeated argmax), GatherND (take of flat indices),
+// ScatterND, ScatterElements and Scatter (the scatter-add of take's gradient).
+#include <fmt/ranges.h>
+
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+#include "frontend/formats/onnx/node_context.h"
+#include "frontend/formats/onnx/tensor.h"
+#include "frontend/nd_init.h"
+#include "ir/ops/conv.h"
+#include "ir/ops/elemwise.h"
+#include "ir/ops/linalg.h"
+#include "ir/ops/matrix.h"
+#include "ir/ops/nn.h"
+#include "ir/ops/reduce.h"
+
+namespace kiln::onnx {
+namespace {
+
+ir::Entry cast(NodeContext& n, ir::Entry e, DType t) {
+  return n.entry_type(e).dtype == t ? e : n.op1(OpId::kCast, {e}, CastAttrs{.dtype = t});
+}
+
+ir::Entry scalar_op(NodeContext& n, OpId id, ir::Entry e, double s) {
+  return n.op1(id, {e}, ScalarAttrs{.scalar = s});
+}
+
+// The permutation that swaps `axis` with the last axis (its own inverse).
+IntTuple swap_last(int axis, int rank) {
+  std::vector<int64_t> perm(static_cast<size_t>(rank));
+  std::iota(perm.begin(), perm.end(), 0);
+  std::swap(perm[static_cast<size_t>(axis)], perm.back());
+  return IntTuple(perm);
+}
+
+ir::Entry swap_axis_last(NodeContext& n, ir::Entry e, int axis) {
+  const int rank = n.entry_type(e).shape.ndim();
+  return axis == rank - 1 ? e : n.op1(OpId::kTranspose, {e}, TransposeAttrs{.axes = swap_last(axis, rank)});
+}
+
+// ---- EyeLike: ones on diagonal k of a 2-D shape, in `dtype` (or the input's)
+
+void convert_eye_like(NodeContext& n) {
+  const Shape& x = n.shape(0);
+  KILN_CHECK(x.ndim() == 2, ShapeError, "expected a 2-D input, got {}", x);
+  DType dtype = n.type(0).dtype;
+  if (n.has_attr("dtype")) {
+    auto to = static_cast<int32_t>(n.attr_int("dtype", 1));
+    std::optional<DType> t = dtype_from_onnx(to);
+    if (!t) n.unsupported(fmt::format("dtype {}", onnx_dtype_name(to)));
+    dtype = *t;
+  }
+  KILN_CHECK(x.size() <= kMaxImportElements, ValueError, "a {} identity is too large", x);
+  const int64_t k = n.attr_int("k", 0);
+  std::vector<float> eye(static_cast<size_t>(x.size()), 0.0f);
+  for (int64_t i = 0; i < x[0]; ++i)
+    if (i + k >= 0 && i + k < x[1]) eye[static_cast<size_t>(i * x[1] + i + k)] = 1.0f;
+  n.set_output(0, n.constant(nd::array(eye, x).astype(dtype)));
+}
+
+// ---- Normalizations
+
+// InstanceNormalization: each (sample, channel) plane normalized by its own
+// mean and biased variance, then scaled and shifted per channel.
+void convert_instance_norm(NodeContext& n) {
+  const Shape& x = n.shape(0);
+  KILN_CHECK(x.ndim() >= 3, ShapeError, "expected data [N,C,D...], got {}", x);
+  KILN_CHECK(n.shape(1) == Shape{x[1]} && n.shape(2) == Shape{x[1]}, ShapeError,
+             "scale {} and B {} must be [{}] (the channels of {})", n.shape(1), n.shape(2), x[1], x);
+  IntTuple axes;
+  std::vector<int64_t> channel_shape(static_cast<size_t>(x.ndim()), 1);
+  channel_shape[1] = x[1];
+  for (int d = 2; d < x.ndim(); ++d) axes.push_back(d);
+  ir::Entry mean = n.op1(OpId::kMean, {n.input(0)}, ReduceAttrs{.axis = axes, .keepdims = true});
+  ir::Entry centered = n.op1(OpId::kBroadcastSub, {n.input(0), mean});
+  ir::Entry var = n.op1(OpId::kMean, {n.op1(OpId::kSquare, {centered})}, ReduceAttrs{.axis = axes, .keepdims = true});
+  ir::Entry std = n.op1(OpId::kSqrt, {scalar_op(n, OpId::kPlusScalar, var, n.attr_float("epsilon", 1e-5))});
+  ir::Entry y = n.op1(OpId::kBroadcastDiv, {centered, std});
+  y = n.op1(OpId::kBroadcastMul, {y, reshape_to(n, n.input(1), channel_shape)});
+  n.set_output(0, n.op1(OpId::kBroadcastAdd, {y, reshape_to(n, n.input(2), channel_shape)}));
+}
+
+// MeanVarianceNormalization, as ONNX's function defines it:
+// (x - E[x]) / (sqrt(E[x^2] - E[x]^2) + 1e-9) over `axes` (default [0, 2, 3]).
+void convert_mvn(NodeContext& n) {
+  const int rank = n.shape(0).ndim();
+  IntTuple axes;
+  for (int64_t a : n.attr_ints("axes", {0, 2, 3})) axes.push_back(normalize_onnx_axis(n, a, rank));
+  ReduceAttrs r{.axis = axes, .keepdims = true};
+  ir::Entry mean = n.op1(OpId::kMean, {n.input(0)}, r);
+  ir::Entry mean_sq = n.op1(OpId::kMean, {n.op1(OpId::kSquare, {n.input(0)})}, r);
+  ir::Entry var = n.op1(OpId::kBroadcastSub, {mean_sq, n.op1(OpId::kSquare, {mean})});
+  ir::Entry std = scalar_op(n, OpId::kPlusScalar, n.op1(OpId::kSqrt, {var}), 1e-9);
+  n.set_output(0, n.op1(OpId::kBroadcastDiv, {n.op1(OpId::kBroadcastSub, {n.input(0), mean}), std}));
+}
+
+// LRN: x / (bias + alpha / size * s)^beta, s the sum of squares over the
+// channels c - floor((size-1)/2) .. c + ceil((size-1)/2): sum pooling of the
+// squares seen as [N, 1, C, rest], the channel axis padded with zeros.
+void convert_lrn(NodeContext& n) {
+  const Shape& x = n.shape(0);
+  KILN_CHECK(x.ndim() >= 2, ShapeError, "expected data [N,C,...], got {}", x);
+  KILN_CHECK(is_floating(n.type(0).dtype), TypeError, "LRN of {} data", dtype_name(n.type(0).dtype));
+  const int64_t size = n.attr_int("size", 0);
+  KILN_CHECK(size >= 1, ValueError, "size must be >= 1, got {}", size);
+  const double alpha = n.attr_float("alpha", 1e-4), beta = n.attr_float("beta", 0.75), bias = n.attr_float("bias", 1.0);
+  const int64_t rest = x[1] == 0 ? 0 : x.size() / (x[0] * x[1]);
+  ir::Entry sq = reshape_to(n, n.op1(OpId::kSquare, {n.input(0)}), {x[0], 1, x[1], rest});
+  sq = pad(n, sq, {0, 0, (size - 1) / 2, 0, 0, 0, size / 2, 0}, "constant", 0.0);
+  ir::Entry sum = n.op1(OpId::kPooling, {sq}, PoolingAttrs{.kernel = {size, 1}, .pool_type = "sum", .stride = {1, 1}});
+  sum = reshape_to(n, sum, x.to_vector());
+  ir::Entry denom = scalar_op(n, OpId::kPlusScalar, scalar_op(n, OpId::kMulScalar, sum, alpha / static_cast<double>(size)), bias);
+  denom = scalar_op(n, OpId::kPowerScalar, denom, beta);
+  n.set_output(0, n.op1(OpId::kBroadcastDiv, {n.input(0), denom}));
+}
+
+// ---- CumSum: the axis moved last and multiplied by a 0/1 triangular matrix
+
+void convert_cumsum(NodeContext& n) {
+  const Shape& x = n.shape(0);
+  const DType dtype = n.type(0).dtype;
+  if (!is_floating(dtype)) n.unsupported(fmt::format("CumSum of {} (floating types only)", dtype_name(dtype)));
+  KILN_CHECK(x.ndim() >= 1, ShapeError, "CumSum of a scalar");
+  std::vector<int64_t> axis_v = n.known_ints(1, "axis");
+  KILN_CHECK(axis_v.size() == 1, ShapeError, "axis must hold one value, got {}", axis_v.size());
+  const int axis = normalize_onnx_axis(n, axis_v[0], x.ndim());
+  const bool exclusive = n.attr_int("exclusive", 0) != 0, reverse = n.attr_int("reverse", 0) != 0;
+  const int64_t len = x[axis];
+  KILN_CHECK(len * len <= kMaxImportElements, ValueError, "a CumSum over {} elements needs a {}x{} matrix, too large",
+             len, len, len);
+  // y[j] = sum of x[i] over i <= j (< j exclusive; >= j, > j reversed): column j of the matrix.
+  std::vector<float> tri(static_cast<size_t>(len * len), 0.0f);
+  for (int64_t i = 0; i < len; ++i)
+    for (int64_t j = 0; j < len; ++j) {
+      bool in = reverse ? (exclusive ? i > j : i >= j) : (exclusive ? i < j : i <= j);
+      tri[static_cast<size_t>(i * len + j)] = in ? 1.0f : 0.0f;
+    }
+  ir::Entry y = swap_axis_last(n, n.input(0), axis);
+  Shape moved = n.entry_type(y).shape;
+  y = reshape_to(n, y, {len == 0 ? 0 : moved.size() / len, len});
+  y = n.op1(OpId::kDot, {y, n.constant(nd::array(tri, Shape{len, len}).astype(dtype))}, DotAttrs{});
+  y = reshape_to(n, y, moved.to_vector());
+  n.set_output(0, swap_axis_last(n, y, axis));
+}
+
+// ---- TopK: k rounds of argmax (argmin for the smallest) along the axis,
+// each round masking its winner with -inf (+inf); argmax returns the first
+// extremum, so equal values come in index order as ONNX asks. 16-bit data
+// runs in float32 (its indices would not all be exact in bfloat16). The one
+// inexact case: data that holds the masking value itself (-inf among the
+// largest, +inf among the smallest, or an integer type's extreme), whose
+// index may be reported for an already chosen position.
+constexpr int64_t kMaxTopK = 256;
+
+void convert_top_k(NodeContext& n) {
+  const Shape& x = n.shape(0);
+  KILN_CHECK(x.ndim() >= 1, ShapeError, "TopK of a scalar");
+  const int axis = normalize_onnx_axis(n, n.attr_int("axis", -1), x.ndim());
+  std::vector<int64_t> kv = n.opset() >= 10 ? n.known_ints(1, "K") : std::vector<int64_t>{n.attr_int("k", 0)};
+  KILN_CHECK(kv.size() == 1, ShapeError, "K must hold one value, got {}", kv.size());
+  const int64_t k = kv[0];
+  KILN_CHECK(k >= 0 && k <= x[axis], ValueError, "K {} is outside [0, {}] (axis {} of {})", k, x[axis], axis, x);
+  if (k > kMaxTopK) n.unsupported(fmt::format("K {} (at most {})", k, kMaxTopK));
+  KILN_CHECK(k > 0, NotSupported, "K 0 (an empty output)");
+  const bool largest = n.opset() < 11 || n.attr_int("largest", 1) != 0;
+  const DType dtype = n.type(0).dtype;
+  const DType work = dtype == DType::kFloat16 || dtype == DType::kBfloat16 ? DType::kFloat32 : dtype;
+  double mask_value = largest ? -std::numeric_limits<double>::infinity() : std::numeric_limits<double>::infinity();
+  if (!is_floating(work)) {
+    mask_value = dispatch_dtype(work, [&](auto tag) -> double {
+      using T = decltype(tag);
+      if constexpr (std::is_integral_v<T>)
+        return static_cast<double>(largest ? std::numeric_limits<T>::lowest() : std::numeric_limits<T>::max());
+      else
+        return 0.0;
+    });
+  }
+  const int last = x.ndim() - 1;
+  ir::Entry data = swap_axis_last(n, cast(n, n.input(0), work), axis);
+  ir::Entry mask_fill = n.constant(nd::full(Shape{}, mask_value, {work, Device::cpu(0)}));
+  ir::Entry cur = data;
+  const Shape moved = n.entry_type(data).shape;
+  const std::vector<int64_t> lead(moved.begin(), moved.end() - 1);  // the shape without the axis
+  std::vector<ir::Entry> values, indices;
+  for (int64_t t = 0; t < k; ++t) {
+    ir::Entry idx = n.op1(largest ? OpId::kArgmax : OpId::kArgmin, {cur}, ArgReduceAttrs{.axis = last, .keepdims = true});
+    values.push_back(n.op1(OpId::kPick, {data, idx}, PickAttrs{.axis = last, .keepdims = true}));
+    indices.push_back(cast(n, idx, DType::kInt64));
+    if (t + 1 == k) break;
+    ir::Entry chosen = n.op1(OpId::kOneHot, {reshape_to(n, idx, lead)}, OneHotAttrs{.depth = x[axis], .dtype = DType::kUint8});
+    cur = n.op1(OpId::kWhere, {chosen, mask_fill, cur});
+  }
+  auto join = [&](std::vector<ir::Entry>& parts) {
+    ir::Entry e = parts.size() == 1 ? parts[0]
+                                    : n.op(OpId::kConcat, parts, OpAttrs::make(ConcatAttrs{.num_args = static_cast<int>(parts.size()), .dim = last})).front();
+    return swap_axis_last(n, e, axis);
+  };
+  n.set_output(0, cast(n, join(values), dtype));
+  if (n.has_output(1)) n.set_output(1, join(indices));
+}
+
+// ---- Flat indices into data seen as [prod(leading q axes), rest]
+
+// For index tuples `idx` [..., q] (int64) into the first q axes of `dims`,
+// each tuple's row-major flat index [...]; negative entries count from the end.
+ir::Entry flat_index(NodeContext& n, ir::Entry idx, const std::vector<int64_t>& dims) {
+  const auto q = static_cast<int64_t>(dims.size());
+  std::vector<int64_t> extent(dims), stride(dims.size(), 1);
+  for (int64_t i = q - 2; i >= 0; --i) stride[static_cast<size_t>(i)] = stride[static_cast<size_t>(i + 1)] * dims[static_cast<size_t>(i + 1)];
+  ir::Entry negative = cast(n, scalar_op(n, OpId::kLesserScalar, idx, 0), DType::kInt64);
+  idx = n.op1(OpId::kBroadcastAdd, {idx, n.op1(OpId::kBroadcastMul, {negative, n.constant(nd::array(extent, Shape{q}))})});
+  ir::Entry weighted = n.op1(OpId::kBroadcastMul, {idx, n.constant(nd::array(stride, Shape{q}))});
+  const int rank = n.entry_type(weighted).shape.ndim();
+  return n.op1(OpId::kSum, {weighted}, ReduceAttrs{.axis = IntTuple{rank - 1}});
+}
+
+// GatherND: data [B..., D_1..D_q, rest...] and indices [B..., M..., q]
+// (B: the batch_dims leading axes): each tuple's flat index (plus its batch's
+// offset) taken from data seen as [prod(B) * prod(D), prod(rest)].
+void convert_gather_nd(NodeContext& n) {
+  const Shape& x = n.shape(0);
+  const Shape& ix = n.shape(1);
+  KILN_CHECK(is_integral(n.type(1).dtype), TypeError, "indices must be integers, got {}", dtype_name(n.type(1).dtype));
+  const int b = static_cast<int>(n.attr_int("batch_dims", 0));
+  KILN_CHECK(ix.ndim() >= 1 && b >= 0 && b < ix.ndim() && b < x.ndim(), ValueError,
+             "batch_dims {} with data {} and indices {}", b, x, ix);
+  const int64_t q = ix[ix.ndim() - 1];
+  KILN_CHECK(q >= 1 && b + q <= x.ndim(), ShapeError, "index tuples of {} entries for data {} with batch_dims {}", q, x, b);
+  for (int d = 0; d < b; ++d) KILN_CHECK(x[d] == ix[d], ShapeError, "batch axis {} differs: data {}, indices {}", d, x, ix);
+  std::vector<int64_t> dims(x.begin() + b, x.begin() + b + q), out;
+  int64_t batches = 1, cells = 1, rest = 1;
+  for (int d = 0; d < b; ++d) batches *= x[d];
+  for (int64_t d : dims) cells *= d;
+  for (int d = b + static_cast<int>(q); d < x.ndim(); ++d) rest *= x[d];
+  ir::Entry flat = flat_index(n, cast(n, n.input(1), DType::kInt64), dims);  // [B..., M...]
+  if (b > 0) {
+    std::vector<int64_t> offset(static_cast<size_t>(batches)), offset_shape(ix.begin(), ix.begin() + b);
+    for (int64_t i = 0; i < batches; ++i) offset[static_cast<size_t>(i)] = i * cells;
+    offset_shape.resize(static_cast<size_t>(ix.ndim() - 1), 1);
+    flat = n.op1(OpId::kBroadcastAdd, {flat, n.constant(nd::array(offset, Shape(offset_shape)))});
+  }
+  ir::Entry table = reshape_to(n, n.input(0), {batches * cells, rest});
+  ir::Entry y = n.op1(OpId::kTake, {table, flat}, TakeAttrs{.axis = 0, .mode = TakeMode::kClip});
+  out.assign(ix.begin(), ix.end() - 1);
+  for (int d = b + static_cast<int>(q); d < x.ndim(); ++d) out.push_back(x[d]);
+  n.set_output(0, reshape_to(n, y, out));
+}
+
+// ---- Scatters: rows of `updates` [count, rest] written into data seen as
+// [rows, rest] at flat row indices `flat` [count]. _backward_take adds every
+// update into its row (so "add" is data + that); "none" takes the added
+// updates where a row received any (exact when no row is indexed twice:
+// ONNX leaves duplicates undefined for ScatterND and reports the last for
+// ScatterElements, where Kiln gives their sum). "mul" and the others are
+// NotSupported. Floating data only (the scatter-add's types).
+ir::Entry scatter_rows(NodeContext& n, ir::Entry data2d, ir::Entry flat, ir::Entry updates2d, const std::string& reduction) {
+  const Shape rows = n.entry_type(data2d).shape;
+  const DType dtype = n.entry_type(data2d).dtype;
+  if (!is_floating(dtype)) n.unsupported(fmt::format("scattering {} data (floating types only)", dtype_name(dtype)));
+  if (reduction != "none" && reduction != "add") n.unsupported(fmt::format("reduction '{}'", reduction));
+  TakeBackwardAttrs a{.axis = 0, .mode = TakeMode::kClip, .data_shape = rows};
+  ir::Entry added = n.op1(OpId::kTakeBackward, {updates2d, flat}, a);
+  if (reduction == "add") return n.op1(OpId::kBroadcastAdd, {data2d, added});
+  const int64_t count = n.entry_type(flat).shape.size();
+  ir::Entry ones = n.constant(nd::ones(Shape{count, 1}).astype(dtype));
+  ir::Entry hits = n.op1(OpId::kTakeBackward, {ones, flat}, TakeBackwardAttrs{.axis = 0, .mode = TakeMode::kClip, .data_shape = Shape{rows[0], 1}});
+  return n.op1(OpId::kWhere, {n.op1(OpId::kBroadcastTo, {hits}, BroadcastToAttrs{.shape = rows}), added, data2d});
+}
+
+std::string reduction_of(NodeContext& n) { return n.opset() >= 16 ? n.attr_string("reduction", "none") : "none"; }
+
+// ScatterND: data [D_1..D_q, rest...], indices [M..., q], updates [M..., rest...].
+void convert_scatter_nd(NodeContext& n) {
+  const Shape& x = n.shape(0);
+  const Shape& ix = n.shape(1);
+  KILN_CHECK(is_integral(n.type(1).dtype), TypeError, "indices must be integers, got {}", dtype_name(n.type(1).dtype));
+  KILN_CHECK(ix.ndim() >= 1, ShapeError, "indices must have an axis of index tuples, got {}", ix);
+  const int64_t q = ix[ix.ndim() - 1];
+  KILN_CHECK(q >= 1 && q <= x.ndim(), ShapeError, "index tuples of {} entries for data {}", q, x);
+  std::vector<int64_t> dims(x.begin(), x.begin() + q);
+  int64_t cells = 1, rest = 1, count = 1;
+  for (int64_t d : dims) cells *= d;
+  for (int d = static_cast<int>(q); d < x.ndim(); ++d) rest *= x[d];
+  for (int d = 0; d + 1 < ix.ndim(); ++d) count *= ix[d];
+  ir::Entry flat = reshape_to(n, flat_index(n, cast(n, n.input(1), DType::kInt64), dims), {count});
+  ir::Entry y = scatter_rows(n, reshape_to(n, n.input(0), {cells, rest}), flat, reshape_to(n, n.input(2), {count, rest}),
+                             reduction_of(n));
+  n.set_output(0, reshape_to(n, y, x.to_vector()));
+}
+
+// ScatterElements (and opset-10 Scatter): data, indices and updates of one
+// rank; updates[p] goes to data at p with axis `axis` replaced by indices[p].
+// Each element's flat index into data: a constant for p's other coordinates
+// plus the (wrapped) index times the axis's stride.
+void convert_scatter_elements(NodeContext& n) {
+  const Shape& x = n.shape(0);
+  const Shape& ix = n.shape(1);
+  KILN_CHECK(is_integral(n.type(1).dtype), TypeError, "indices must be integers, got {}", dtype_name(n.type(1).dtype));
+  KILN_CHECK(ix.ndim() == x.ndim() && n.shape(2) == ix, ShapeError, "data {}, indices {} and updates {} must share a rank, "
+             "indices and updates a shape", x, ix, n.shape(2));
+  const int axis = normalize_onnx_axis(n, n.attr_int("axis", 0), x.ndim());
+  KILN_CHECK(ix.size() <= kMaxImportElements, ValueError, "indices {} are too many", ix);
+  const auto stride = x.strides();
+  std::vector<int64_t> base(static_cast<size_t>(ix.size()));
+  for (int64_t p = 0; p < ix.size(); ++p) {
+    int64_t rest = p, at = 0;
+    for (int d = ix.ndim() - 1; d >= 0; --d) {
+      if (d != axis) at += (rest % ix[d]) * stride[static_cast<size_t>(d)];
+      KILN_CHECK(d == axis || ix[d] <= x[d], ShapeError, "indices {} exceed data {} on axis {}", ix, x, d);
+      rest /= ix[d];
+    }
+    base[static_cast<size_t>(p)] = at;
+  }
+  ir::Entry idx = cast(n, n.input(1), DType::kInt64);
+  ir::Entry negative = cast(n, scalar_op(n, OpId::kLesserScalar, idx, 0), DType::kInt64);
+  idx = n.op1(OpId::kBroadcastAdd, {idx, scalar_op(n, OpId::kMulScalar, negative, static_cast<double>(x[axis]))});
+  ir::Entry flat = n.op1(OpId::kBroadcastAdd, {scalar_op(n, OpId::kMulScalar, idx, static_cast<double>(stride[static_cast<size_t>(axis)])),
+                                               n.constant(nd::array(base, ix))});
+  ir::Entry y = scatter_rows(n, reshape_to(n, n.input(0), {x.size(), 1}), reshape_to(n, flat, {ix.size()}),
+                             reshape_to(n, n.input(2), {ix.size(), 1}), n.op_type() == "Scatter" ? "none" : reduction_of(n));
+  n.set_output(0, reshape_to(n, y, x.to_vector()));
+}
+
+KILN_ONNX_CONVERTER("EyeLike", convert_eye_like);
+KILN_ONNX_CONVERTER("InstanceNormalization", convert_instance_norm);
+KILN_ONNX_CONVERTER("MeanVarianceNormalization", convert_mvn);
+KILN_ONNX_CONVERTER("LRN", convert_lrn);
+KILN_ONNX_CONVERTER("CumSum", convert_cumsum);
+KILN_ONNX_CONVERTER("TopK", convert_top_k);
+KILN_ONNX_CONVERTER("GatherND", convert_gather_nd);
+KILN_ONNX_CONVERTER("ScatterND", convert_scatter_nd);
+KILN_ONNX_CONVERTER("ScatterElements", convert_scatter_elements);
+KILN_ONNX_CONVERTER("Scatter", convert_scatter_elements);
+
+}  // namespace
+}  // namespace kiln::onnx
