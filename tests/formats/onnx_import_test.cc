@@ -368,6 +368,32 @@ TEST(OnnxImport, DropoutInTrainingModeDrawsAMaskPerRun) {
   EXPECT_NE(runs[0], runs[1]);
 }
 
+// GatherND with negative index entries (ONNX's node tests hold none) and a
+// batch axis; TopK's equal values come in index order.
+TEST(OnnxImport, GatherNDNegativeIndicesAndTopKTies) {
+  using TP = ::onnx::TensorProto;
+  ::onnx::ModelProto g = node_model("GatherND", 13, {{"data", TP::FLOAT, {2, 3, 4}}},
+                                    {tensor<int64_t>("idx", TP::INT64, {2, 2, 2}, {-1, 0, 0, -1, 2, 3, -3, -4})},
+                                    {"data", "idx"}, {{"y", TP::FLOAT, {2, 2}}});
+  auto* b = g.mutable_graph()->mutable_node(0)->add_attribute();
+  b->set_name("batch_dims");
+  b->set_type(::onnx::AttributeProto::INT);
+  b->set_i(1);
+  std::vector<float> data(24);
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<float>(i);
+  std::vector<NDArray> y = onnx::Model::parse(g.SerializeAsString(), "gathernd.onnx")
+                               .run(std::vector<NDArray>{nd::array(data, Shape{2, 3, 4})});
+  // Batch 0: [2][0] = 8, [0][3] = 3; batch 1: [2][3] = 12 + 11, [0][0] = 12.
+  EXPECT_EQ(y[0].to_vector<float>(), (std::vector<float>{8, 3, 23, 12}));
+
+  ::onnx::ModelProto t = node_model("TopK", 13, {{"x", TP::FLOAT, {6}}}, {tensor<int64_t>("k", TP::INT64, {1}, {4})},
+                                    {"x", "k"}, {{"values", TP::FLOAT, {4}}, {"indices", TP::INT64, {4}}});
+  std::vector<NDArray> top = onnx::Model::parse(t.SerializeAsString(), "topk.onnx")
+                                 .run(std::vector<NDArray>{nd::array(std::vector<float>{1, 5, 2, 5, 2, 0}, Shape{6})});
+  EXPECT_EQ(top[0].to_vector<float>(), (std::vector<float>{5, 5, 2, 2}));
+  EXPECT_EQ(top[1].to_vector<int64_t>(), (std::vector<int64_t>{1, 3, 2, 4}));
+}
+
 TEST(OnnxImportErrors, OpsOfOtherDomainsAreNamed) {
   ::onnx::ModelProto m = one_node_model("FancyOp", 13);
   m.mutable_graph()->mutable_node(0)->set_domain("com.example");
