@@ -2,7 +2,9 @@
 // EyeLike (a constant), InstanceNormalization, MeanVarianceNormalization and
 // LRN (reductions, sum pooling over channels), CumSum (a triangular matrix
 // product), TopK (repeated argmax), GatherND (take of flat indices),
-// ScatterND, ScatterElements and Scatter (the scatter-add of take's gradient).
+// ScatterND, ScatterElements and Scatter (the scatter-add of take's gradient),
+// MaxUnpool (the same scatter), the window functions (constants),
+// DequantizeLinear and MatMulInteger (exact in float32 / float64).
 #include <fmt/ranges.h>
 
 #include <cmath>
@@ -326,6 +328,115 @@ void convert_scatter_elements(NodeContext& n) {
   n.set_output(0, reshape_to(n, y, x.to_vector()));
 }
 
+// MaxUnpool: X placed at the flat indices I (into the whole unpooled tensor,
+// as MaxPool's Indices count) of zeros shaped by the pooling geometry
+// ((in - 1) * stride - pads + kernel); a larger output_shape pads that with
+// zeros at the end of each spatial axis, as ONNX's reference does. Indices
+// repeated (from overlapping windows) carry the same value: the sum over
+// them is divided by their count.
+void convert_max_unpool(NodeContext& n) {
+  const Shape& x = n.shape(0);
+  KILN_CHECK(x.ndim() >= 3 && n.shape(1) == x, ShapeError, "X {} and I {} must be [N,C,spatial...] alike", x, n.shape(1));
+  KILN_CHECK(is_integral(n.type(1).dtype), TypeError, "I must be integers, got {}", dtype_name(n.type(1).dtype));
+  const DType dtype = n.type(0).dtype;
+  if (!is_floating(dtype)) n.unsupported(fmt::format("MaxUnpool of {} (floating types only)", dtype_name(dtype)));
+  const auto nsp = static_cast<size_t>(x.ndim() - 2);
+  std::vector<int64_t> kernel = n.attr_ints("kernel_shape");
+  std::vector<int64_t> stride = n.attr_ints("strides", std::vector<int64_t>(nsp, 1));
+  std::vector<int64_t> pads = n.attr_ints("pads", std::vector<int64_t>(2 * nsp, 0));
+  KILN_CHECK(kernel.size() == nsp && stride.size() == nsp && pads.size() == 2 * nsp, ValueError,
+             "kernel_shape [{}], strides [{}] and pads [{}] for {} spatial axes", fmt::join(kernel, ","),
+             fmt::join(stride, ","), fmt::join(pads, ","), nsp);
+  std::vector<int64_t> unpooled{x[0], x[1]};
+  for (size_t i = 0; i < nsp; ++i)
+    unpooled.push_back((x[2 + static_cast<int>(i)] - 1) * stride[i] - pads[i] - pads[i + nsp] + kernel[i]);
+  const Shape full(unpooled);
+  KILN_CHECK(full.size() <= kMaxImportElements * 16, ValueError, "output {} is too large", full);
+  ir::Entry flat = reshape_to(n, cast(n, n.input(1), DType::kInt64), {x.size()});
+  TakeBackwardAttrs a{.axis = 0, .mode = TakeMode::kClip, .data_shape = Shape{full.size(), 1}};
+  ir::Entry added = n.op1(OpId::kTakeBackward, {reshape_to(n, n.input(0), {x.size(), 1}), flat}, a);
+  ir::Entry hits = n.op1(OpId::kTakeBackward, {n.constant(nd::ones(Shape{x.size(), 1}).astype(dtype)), flat}, a);
+  ir::Entry y = reshape_to(n, n.op1(OpId::kBroadcastDiv, {added, scalar_op(n, OpId::kMaximumScalar, hits, 1.0)}), unpooled);
+  if (n.has_input(2)) {
+    std::vector<int64_t> out = n.known_ints(2, "output_shape");
+    KILN_CHECK(out.size() == unpooled.size() && out[0] == x[0] && out[1] == x[1], ShapeError,
+               "output_shape [{}] for X {}", fmt::join(out, ","), x);
+    std::vector<int64_t> grow(2 * unpooled.size(), 0);
+    for (size_t d = 2; d < unpooled.size(); ++d) {
+      KILN_CHECK(out[d] >= unpooled[d], ShapeError, "output_shape [{}] is smaller than the unpooled {}",
+                 fmt::join(out, ","), full);
+      grow[unpooled.size() + d] = out[d] - unpooled[d];
+    }
+    if (Shape(out) != full) y = pad(n, y, grow, "constant", 0.0);
+  }
+  n.set_output(0, y);
+}
+
+// HannWindow, HammingWindow, BlackmanWindow: constants of `size` (known at
+// import) in output_datatype; periodic (default) divides the phase by size,
+// symmetric by size - 1.
+template <int kKind>  // 0 Hann, 1 Hamming, 2 Blackman
+void convert_window(NodeContext& n) {
+  std::vector<int64_t> sv = n.known_ints(0, "size");
+  KILN_CHECK(sv.size() == 1 && sv[0] >= 0 && sv[0] <= kMaxImportElements, ValueError, "size must be one value in [0, {}]",
+             kMaxImportElements);
+  const int64_t size = sv[0];
+  auto to = static_cast<int32_t>(n.attr_int("output_datatype", 1));
+  std::optional<DType> dtype = dtype_from_onnx(to);
+  if (!dtype) n.unsupported(fmt::format("output_datatype {}", onnx_dtype_name(to)));
+  const bool periodic = n.attr_int("periodic", 1) != 0;
+  const double span = static_cast<double>(periodic ? size : size - 1), pi = std::acos(-1.0);
+  std::vector<double> w(static_cast<size_t>(size));
+  for (int64_t i = 0; i < size; ++i) {
+    const double phase = span > 0 ? 2 * pi * static_cast<double>(i) / span : 0.0;
+    if constexpr (kKind == 0) w[static_cast<size_t>(i)] = 0.5 - 0.5 * std::cos(phase);
+    if constexpr (kKind == 1) w[static_cast<size_t>(i)] = 25.0 / 46.0 - 21.0 / 46.0 * std::cos(phase);
+    if constexpr (kKind == 2) w[static_cast<size_t>(i)] = 0.42 - 0.5 * std::cos(phase) + 0.08 * std::cos(2 * phase);
+  }
+  n.set_output(0, n.constant(nd::array(w, Shape{size}).astype(*dtype)));
+}
+
+// DequantizeLinear: (x - zero_point) * scale in float32, the scale (and
+// zero point) per tensor or per slice along `axis`; x and the zero point
+// converted to float32 first, as ONNX's reference does.
+void convert_dequantize_linear(NodeContext& n) {
+  const Shape& x = n.shape(0);
+  ir::Entry y = cast(n, n.input(0), DType::kFloat32);
+  auto per_axis = [&](size_t i) {
+    ir::Entry e = cast(n, n.input(i), DType::kFloat32);
+    const Shape& s = n.shape(i);
+    if (s.ndim() == 0 || s.size() == 1) return reshape_to(n, e, {});
+    KILN_CHECK(s.ndim() == 1 && x.ndim() >= 1, ShapeError, "input {} must be a scalar or 1-D, got {}", i, s);
+    const int axis = normalize_onnx_axis(n, n.attr_int("axis", 1), x.ndim());
+    KILN_CHECK(s[0] == x[axis], ShapeError, "input {} {} must match axis {} of x {}", i, s, axis, x);
+    std::vector<int64_t> dims(static_cast<size_t>(x.ndim()), 1);
+    dims[static_cast<size_t>(axis)] = s[0];
+    return reshape_to(n, e, dims);
+  };
+  if (n.has_input(2)) y = n.op1(OpId::kBroadcastSub, {y, per_axis(2)});
+  n.set_output(0, n.op1(OpId::kBroadcastMul, {y, per_axis(1)}));
+}
+
+// MatMulInteger of 2-D operands: (A - a_zero_point) x (B - b_zero_point) in
+// float64, exact for 8-bit operands (each product below 2^17, so sums of up
+// to 2^36 of them), converted to int32.
+void convert_matmul_integer(NodeContext& n) {
+  const Shape& a = n.shape(0);
+  const Shape& b = n.shape(1);
+  if (a.ndim() != 2 || b.ndim() != 2) n.unsupported(fmt::format("MatMulInteger of {} and {} (2-D operands only)", a, b));
+  KILN_CHECK(a[1] == b[0], ShapeError, "A {} and B {} do not chain", a, b);
+  ir::Entry lhs = cast(n, n.input(0), DType::kFloat64), rhs = cast(n, n.input(1), DType::kFloat64);
+  if (n.has_input(2)) {  // scalar, or one per row of A
+    ir::Entry zp = cast(n, n.input(2), DType::kFloat64);
+    lhs = n.op1(OpId::kBroadcastSub, {lhs, reshape_to(n, zp, n.shape(2).size() == 1 ? std::vector<int64_t>{} : std::vector<int64_t>{a[0], 1})});
+  }
+  if (n.has_input(3)) {  // scalar, or one per column of B
+    ir::Entry zp = cast(n, n.input(3), DType::kFloat64);
+    rhs = n.op1(OpId::kBroadcastSub, {rhs, reshape_to(n, zp, n.shape(3).size() == 1 ? std::vector<int64_t>{} : std::vector<int64_t>{1, b[1]})});
+  }
+  n.set_output(0, cast(n, n.op1(OpId::kDot, {lhs, rhs}, DotAttrs{}), DType::kInt32));
+}
+
 KILN_ONNX_CONVERTER("EyeLike", convert_eye_like);
 KILN_ONNX_CONVERTER("InstanceNormalization", convert_instance_norm);
 KILN_ONNX_CONVERTER("MeanVarianceNormalization", convert_mvn);
@@ -336,6 +447,12 @@ KILN_ONNX_CONVERTER("GatherND", convert_gather_nd);
 KILN_ONNX_CONVERTER("ScatterND", convert_scatter_nd);
 KILN_ONNX_CONVERTER("ScatterElements", convert_scatter_elements);
 KILN_ONNX_CONVERTER("Scatter", convert_scatter_elements);
+KILN_ONNX_CONVERTER("MaxUnpool", convert_max_unpool);
+KILN_ONNX_CONVERTER("HannWindow", convert_window<0>);
+KILN_ONNX_CONVERTER("HammingWindow", convert_window<1>);
+KILN_ONNX_CONVERTER("BlackmanWindow", convert_window<2>);
+KILN_ONNX_CONVERTER("DequantizeLinear", convert_dequantize_linear);
+KILN_ONNX_CONVERTER("MatMulInteger", convert_matmul_integer);
 
 }  // namespace
 }  // namespace kiln::onnx
