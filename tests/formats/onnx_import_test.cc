@@ -394,6 +394,36 @@ TEST(OnnxImport, GatherNDNegativeIndicesAndTopKTies) {
   EXPECT_EQ(top[1].to_vector<int64_t>(), (std::vector<int64_t>{1, 3, 2, 4}));
 }
 
+// Einsum in implicit mode ("ij,jk": output "ik") and with broadcast "..." axes.
+TEST(OnnxImport, EinsumImplicitOutputAndBroadcastEllipsis) {
+  using TP = ::onnx::TensorProto;
+  auto run = [&](const std::string& eq, Shape a, Shape b, Shape out) {
+    ::onnx::ModelProto m = node_model("Einsum", 13, {{"a", TP::FLOAT, a.to_vector()}, {"b", TP::FLOAT, b.to_vector()}}, {},
+                                      {"a", "b"}, {{"y", TP::FLOAT, out.to_vector()}});
+    set_attr(m.mutable_graph()->mutable_node(0), "equation", eq);
+    std::vector<float> av(static_cast<size_t>(a.size())), bv(static_cast<size_t>(b.size()));
+    for (size_t i = 0; i < av.size(); ++i) av[i] = static_cast<float>(i) - 2;
+    for (size_t i = 0; i < bv.size(); ++i) bv[i] = static_cast<float>(i % 5) * 0.5f;
+    return onnx::Model::parse(m.SerializeAsString(), "einsum.onnx")
+        .run(std::vector<NDArray>{nd::array(av, a), nd::array(bv, b)})[0];
+  };
+  NDArray y = run("ij,jk", {2, 3}, {3, 2}, {2, 2});
+  // a = [[-2,-1,0],[1,2,3]], b = [[0,0.5],[1,1.5],[2,0]].
+  EXPECT_EQ(y.to_vector<float>(), (std::vector<float>{-1, -2.5f, 8, 3.5f}));
+  NDArray z = run("...ij,...jk->...ik", {2, 1, 2, 3}, {3, 3, 2}, {2, 3, 2, 2});
+  ASSERT_EQ(z.shape(), (Shape{2, 3, 2, 2}));
+  std::vector<float> got = z.to_vector<float>();
+  for (int p = 0; p < 2; ++p)
+    for (int q = 0; q < 3; ++q)
+      for (int i = 0; i < 2; ++i)
+        for (int k = 0; k < 2; ++k) {
+          float want = 0;
+          for (int j = 0; j < 3; ++j)
+            want += (static_cast<float>(p * 6 + i * 3 + j) - 2) * (static_cast<float>((q * 6 + j * 2 + k) % 5) * 0.5f);
+          EXPECT_EQ(got[static_cast<size_t>(((p * 3 + q) * 2 + i) * 2 + k)], want) << p << q << i << k;
+        }
+}
+
 TEST(OnnxImportErrors, OpsOfOtherDomainsAreNamed) {
   ::onnx::ModelProto m = one_node_model("FancyOp", 13);
   m.mutable_graph()->mutable_node(0)->set_domain("com.example");

@@ -4,10 +4,13 @@
 // product), TopK (repeated argmax), GatherND (take of flat indices),
 // ScatterND, ScatterElements and Scatter (the scatter-add of take's gradient),
 // MaxUnpool (the same scatter), the window functions (constants),
-// DequantizeLinear and MatMulInteger (exact in float32 / float64).
+// DequantizeLinear and MatMulInteger (exact in float32 / float64), Einsum
+// (diagonals by an identity mask, then one broadcast product and a sum).
 #include <fmt/ranges.h>
 
+#include <cctype>
 #include <cmath>
+#include <map>
 #include <limits>
 #include <numeric>
 
@@ -437,6 +440,142 @@ void convert_matmul_integer(NodeContext& n) {
   n.set_output(0, cast(n, n.op1(OpId::kDot, {lhs, rhs}, DotAttrs{}), DType::kInt32));
 }
 
+// Einsum: each operand's repeated letters (diagonals) are reduced by an
+// identity mask and a sum; the operands are then laid out on one axis order
+// (output letters, then the summed ones, length 1 where a letter is absent),
+// multiplied with broadcasting and summed over the letters the output lacks.
+// "..." stands for the leading axes (right-aligned, broadcast). The product
+// holds every letter's extent at once: at most kMaxEinsumElements elements.
+constexpr int64_t kMaxEinsumElements = int64_t{1} << 26;
+
+void convert_einsum(NodeContext& n) {
+  std::string eq;
+  for (char c : n.attr_string("equation", "")) {
+    if (c != ' ') eq.push_back(c);
+  }
+  const size_t arrow = eq.find("->");
+  const std::string lhs = eq.substr(0, arrow);
+  std::vector<std::string> terms;
+  for (size_t at = 0;;) {
+    const size_t comma = lhs.find(',', at);
+    terms.push_back(lhs.substr(at, comma == std::string::npos ? std::string::npos : comma - at));
+    if (comma == std::string::npos) break;
+    at = comma + 1;
+  }
+  KILN_CHECK(terms.size() == n.num_inputs(), ValueError, "equation '{}' has {} operands, the node {}", eq, terms.size(),
+             n.num_inputs());
+  // "..." becomes upper-case letters (the equation's own are lower-case or upper-case: checked unused).
+  int ellipsis_rank = 0;
+  for (size_t i = 0; i < terms.size(); ++i) {
+    const size_t dots = terms[i].find("...");
+    if (dots == std::string::npos) continue;
+    ellipsis_rank = std::max(ellipsis_rank, n.shape(i).ndim() - static_cast<int>(terms[i].size() - 3));
+  }
+  std::string ell;
+  for (char c = 'A'; static_cast<int>(ell.size()) < ellipsis_rank && c <= 'Z'; ++c) {
+    if (eq.find(c) == std::string::npos) ell.push_back(c);
+  }
+  KILN_CHECK(static_cast<int>(ell.size()) == ellipsis_rank, NotSupported, "equation '{}': too many axes under '...'", eq);
+  std::map<char, int64_t> extent;
+  std::vector<ir::Entry> ops;
+  std::vector<std::string> labels;
+  for (size_t i = 0; i < terms.size(); ++i) {
+    std::string t = terms[i];
+    const Shape& s = n.shape(i);
+    if (size_t dots = t.find("..."); dots != std::string::npos) {
+      const int k = s.ndim() - static_cast<int>(t.size() - 3);
+      KILN_CHECK(k >= 0, ShapeError, "operand {} {} has fewer axes than '{}'", i, s, terms[i]);
+      t = t.substr(0, dots) + ell.substr(ell.size() - static_cast<size_t>(k)) + t.substr(dots + 3);
+    }
+    KILN_CHECK(static_cast<int>(t.size()) == s.ndim(), ShapeError, "operand {} {} does not have the {} axes of '{}'", i, s,
+               t.size(), terms[i]);
+    ir::Entry e = n.input(i);
+    for (int d = 0; d < s.ndim(); ++d) {
+      KILN_CHECK(std::isalpha(static_cast<unsigned char>(t[static_cast<size_t>(d)])), ValueError,
+                 "equation '{}': '{}' is not a letter", eq, t[static_cast<size_t>(d)]);
+    }
+    // Diagonals: the second of two equal letters is folded into the first.
+    for (size_t q = 1; q < t.size(); ++q) {
+      const size_t p = t.find(t[q]);
+      if (p == q) continue;
+      Shape cur = n.entry_type(e).shape;
+      KILN_CHECK(cur[static_cast<int>(p)] == cur[static_cast<int>(q)], ShapeError, "operand {} {}: '{}' has extents {} and {}",
+                 i, s, t[q], cur[static_cast<int>(p)], cur[static_cast<int>(q)]);
+      const int64_t len = cur[static_cast<int>(p)];
+      std::vector<float> eye(static_cast<size_t>(len * len), 0.0f);
+      for (int64_t j = 0; j < len; ++j) eye[static_cast<size_t>(j * len + j)] = 1.0f;
+      std::vector<int64_t> eye_shape(static_cast<size_t>(cur.ndim()), 1);
+      eye_shape[p] = len;
+      eye_shape[q] = len;
+      ir::Entry mask = n.constant(nd::array(eye, Shape(eye_shape)).astype(n.entry_type(e).dtype));
+      e = n.op1(OpId::kSum, {n.op1(OpId::kBroadcastMul, {e, mask})}, ReduceAttrs{.axis = IntTuple{static_cast<int64_t>(q)}});
+      t.erase(q, 1);
+      --q;
+    }
+    const Shape cur = n.entry_type(e).shape;
+    for (size_t d = 0; d < t.size(); ++d) {
+      const int64_t len = cur[static_cast<int>(d)];
+      auto [it, fresh] = extent.emplace(t[d], len);
+      if (!fresh && it->second != len) {
+        KILN_CHECK(it->second == 1 || len == 1, ShapeError, "equation '{}': '{}' has extents {} and {}", eq, t[d], it->second, len);
+        it->second = std::max(it->second, len);
+      }
+    }
+    ops.push_back(e);
+    labels.push_back(t);
+  }
+  std::string out;
+  if (arrow != std::string::npos) {
+    out = eq.substr(arrow + 2);
+    if (size_t dots = out.find("..."); dots != std::string::npos) out = out.substr(0, dots) + ell + out.substr(dots + 3);
+  } else {  // implicit: "..." first, then the letters used once, in alphabetical order
+    std::map<char, int> uses;
+    for (const std::string& t : labels)
+      for (char c : t) uses[c] += ell.find(c) == std::string::npos ? 1 : 0;
+    out = ell;
+    for (auto [c, k] : uses)
+      if (k == 1) out.push_back(c);
+  }
+  std::string order = out;
+  for (auto [c, len] : extent)
+    if (order.find(c) == std::string::npos) order.push_back(c);
+  int64_t total = 1;
+  std::vector<int64_t> out_dims;
+  for (char c : order) {
+    KILN_CHECK(extent.count(c), ValueError, "equation '{}': output letter '{}' is on no operand", eq, c);
+    total *= std::max<int64_t>(extent[c], 1);
+    if (out.find(c) != std::string::npos) out_dims.push_back(extent[c]);
+  }
+  if (total > kMaxEinsumElements) n.unsupported(fmt::format("equation '{}' over {} elements (at most {})", eq, total, kMaxEinsumElements));
+  ir::Entry y;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    // Operand axes in `order`, then length-1 axes for the letters it lacks.
+    IntTuple perm;
+    std::vector<int64_t> dims;
+    const Shape s = n.entry_type(ops[i]).shape;
+    for (char c : order) {
+      const size_t d = labels[i].find(c);
+      if (d != std::string::npos) perm.push_back(static_cast<int64_t>(d));
+      dims.push_back(d == std::string::npos ? 1 : s[static_cast<int>(d)]);
+    }
+    ir::Entry e = ops[i];
+    bool identity = true;
+    for (size_t k = 0; k < perm.size(); ++k) identity = identity && perm[k] == static_cast<int64_t>(k);
+    if (!identity) e = n.op1(OpId::kTranspose, {e}, TransposeAttrs{.axes = perm});
+    e = reshape_to(n, e, dims);
+    y = i == 0 ? e : n.op1(OpId::kBroadcastMul, {y, e});
+  }
+  if (order.size() > out.size()) {
+    IntTuple summed;
+    for (size_t d = out.size(); d < order.size(); ++d) summed.push_back(static_cast<int64_t>(d));
+    y = n.op1(OpId::kSum, {y}, ReduceAttrs{.axis = summed});
+  }
+  // Broadcast operands may leave a letter at length 1 where the output wants more.
+  n.set_output(0, n.entry_type(y).shape == Shape(out_dims)
+                      ? y
+                      : n.op1(OpId::kBroadcastTo, {reshape_to(n, y, out_dims)}, BroadcastToAttrs{.shape = Shape(out_dims)}));
+}
+
 KILN_ONNX_CONVERTER("EyeLike", convert_eye_like);
 KILN_ONNX_CONVERTER("InstanceNormalization", convert_instance_norm);
 KILN_ONNX_CONVERTER("MeanVarianceNormalization", convert_mvn);
@@ -453,6 +592,7 @@ KILN_ONNX_CONVERTER("HammingWindow", convert_window<1>);
 KILN_ONNX_CONVERTER("BlackmanWindow", convert_window<2>);
 KILN_ONNX_CONVERTER("DequantizeLinear", convert_dequantize_linear);
 KILN_ONNX_CONVERTER("MatMulInteger", convert_matmul_integer);
+KILN_ONNX_CONVERTER("Einsum", convert_einsum);
 
 }  // namespace
 }  // namespace kiln::onnx
