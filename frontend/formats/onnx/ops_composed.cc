@@ -5,7 +5,8 @@
 // ScatterND, ScatterElements and Scatter (the scatter-add of take's gradient),
 // MaxUnpool (the same scatter), the window functions (constants),
 // DequantizeLinear and MatMulInteger (exact in float32 / float64), Einsum
-// (diagonals by an identity mask, then one broadcast product and a sum).
+// (diagonals by an identity mask, then one broadcast product and a sum),
+// ReverseSequence (take of per-position source rows).
 #include <fmt/ranges.h>
 
 #include <cctype>
@@ -576,6 +577,38 @@ void convert_einsum(NodeContext& n) {
                       : n.op1(OpId::kBroadcastTo, {reshape_to(n, y, out_dims)}, BroadcastToAttrs{.shape = Shape(out_dims)}));
 }
 
+// ReverseSequence: data seen as [batch, time, rest] (time_axis and
+// batch_axis are 0 and 1 in either order); row (b, t) comes from time
+// len_b - 1 - t when t < len_b, else from t, where len is sequence_lens
+// (bound at run time): one take from the [batch * time, rest] table.
+void convert_reverse_sequence(NodeContext& n) {
+  const Shape& x = n.shape(0);
+  KILN_CHECK(x.ndim() >= 2, ShapeError, "expected data of rank 2 or more, got {}", x);
+  const int time = normalize_onnx_axis(n, n.attr_int("time_axis", 0), x.ndim());
+  const int batch = normalize_onnx_axis(n, n.attr_int("batch_axis", 1), x.ndim());
+  KILN_CHECK((time == 0 && batch == 1) || (time == 1 && batch == 0), ValueError,
+             "time_axis {} and batch_axis {} must be 0 and 1", time, batch);
+  KILN_CHECK(n.shape(1) == Shape{x[batch]}, ShapeError, "sequence_lens {} must be [{}] (axis {} of {})", n.shape(1),
+             x[batch], batch, x);
+  const int64_t b = x[batch], t = x[time], rest = x.size() / std::max<int64_t>(b * t, 1);
+  ir::Entry data = n.input(0);
+  const IntTuple swap{1, 0, 2};
+  if (time == 0) data = n.op1(OpId::kTranspose, {reshape_to(n, data, {t, b, rest})}, TransposeAttrs{.axes = swap});
+  ir::Entry table = reshape_to(n, data, {b * t, rest});
+  std::vector<int64_t> steps(static_cast<size_t>(t)), starts(static_cast<size_t>(b));
+  std::iota(steps.begin(), steps.end(), 0);
+  for (int64_t i = 0; i < b; ++i) starts[static_cast<size_t>(i)] = i * t;
+  ir::Entry step = n.constant(nd::array(steps, Shape{1, t}));
+  ir::Entry len = reshape_to(n, cast(n, n.input(1), DType::kInt64), {b, 1});
+  ir::Entry inside = n.op1(OpId::kBroadcastLesser, {step, len});                                   // [b, t]
+  ir::Entry reversed = n.op1(OpId::kBroadcastSub, {scalar_op(n, OpId::kMinusScalar, len, 1), step});  // [b, t]
+  ir::Entry source = n.op1(OpId::kWhere, {inside, reversed, n.op1(OpId::kBroadcastTo, {step}, BroadcastToAttrs{.shape = Shape{b, t}})});
+  source = n.op1(OpId::kBroadcastAdd, {source, n.constant(nd::array(starts, Shape{b, 1}))});
+  ir::Entry y = n.op1(OpId::kTake, {table, source}, TakeAttrs{.axis = 0, .mode = TakeMode::kClip});  // [b, t, rest]
+  if (time == 0) y = n.op1(OpId::kTranspose, {y}, TransposeAttrs{.axes = swap});
+  n.set_output(0, reshape_to(n, y, x.to_vector()));
+}
+
 KILN_ONNX_CONVERTER("EyeLike", convert_eye_like);
 KILN_ONNX_CONVERTER("InstanceNormalization", convert_instance_norm);
 KILN_ONNX_CONVERTER("MeanVarianceNormalization", convert_mvn);
@@ -593,6 +626,7 @@ KILN_ONNX_CONVERTER("BlackmanWindow", convert_window<2>);
 KILN_ONNX_CONVERTER("DequantizeLinear", convert_dequantize_linear);
 KILN_ONNX_CONVERTER("MatMulInteger", convert_matmul_integer);
 KILN_ONNX_CONVERTER("Einsum", convert_einsum);
+KILN_ONNX_CONVERTER("ReverseSequence", convert_reverse_sequence);
 
 }  // namespace
 }  // namespace kiln::onnx
