@@ -27,6 +27,11 @@
 // position, separable over the spatial axes, applied to the output (forward)
 // or to out_grad (backward).
 //
+// Dilated max pooling (dilate > 1 on some axis; the geometry admits it for
+// max only) runs its own direct loop over 1 to 3 spatial axes, with the same
+// conventions: taps in the padding are skipped, and the gradient goes to the
+// first maximum in row-major tap order.
+//
 // Max pooling's backward needs the forward's argmax positions (oneDNN's
 // workspace). The forward op does not keep them (it has one output, as in
 // MXNet's native kernel): the backward kernel recomputes the forward with a
@@ -461,6 +466,91 @@ void pooling_backward_2d(const KernelContext& ctx, const PoolProblem& p, const T
       [&](int64_t q0, int64_t q1) { pool_backward_planes(p, w, dy, x, dx, q0, q1); }, plane_grain(p));
 }
 
+// ---- Dilated max pooling, 1 to 3 spatial axes
+
+bool dilated(const PoolProblem& p) {
+  for (int i = 0; i < p.g.nsp; ++i)
+    if (p.g.dilate[i] != 1) return true;
+  return false;
+}
+
+// The window geometry as three axes, leading unit axes for 1-D and 2-D.
+struct Axes3 {
+  std::array<int64_t, 3> k{1, 1, 1}, s{1, 1, 1}, d{1, 1, 1}, pad{0, 0, 0}, in{1, 1, 1}, out{1, 1, 1};
+};
+
+Axes3 axes3(const WindowGeometry& g) {
+  Axes3 a;
+  for (int i = 0; i < g.nsp; ++i) {
+    const int j = 3 - g.nsp + i;
+    a.k[j] = g.kernel[i];
+    a.s[j] = g.stride[i];
+    a.d[j] = g.dilate[i];
+    a.pad[j] = g.pad_l[i];
+    a.in[j] = g.in[i];
+    a.out[j] = g.out[i];
+  }
+  return a;
+}
+
+// The plane offset of the first maximum of output (o0, o1, o2)'s window in
+// plane x, or -1 when every tap lies in the padding.
+template <typename T>
+int64_t dilated_argmax(const Axes3& a, const T* x, int64_t o0, int64_t o1, int64_t o2, float& best) {
+  int64_t arg = -1;
+  best = -FLT_MAX;
+  for (int64_t k0 = 0; k0 < a.k[0]; ++k0) {
+    const int64_t i0 = o0 * a.s[0] - a.pad[0] + k0 * a.d[0];
+    if (i0 < 0 || i0 >= a.in[0]) continue;
+    for (int64_t k1 = 0; k1 < a.k[1]; ++k1) {
+      const int64_t i1 = o1 * a.s[1] - a.pad[1] + k1 * a.d[1];
+      if (i1 < 0 || i1 >= a.in[1]) continue;
+      for (int64_t k2 = 0; k2 < a.k[2]; ++k2) {
+        const int64_t i2 = o2 * a.s[2] - a.pad[2] + k2 * a.d[2];
+        if (i2 < 0 || i2 >= a.in[2]) continue;
+        const int64_t at = (i0 * a.in[1] + i1) * a.in[2] + i2;
+        const float v = load(x[at]);
+        if (arg < 0 || v > best) {
+          best = v;
+          arg = at;
+        }
+      }
+    }
+  }
+  return arg;
+}
+
+// dy == nullptr: forward (y = max of each window). Otherwise backward: dx =
+// dy routed to each window's first maximum (x is the forward's input).
+template <typename T>
+void dilated_max(const KernelContext& ctx, const PoolProblem& p, const T* x, const T* dy, T* y_or_dx) {
+  const Axes3 a = axes3(p.g);
+  const int64_t plane_in = a.in[0] * a.in[1] * a.in[2], plane_out = a.out[0] * a.out[1] * a.out[2];
+  cpu::parallel_for(
+      ctx.run.num_threads, p.src[0] * p.src[1],
+      [&](int64_t q0, int64_t q1) {
+        std::vector<float> staged(dy ? static_cast<size_t>(plane_in) : 0);
+        for (int64_t q = q0; q < q1; ++q) {
+          const T* xp = x + q * plane_in;
+          std::fill(staged.begin(), staged.end(), 0.0f);
+          int64_t o = 0;
+          for (int64_t o0 = 0; o0 < a.out[0]; ++o0)
+            for (int64_t o1 = 0; o1 < a.out[1]; ++o1)
+              for (int64_t o2 = 0; o2 < a.out[2]; ++o2, ++o) {
+                float best;
+                const int64_t arg = dilated_argmax(a, xp, o0, o1, o2, best);
+                if (!dy)
+                  y_or_dx[q * plane_out + o] = store<T>(best);
+                else if (arg >= 0)
+                  staged[static_cast<size_t>(arg)] += load(dy[q * plane_out + o]);
+              }
+          if (dy)
+            for (int64_t i = 0; i < plane_in; ++i) y_or_dx[q * plane_in + i] = store<T>(staged[static_cast<size_t>(i)]);
+        }
+      },
+      plane_grain(p));
+}
+
 // Whether a 1-D or 3-D call runs oneDNN on its own arrays: float32 always;
 // 16-bit where oneDNN pools that type and no rescaling follows.
 bool onednn_direct(const PoolProblem& p, DType t) {
@@ -483,6 +573,12 @@ void pooling_forward(const KernelContext& ctx, std::span<const TensorView> in, s
   if (out[0].size() == 0) return;
   const DType t = in[0].dtype;
   PoolProblem p = make_problem(ctx.attrs.as<PoolingAttrs>(), in[0].shape, t);
+  if (dilated(p)) {
+    return dispatch_pooled(t, [&](auto tag) {
+      using T = decltype(tag);
+      dilated_max<T>(ctx, p, in[0].ptr<T>(), nullptr, out[0].ptr<T>());
+    });
+  }
   if (p.g.nsp == 2) {
     return dispatch_pooled(t, [&](auto tag) {
       using T = decltype(tag);
@@ -511,6 +607,12 @@ void pooling_backward(const KernelContext& ctx, std::span<const TensorView> in, 
   }
   const DType t = in[1].dtype;
   PoolProblem p = make_problem(ctx.attrs.as<PoolingAttrs>(), in[1].shape, t);
+  if (dilated(p)) {
+    return dispatch_pooled(t, [&](auto tag) {
+      using T = decltype(tag);
+      dilated_max<T>(ctx, p, in[1].ptr<T>(), in[0].ptr<T>(), out[0].ptr<T>());
+    });
+  }
   if (p.g.nsp == 2) {
     return dispatch_pooled(t, [&](auto tag) {
       using T = decltype(tag);

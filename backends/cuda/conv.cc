@@ -327,6 +327,10 @@ struct PoolSetup {
   float alpha = 1.0f;  // sum pooling: the average times the window size
   PoolSetup(const PoolingAttrs& a, const Shape& data, Device dev) {
     WindowGeometry g = pooling_geometry(a, data);
+    for (int i = 0; i < g.nsp; ++i)
+      KILN_CHECK(g.dilate[i] == 1, NotSupported,
+                 "Pooling with dilate={} on {}: cuDNN pooling has no dilation; run this op on the CPU",
+                 a.dilate.to_mxnet_string(), dev);
     Window w = window_of(g);
     PoolType type = pool_type(a);
     cudnnPoolingMode_t mode = CUDNN_POOLING_MAX_DETERMINISTIC;

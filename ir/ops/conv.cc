@@ -119,17 +119,21 @@ WindowGeometry pooling_geometry(const PoolingAttrs& a, const Shape& data) {
   resolve(g.kernel, a.kernel, g.nsp, 1, 1, "kernel");
   resolve(g.stride, a.stride, g.nsp, 1, 1, "stride");
   resolve(g.pad_l, a.pad, g.nsp, 0, 0, "pad");
+  resolve(g.dilate, a.dilate, g.nsp, 1, 1, "dilate");
   for (int i = 0; i < g.nsp; ++i) {
-    g.dilate[i] = 1;
+    KILN_CHECK(g.dilate[i] == 1 || pool_type(a) == PoolType::kMax, NotSupported,
+               "dilate={} with pool_type='{}': dilated windows are supported for max pooling only",
+               a.dilate.to_mxnet_string(), a.pool_type);
     g.in[i] = data[i + 2];
+    const int64_t span = (g.kernel[i] - 1) * g.dilate[i] + 1;
     int64_t padded = g.in[i] + 2 * g.pad_l[i];
-    KILN_CHECK(g.kernel[i] <= padded, ShapeError,
-               "kernel={} is larger than the input {} padded to {} on spatial axis {} (data {})",
-               a.kernel.to_mxnet_string(), g.in[i], padded, i, data);
-    int64_t steps = padded - g.kernel[i];
+    KILN_CHECK(span <= padded, ShapeError,
+               "kernel={} (dilate={}) spans {} on spatial axis {}, larger than the input {} padded to {} (data {})",
+               a.kernel.to_mxnet_string(), a.dilate.to_mxnet_string(), span, i, g.in[i], padded, data);
+    int64_t steps = padded - span;
     g.out[i] = 1 + (full ? (steps + g.stride[i] - 1) / g.stride[i] : steps / g.stride[i]);
     // Right padding that makes the last window fit exactly (ceil mode may need more than pad).
-    g.pad_r[i] = std::max(g.pad_l[i], (g.out[i] - 1) * g.stride[i] + g.kernel[i] - g.in[i] - g.pad_l[i]);
+    g.pad_r[i] = std::max(g.pad_l[i], (g.out[i] - 1) * g.stride[i] + span - g.in[i] - g.pad_l[i]);
   }
   return g;
 }

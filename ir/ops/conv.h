@@ -68,7 +68,10 @@ struct ConvolutionBackwardDataAttrs : ConvolutionAttrs {
 // the right padding, and avg then divides by the part inside the padded input,
 // as MXNet's native kernel does). "same" is MXNet's 1-D-only convention and is
 // not supported. count_include_pad None means true. global_pool pools each
-// whole plane (kernel, stride and pad are ignored).
+// whole plane (kernel, stride, dilate and pad are ignored). `dilate` (a Kiln
+// extension; MXNet's Pooling has none, and files that omit it load as before)
+// spaces the window's taps as Convolution's does; above 1 it is supported
+// for max pooling only (NotSupported otherwise), as ONNX's MaxPool has it.
 struct PoolingAttrs {
   Shape kernel;
   std::string pool_type = "max";
@@ -77,6 +80,7 @@ struct PoolingAttrs {
   std::string pooling_convention = "valid";
   Shape stride;  // empty: 1 per spatial axis
   Shape pad;     // empty: 0 per spatial axis
+  Shape dilate;  // empty: 1 per spatial axis
   std::optional<int> p_value;
   std::optional<bool> count_include_pad;
   std::optional<std::string> layout;
@@ -89,6 +93,7 @@ struct PoolingAttrs {
     v("pooling_convention", pooling_convention);
     v("stride", stride);
     v("pad", pad);
+    v("dilate", dilate);
     v("p_value", p_value);
     v("count_include_pad", count_include_pad);
     v("layout", layout);

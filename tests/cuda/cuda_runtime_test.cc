@@ -10,6 +10,7 @@
 
 #include "backends/cuda/caching_allocator.h"
 #include "frontend/nd.h"
+#include "frontend/nd_conv.h"
 #include "frontend/nd_nn.h"
 #include "frontend/ndarray.h"
 #include "runtime/device_backend.h"
@@ -133,6 +134,20 @@ TEST(CudaErrors, LaunchErrorSurfacesWithTheOpName) {
   // The engine and the GPU keep working.
   NDArray ok = nd::ones({4}, {.device = kGpu}) * 3.0;
   EXPECT_EQ(ok.to_vector<float>(), (std::vector<float>{3, 3, 3, 3}));
+}
+
+TEST(CudaErrors, DilatedPoolingIsRefusedNamingCudnn) {
+  KILN_REQUIRE_CUDA();
+  // cuDNN pooling has no dilation: the CUDA kernel refuses (the CPU runs it).
+  NDArray x = nd::ones({1, 1, 8, 8}, {.device = kGpu});
+  std::string msg = test::error_of<Error>([&] {
+    nd::pooling(x, {.kernel = {2, 2}, .dilate = {2, 2}}).wait_to_read();
+  });
+  EXPECT_CONTAINS(msg, "dilate=(2, 2)");
+  EXPECT_CONTAINS(msg, "cuDNN pooling has no dilation");
+  NDArray ok = nd::pooling(x, {.kernel = {2, 2}, .dilate = {1, 1}});
+  EXPECT_EQ(ok.shape(), (Shape{1, 1, 7, 7}));
+  EXPECT_EQ(ok.to_vector<float>()[0], 1.0f);
 }
 
 // Asynchronous lanes (KILN_CUDA_LANES=async): compute ops complete at launch.

@@ -10,7 +10,10 @@
 
 #include <unistd.h>
 
+#include "frontend/formats/onnx/export.h"
 #include "frontend/formats/onnx/model.h"
+#include "frontend/nd_conv.h"
+#include "ir/ops/conv.h"
 #include "frontend/nd.h"
 #include "frontend/nn/export_onnx.h"
 #include "models/zoo.h"
@@ -77,6 +80,23 @@ INSTANTIATE_TEST_SUITE_P(Zoo, OnnxExport,
                          testing::Values(RoundTrip{"mlp", Shape{3, 1, 28, 28}}, RoundTrip{"lenet", Shape{2, 1, 28, 28}},
                                          RoundTrip{"resnet18", Shape{1, 1, 16, 16}}),
                          [](const auto& info) { return info.param.model; });
+
+// Dilated max pooling writes MaxPool's dilations and reads back to the same output.
+TEST(OnnxExportPooling, DilatedMaxPoolingRoundTrips) {
+  ir::Graph g;
+  ir::Entry x = g.add_input("x", TensorType{Shape{1, 2, 9, 10}, DType::kFloat32});
+  PoolingAttrs a{.kernel = {3, 2}, .stride = {2, 1}, .pad = {1, 1}, .dilate = {2, 3}};
+  g.set_outputs({g.add_op(OpId::kPooling, OpAttrs::make(a), std::vector<ir::Entry>{x}, "pool")[0]});
+  std::string bytes = onnx::to_onnx(g, {});
+  EXPECT_NE(bytes.find("dilations"), std::string::npos);
+  onnx::Model m = onnx::Model::parse(bytes, "pool.onnx");
+  nd::random::seed(3);
+  NDArray in = nd::random::normal({1, 2, 9, 10});
+  NDArray want = nd::pooling(in, a);
+  std::vector<NDArray> got = m.run(std::span<const NDArray>(&in, 1));
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(max_abs_diff(got[0], want), 0.0);
+}
 
 TEST(OnnxExportErrors, NeedsATracedGraph) {
   auto net = models::make("mlp", 10);

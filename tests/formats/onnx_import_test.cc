@@ -4,7 +4,9 @@
 // clear error.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <onnx/onnx_pb.h>
 
 #include <cmath>
@@ -230,6 +232,196 @@ TEST(OnnxImport, UpsampleLinearMatchesOnnxsExample) {
   ASSERT_EQ(y.size(), 1u);
   EXPECT_EQ(y[0].shape(), (Shape{1, 1, 4, 4}));
   EXPECT_EQ(y[0].to_vector<float>(), (std::vector<float>{1, 1.5, 2, 2, 2, 2.5, 3, 3, 3, 3.5, 4, 4, 3, 3.5, 4, 4}));
+}
+
+// A graph of one node: `inputs` (name, element type, dims) bound at run
+// time, `initializers` known at import, `outputs` (name, element type, dims).
+struct ValueSpec {
+  std::string name;
+  int type;
+  std::vector<int64_t> dims;
+};
+::onnx::ModelProto node_model(const std::string& op, int opset, const std::vector<ValueSpec>& inputs,
+                              const std::vector<::onnx::TensorProto>& initializers, const std::vector<std::string>& node_inputs,
+                              const std::vector<ValueSpec>& outputs) {
+  ::onnx::ModelProto m;
+  m.set_ir_version(8);
+  m.set_producer_name("kiln-test");
+  auto* o = m.add_opset_import();
+  o->set_domain("");
+  o->set_version(opset);
+  auto* g = m.mutable_graph();
+  g->set_name("g");
+  auto add = [](::onnx::ValueInfoProto* v, const ValueSpec& s) {
+    v->set_name(s.name);
+    auto* t = v->mutable_type()->mutable_tensor_type();
+    t->set_elem_type(s.type);
+    for (int64_t d : s.dims) t->mutable_shape()->add_dim()->set_dim_value(d);
+  };
+  for (const ValueSpec& s : inputs) add(g->add_input(), s);
+  for (const ValueSpec& s : outputs) add(g->add_output(), s);
+  for (const ::onnx::TensorProto& t : initializers) *g->add_initializer() = t;
+  auto* n = g->add_node();
+  n->set_op_type(op);
+  n->set_name("node0");
+  for (const std::string& i : node_inputs) n->add_input(i);
+  for (const ValueSpec& s : outputs) n->add_output(s.name);
+  return m;
+}
+
+template <typename T>
+::onnx::TensorProto tensor(const std::string& name, int type, std::vector<int64_t> dims, const std::vector<T>& values) {
+  ::onnx::TensorProto t;
+  t.set_name(name);
+  t.set_data_type(type);
+  for (int64_t d : dims) t.add_dims(d);
+  t.set_raw_data(std::string(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(T)));
+  return t;
+}
+
+void set_attr(::onnx::NodeProto* n, const std::string& name, const std::string& s) {
+  auto* a = n->add_attribute();
+  a->set_name(name);
+  a->set_type(::onnx::AttributeProto::STRING);
+  a->set_s(s);
+}
+
+// ONNX's operator documentation example resize_tf_crop_and_resize_extrapolation_value
+// (ONNX 1.12's node tests hold no crop reaching outside the input).
+TEST(OnnxImport, ResizeTfCropAndResizeExtrapolates) {
+  using TP = ::onnx::TensorProto;
+  ::onnx::ModelProto m = node_model(
+      "Resize", 13, {{"X", TP::FLOAT, {1, 1, 4, 4}}},
+      {tensor<float>("roi", TP::FLOAT, {8}, {0, 0, 0.4f, 0.6f, 1, 1, 1.2f, 1.7f}),
+       tensor<int64_t>("sizes", TP::INT64, {4}, {1, 1, 3, 3})},
+      {"X", "roi", "", "sizes"}, {{"Y", TP::FLOAT, {1, 1, 3, 3}}});
+  auto* node = m.mutable_graph()->mutable_node(0);
+  set_attr(node, "mode", "linear");
+  set_attr(node, "coordinate_transformation_mode", "tf_crop_and_resize");
+  auto* e = node->add_attribute();
+  e->set_name("extrapolation_value");
+  e->set_type(::onnx::AttributeProto::FLOAT);
+  e->set_f(10.0f);
+  onnx::Model model = onnx::Model::parse(m.SerializeAsString(), "crop.onnx");
+  std::vector<float> x(16);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i + 1);
+  std::vector<NDArray> y = model.run(std::vector<NDArray>{nd::array(x, Shape{1, 1, 4, 4})});
+  ASSERT_EQ(y.size(), 1u);
+  std::vector<float> want{7.6f, 10, 10, 12.4f, 10, 10, 10, 10, 10}, got = y[0].to_vector<float>();
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-5) << i;
+}
+
+// uint64 Max/Min must order values >= 2^63 (which int64 would see as negative) and
+// tell apart neighbours that float64 would round together.
+TEST(OnnxImport, MaxMinOfUint64AreExactOverTheWholeRange) {
+  using TP = ::onnx::TensorProto;
+  const uint64_t top = ~uint64_t{0}, half = uint64_t{1} << 63, word = uint64_t{1} << 32;
+  std::vector<uint64_t> a{top, half, 5, half + word, (uint64_t{1} << 53) + 1, 7};
+  std::vector<uint64_t> b{0, half - 1, top - 1, half + word - 1, uint64_t{1} << 53, 7};
+  for (const char* op : {"Max", "Min"}) {
+    ::onnx::ModelProto m = node_model(op, 13, {{"a", TP::UINT64, {6}}, {"b", TP::UINT64, {6}}}, {}, {"a", "b"},
+                                      {{"y", TP::UINT64, {6}}});
+    onnx::Model model = onnx::Model::parse(m.SerializeAsString(), "minmax.onnx");
+    auto u64 = [](const std::vector<uint64_t>& v) {
+      NDArray t = NDArray::empty(Shape{static_cast<int64_t>(v.size())}, {DType::kUint64, Device::cpu(0)});
+      std::memcpy(t.data(), v.data(), v.size() * sizeof(uint64_t));
+      return t;
+    };
+    std::vector<NDArray> y = model.run(std::vector<NDArray>{u64(a), u64(b)});
+    ASSERT_EQ(y[0].dtype(), DType::kUint64);
+    y[0].wait_to_read();
+    std::vector<uint64_t> want(a.size()), got(a.size());
+    std::memcpy(got.data(), y[0].data(), got.size() * sizeof(uint64_t));
+    for (size_t i = 0; i < a.size(); ++i) want[i] = std::string(op) == "Max" ? std::max(a[i], b[i]) : std::min(a[i], b[i]);
+    EXPECT_EQ(got, want) << op;
+  }
+}
+
+// training_mode true: every output element is 0 or x / (1 - ratio), the mask
+// says which, and each run draws a new mask.
+TEST(OnnxImport, DropoutInTrainingModeDrawsAMaskPerRun) {
+  using TP = ::onnx::TensorProto;
+  ::onnx::ModelProto m = node_model(
+      "Dropout", 13, {{"x", TP::FLOAT, {1000}}},
+      {tensor<float>("ratio", TP::FLOAT, {}, {0.25f}), tensor<uint8_t>("training", TP::BOOL, {}, {1})},
+      {"x", "ratio", "training"}, {{"y", TP::FLOAT, {1000}}, {"mask", TP::BOOL, {1000}}});
+  onnx::Model model = onnx::Model::parse(m.SerializeAsString(), "dropout.onnx");
+  NDArray x = nd::array(std::vector<float>(1000, 3.0f), Shape{1000});
+  std::vector<std::vector<float>> runs;
+  for (int run = 0; run < 2; ++run) {
+    std::vector<NDArray> out = model.run(std::vector<NDArray>{x});
+    ASSERT_EQ(out.size(), 2u);
+    ASSERT_EQ(out[1].dtype(), DType::kBool);
+    std::vector<float> y = out[0].to_vector<float>();
+    std::vector<uint8_t> mask = out[1].astype(DType::kUint8).to_vector<uint8_t>();
+    int kept = 0;
+    for (size_t i = 0; i < y.size(); ++i) {
+      EXPECT_TRUE(y[i] == 0.0f || y[i] == 4.0f) << i << ": " << y[i];
+      EXPECT_EQ(mask[i] != 0, y[i] != 0.0f) << i;
+      kept += y[i] != 0.0f;
+    }
+    EXPECT_GT(kept, 650);
+    EXPECT_LT(kept, 850);
+    runs.push_back(y);
+  }
+  EXPECT_NE(runs[0], runs[1]);
+}
+
+// GatherND with negative index entries (ONNX's node tests hold none) and a
+// batch axis; TopK's equal values come in index order.
+TEST(OnnxImport, GatherNDNegativeIndicesAndTopKTies) {
+  using TP = ::onnx::TensorProto;
+  ::onnx::ModelProto g = node_model("GatherND", 13, {{"data", TP::FLOAT, {2, 3, 4}}},
+                                    {tensor<int64_t>("idx", TP::INT64, {2, 2, 2}, {-1, 0, 0, -1, 2, 3, -3, -4})},
+                                    {"data", "idx"}, {{"y", TP::FLOAT, {2, 2}}});
+  auto* b = g.mutable_graph()->mutable_node(0)->add_attribute();
+  b->set_name("batch_dims");
+  b->set_type(::onnx::AttributeProto::INT);
+  b->set_i(1);
+  std::vector<float> data(24);
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<float>(i);
+  std::vector<NDArray> y = onnx::Model::parse(g.SerializeAsString(), "gathernd.onnx")
+                               .run(std::vector<NDArray>{nd::array(data, Shape{2, 3, 4})});
+  // Batch 0: [2][0] = 8, [0][3] = 3; batch 1: [2][3] = 12 + 11, [0][0] = 12.
+  EXPECT_EQ(y[0].to_vector<float>(), (std::vector<float>{8, 3, 23, 12}));
+
+  ::onnx::ModelProto t = node_model("TopK", 13, {{"x", TP::FLOAT, {6}}}, {tensor<int64_t>("k", TP::INT64, {1}, {4})},
+                                    {"x", "k"}, {{"values", TP::FLOAT, {4}}, {"indices", TP::INT64, {4}}});
+  std::vector<NDArray> top = onnx::Model::parse(t.SerializeAsString(), "topk.onnx")
+                                 .run(std::vector<NDArray>{nd::array(std::vector<float>{1, 5, 2, 5, 2, 0}, Shape{6})});
+  EXPECT_EQ(top[0].to_vector<float>(), (std::vector<float>{5, 5, 2, 2}));
+  EXPECT_EQ(top[1].to_vector<int64_t>(), (std::vector<int64_t>{1, 3, 2, 4}));
+}
+
+// Einsum in implicit mode ("ij,jk": output "ik") and with broadcast "..." axes.
+TEST(OnnxImport, EinsumImplicitOutputAndBroadcastEllipsis) {
+  using TP = ::onnx::TensorProto;
+  auto run = [&](const std::string& eq, Shape a, Shape b, Shape out) {
+    ::onnx::ModelProto m = node_model("Einsum", 13, {{"a", TP::FLOAT, a.to_vector()}, {"b", TP::FLOAT, b.to_vector()}}, {},
+                                      {"a", "b"}, {{"y", TP::FLOAT, out.to_vector()}});
+    set_attr(m.mutable_graph()->mutable_node(0), "equation", eq);
+    std::vector<float> av(static_cast<size_t>(a.size())), bv(static_cast<size_t>(b.size()));
+    for (size_t i = 0; i < av.size(); ++i) av[i] = static_cast<float>(i) - 2;
+    for (size_t i = 0; i < bv.size(); ++i) bv[i] = static_cast<float>(i % 5) * 0.5f;
+    return onnx::Model::parse(m.SerializeAsString(), "einsum.onnx")
+        .run(std::vector<NDArray>{nd::array(av, a), nd::array(bv, b)})[0];
+  };
+  NDArray y = run("ij,jk", {2, 3}, {3, 2}, {2, 2});
+  // a = [[-2,-1,0],[1,2,3]], b = [[0,0.5],[1,1.5],[2,0]].
+  EXPECT_EQ(y.to_vector<float>(), (std::vector<float>{-1, -2.5f, 8, 3.5f}));
+  NDArray z = run("...ij,...jk->...ik", {2, 1, 2, 3}, {3, 3, 2}, {2, 3, 2, 2});
+  ASSERT_EQ(z.shape(), (Shape{2, 3, 2, 2}));
+  std::vector<float> got = z.to_vector<float>();
+  for (int p = 0; p < 2; ++p)
+    for (int q = 0; q < 3; ++q)
+      for (int i = 0; i < 2; ++i)
+        for (int k = 0; k < 2; ++k) {
+          float want = 0;
+          for (int j = 0; j < 3; ++j)
+            want += (static_cast<float>(p * 6 + i * 3 + j) - 2) * (static_cast<float>((q * 6 + j * 2 + k) % 5) * 0.5f);
+          EXPECT_EQ(got[static_cast<size_t>(((p * 3 + q) * 2 + i) * 2 + k)], want) << p << q << i << k;
+        }
 }
 
 TEST(OnnxImportErrors, OpsOfOtherDomainsAreNamed) {

@@ -11,6 +11,7 @@
 // NaN equal to NaN, an infinity equal to itself, dtype and shape exact.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -72,6 +73,51 @@ NDArray as_declared(const NDArray& a, DType want) {
   return b;
 }
 
+// Tests whose expected data no correct implementation reproduces, with why.
+// They stay listed as failing, with this reason in place of the first difference.
+const std::map<std::string, std::string> kKnownDifferences = {
+    // 0.48033667 is 0x3EF5EEB0 in float32: ONNX 1.12's generator truncated it
+    // to bfloat16 0x3EF5; Cast rounds to nearest even (0x3EF6), as ONNX
+    // Runtime does and as ONNX's later helpers do.
+    {"test_cast_FLOAT_to_BFLOAT16",
+     "the expected data truncates float32 to bfloat16 (ONNX 1.12's generator); Kiln rounds to nearest even"},
+};
+// Tests whose data contradicts their own model: the reason, in place of the error.
+const std::map<std::string, std::string> kInconsistentData = [] {
+  std::map<std::string, std::string> m;
+  for (const char* t : {"test_castlike_BFLOAT16_to_FLOAT", "test_castlike_BFLOAT16_to_FLOAT_expanded",
+                        "test_castlike_FLOAT_to_BFLOAT16", "test_castlike_FLOAT_to_BFLOAT16_expanded"})
+    m[t] = "the model declares input 'like' [3,4], the test data holds [1] (ONNX 1.12's generator); "
+           "Kiln checks inputs against the declared shapes";
+  return m;
+}();
+
+// Dropout in training mode with ratio > 0: ONNX's data holds one mask drawn
+// by numpy's generator, which Kiln does not reproduce. "" when the output has
+// the right form (each element 0 or the input times the expected scale, and
+// the mask, when given, true exactly where the output is kept), else why not.
+const char* const kRandomDropout[] = {"test_training_dropout", "test_training_dropout_default",
+                                      "test_training_dropout_default_mask", "test_training_dropout_mask"};
+std::string dropout_form(const NDArray& x, const std::vector<NDArray>& got, const std::vector<NDArray>& want) {
+  std::vector<double> xv = x.astype(DType::kFloat64).to_vector<double>();
+  std::vector<double> g = got[0].astype(DType::kFloat64).to_vector<double>();
+  std::vector<double> w = want[0].astype(DType::kFloat64).to_vector<double>();
+  double scale = 0;
+  for (size_t i = 0; i < w.size() && scale == 0; ++i)
+    if (w[i] != 0 && xv[i] != 0) scale = w[i] / xv[i];
+  std::vector<uint8_t> mask;
+  if (got.size() > 1) mask = got[1].astype(DType::kUint8).to_vector<uint8_t>();
+  size_t kept = 0;
+  for (size_t i = 0; i < g.size(); ++i) {
+    const bool is_kept = std::abs(g[i] - xv[i] * scale) <= 1e-6 * std::abs(g[i]) + 1e-7;
+    if (!is_kept && g[i] != 0) return fmt::format("element {}: {} is neither 0 nor {} * {}", i, g[i], xv[i], scale);
+    kept += is_kept;
+    if (!mask.empty() && xv[i] != 0 && (mask[i] != 0) != is_kept) return fmt::format("mask element {} disagrees", i);
+  }
+  if (kept == 0 || kept == g.size()) return fmt::format("{} of {} elements kept", kept, g.size());
+  return "";
+}
+
 // "pass", "unsupported: why" (NotSupported) or "fails: why" (anything else).
 std::string run_case(const fs::path& dir) {
   try {
@@ -88,14 +134,24 @@ std::string run_case(const fs::path& dir) {
       expected[i] = as_declared(expected[i], m.outputs()[i].dtype);
     std::vector<NDArray> outs = m.run(inputs);
     if (outs.size() != expected.size()) return fmt::format("fails: {} outputs, expected {}", outs.size(), expected.size());
+    const std::string name = dir.filename().string();
+    if (std::ranges::find(kRandomDropout, name) != std::end(kRandomDropout)) {
+      std::string form = dropout_form(inputs[0], outs, expected);
+      if (!form.empty()) return "fails: " + form;
+      return "fails: the expected mask is numpy's random draw, which Kiln does not reproduce (output checked for form)";
+    }
     for (size_t i = 0; i < outs.size(); ++i) {
       std::string diff = compare(outs[i], expected[i]);
-      if (!diff.empty()) return fmt::format("fails: output {}: {}", i, diff);
+      if (diff.empty()) continue;
+      if (auto it = kKnownDifferences.find(name); it != kKnownDifferences.end()) return "fails: " + it->second;
+      return fmt::format("fails: output {}: {}", i, diff);
     }
     return "pass";
   } catch (const NotSupported& e) {
     return "unsupported: " + first_line(e.what(), dir.string() + "/");
   } catch (const std::exception& e) {
+    if (auto it = kInconsistentData.find(dir.filename().string()); it != kInconsistentData.end())
+      return "fails: " + it->second;
     return "fails: " + first_line(e.what(), dir.string() + "/");
   }
 }

@@ -302,6 +302,24 @@ TEST(SymbolJson, KilnOnlyAttributesAreNotWritten) {
   EXPECT_EQ(json.find("offset"), std::string::npos) << json;
 }
 
+TEST(SymbolJson, PoolingDilateIsDroppedWhenOneAndRefusedOtherwise) {
+  // MXNet's Pooling has no dilate: an all-1s one is left out, a larger one refused.
+  for (int64_t d : {1, 2}) {
+    Graph g;
+    Entry x = g.add_input("x", f32({1, 1, 8, 8}));
+    PoolingAttrs p{.kernel = {2, 2}, .dilate = {d, d}};
+    g.set_outputs({g.add_op(OpId::kPooling, OpAttrs::make(p), std::vector<Entry>{x}, "pool")[0]});
+    if (d == 1) {
+      std::string json = to_json(g);
+      EXPECT_EQ(json.find("dilate"), std::string::npos) << json;
+    } else {
+      std::string e = error_of<NotSupported>([&] { to_json(g); });
+      EXPECT_CONTAINS(e, "'pool'");
+      EXPECT_CONTAINS(e, "dilate=(2, 2)");
+    }
+  }
+}
+
 TEST(SymbolJson, ExtraOutputsAreAcceptedWhenUnread) {
   // Pooling lists 2 outputs; reading the second (the oneDNN workspace) fails clearly.
   std::string text = R"J({"nodes": [{"op": "null", "name": "x", "inputs": []},

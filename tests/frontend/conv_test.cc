@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -303,6 +304,100 @@ TEST_P(Conv, Pooling1DAnd3D) {
   EXPECT_NEAR(y3.to_vector<double>()[0], first, 1e-5);
 }
 
+// Dilated max pooling on [n, c, in...] (1 to 3 spatial axes, one k/s/p/d for
+// all): taps in the padding skipped, the gradient to the first maximum in
+// row-major tap order.
+struct DilatedCase {
+  Shape in;  // [n, c, spatial...]
+  int64_t k, s, p, d;
+  bool full;
+  std::string name() const { return fmt::format("x{} k={} s={} p={} d={} full={}", in, k, s, p, d, full); }
+  PoolingAttrs attrs() const {
+    const int nsp = in.ndim() - 2;
+    std::vector<int64_t> kk(static_cast<size_t>(nsp), k), ss(kk.size(), s), pp(kk.size(), p), dd(kk.size(), d);
+    return {.kernel = Shape(kk), .pooling_convention = full ? "full" : "valid", .stride = Shape(ss), .pad = Shape(pp),
+            .dilate = Shape(dd)};
+  }
+};
+
+Vec dilated_max_ref(const DilatedCase& dc, const Vec& x, Shape* out_shape, const Vec* dy = nullptr, Vec* dx = nullptr) {
+  const int nsp = dc.in.ndim() - 2;
+  std::array<int64_t, 3> in{1, 1, 1}, out{1, 1, 1}, k{1, 1, 1}, s{1, 1, 1}, p{0, 0, 0}, d{1, 1, 1};
+  std::vector<int64_t> dims{dc.in[0], dc.in[1]};
+  for (int i = 0; i < nsp; ++i) {
+    const int j = 3 - nsp + i;
+    in[j] = dc.in[2 + i];
+    k[j] = dc.k, s[j] = dc.s, p[j] = dc.p, d[j] = dc.d;
+    const int64_t steps = in[j] + 2 * dc.p - (dc.k - 1) * dc.d - 1;
+    out[j] = 1 + (dc.full ? (steps + dc.s - 1) / dc.s : steps / dc.s);
+    dims.push_back(out[j]);
+  }
+  *out_shape = Shape(dims);
+  const int64_t planes = dc.in[0] * dc.in[1], plane_in = in[0] * in[1] * in[2], plane_out = out[0] * out[1] * out[2];
+  Vec y(static_cast<size_t>(planes * plane_out));
+  if (dx) dx->assign(x.size(), 0.0);
+  for (int64_t q = 0; q < planes; ++q)
+    for (int64_t o = 0; o < plane_out; ++o) {
+      const int64_t o0 = o / (out[1] * out[2]), o1 = o / out[2] % out[1], o2 = o % out[2];
+      double best = -std::numeric_limits<float>::max();
+      int64_t arg = -1;
+      for (int64_t t = 0; t < k[0] * k[1] * k[2]; ++t) {
+        const int64_t i0 = o0 * s[0] - p[0] + t / (k[1] * k[2]) * d[0];
+        const int64_t i1 = o1 * s[1] - p[1] + t / k[2] % k[1] * d[1];
+        const int64_t i2 = o2 * s[2] - p[2] + t % k[2] * d[2];
+        if (i0 < 0 || i0 >= in[0] || i1 < 0 || i1 >= in[1] || i2 < 0 || i2 >= in[2]) continue;
+        const int64_t at = q * plane_in + (i0 * in[1] + i1) * in[2] + i2;
+        if (arg < 0 || x[static_cast<size_t>(at)] > best) best = x[static_cast<size_t>(at)], arg = at;
+      }
+      y[static_cast<size_t>(q * plane_out + o)] = best;
+      if (dx && arg >= 0) (*dx)[static_cast<size_t>(arg)] += (*dy)[static_cast<size_t>(q * plane_out + o)];
+    }
+  return y;
+}
+
+TEST_P(Conv, DilatedMaxPoolingMatchesLoopsAndFiniteDifferences) {
+  nd::random::seed(11);
+  const std::vector<DilatedCase> cases{
+      {{2, 3, 17}, 3, 2, 2, 3, false},    {{2, 3, 16}, 2, 3, 1, 4, true},      {{1, 2, 9, 11}, 3, 1, 2, 2, false},
+      {{2, 2, 10, 9}, 2, 2, 1, 3, true},  {{1, 2, 7, 8, 9}, 2, 2, 1, 2, false}, {{1, 1, 5, 6, 7}, 3, 1, 2, 2, true},
+      {{1, 1, 6, 6}, 2, 1, 0, 1, false},  // dilate 1 spelled out: the ordinary path
+  };
+  for (const DilatedCase& dc : cases) {
+    NDArray x = distinct_values(dc.in, dev(), 9);
+    Shape want_shape;
+    Vec xv = x.to_vector<double>();
+    NDArray y = nd::pooling(x, dc.attrs());
+    dilated_max_ref(dc, xv, &want_shape);
+    ASSERT_EQ(y.shape(), want_shape) << dc.name();
+    NDArray dy = normal(y.shape());
+    Vec dyv = dy.to_vector<double>(), dx_want;
+    expect_near(y, dilated_max_ref(dc, xv, &want_shape, &dyv, &dx_want), 0, dc.name());
+    NDArray dx = invoke1(OpId::kPoolingBackward, {dy, x, y}, OpAttrs::make(dc.attrs()));
+    expect_near(dx, dx_want, 1e-5, "backward " + dc.name());
+    // Finite differences of sum(y * dy) at a few inputs (values are 0.1 apart: no ties within eps).
+    const Vec dxv = dx.to_vector<double>();
+    auto objective = [&](const Vec& xs) {
+      NDArray yy = nd::pooling(nd::array(std::vector<float>(xs.begin(), xs.end()), dc.in, dev()), dc.attrs());
+      Vec yv = yy.to_vector<double>();
+      double f = 0;
+      for (size_t i = 0; i < yv.size(); ++i) f += yv[i] * dyv[i];
+      return f;
+    };
+    for (size_t i = 0; i < xv.size(); i += std::max<size_t>(1, xv.size() / 7)) {
+      const double eps = 0.01;
+      Vec plus = xv, minus = xv;
+      plus[i] += eps;
+      minus[i] -= eps;
+      EXPECT_NEAR((objective(plus) - objective(minus)) / (2 * eps), dxv[i], 1e-3) << dc.name() << " input " << i;
+    }
+  }
+  // 16-bit data: the same windows, each result rounded once.
+  const DilatedCase dc{{1, 2, 9, 11}, 3, 2, 1, 2, true};
+  NDArray x = distinct_values(dc.in, dev(), 9).astype(DType::kBfloat16);
+  Shape want_shape;
+  expect_near(nd::pooling(x, dc.attrs()), dilated_max_ref(dc, x.to_vector<double>(), &want_shape), 0, "bfloat16");
+}
+
 // ---- batch norm
 
 struct NormRef {
@@ -549,6 +644,16 @@ TEST(ConvErrors, ShapesDtypesAndAttributes) {
   msg = error_of<ShapeError>([&] { nd::batch_norm(x, nd::zeros({4}), v, v, v); });
   EXPECT_NE(msg.find("gamma"), std::string::npos) << msg;
   EXPECT_THROW(nd::batch_norm(x, v, v, v, v, {.axis = 4}), IndexError);
+}
+
+TEST(ConvErrors, DilatedPoolingIsMaxOnly) {
+  NDArray x = nd::zeros({1, 1, 8, 8});
+  std::string msg = error_of<NotSupported>([&] {
+    nd::pooling(x, {.kernel = {2, 2}, .pool_type = "avg", .dilate = {2, 2}});
+  });
+  EXPECT_NE(msg.find("max pooling only"), std::string::npos) << msg;
+  EXPECT_THROW(nd::pooling(x, {.kernel = {3, 3}, .dilate = {4, 4}}), ShapeError);  // spans 9 > 8
+  EXPECT_THROW(nd::pooling(x, {.kernel = {2, 2}, .dilate = {0, 1}}), ValueError);
 }
 
 TEST(ConvOps, DeclareGradientsAndMutations) {

@@ -125,6 +125,8 @@ std::optional<Shape> variable_shape_hint(const Symbol& symbol, int32_t node);
 // arrays on one line, no final newline), so text diffs against MXNet's own
 // files. Const nodes are written as variables like params (their values live
 // outside the graph: HybridBlock::export_model writes them as arg:NAME).
+// NotSupported for a Pooling with dilate above 1 (MXNet's Pooling has no
+// dilate; an all-1s dilate is left out).
 std::string to_json(const ir::Graph& g);
 // The symbol written back as read: a file MXNet >= 1.0 wrote comes back byte
 // for byte; older files come back upgraded (canonical op names, aux variables

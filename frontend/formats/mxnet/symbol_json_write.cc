@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "frontend/formats/mxnet/symbol_json.h"
+#include "ir/ops/conv.h"
 
 namespace kiln::mxnet {
 using namespace kiln::ir;  // nodes, entries and graphs of the neutral form
@@ -14,7 +15,8 @@ using nlohmann::json;
 
 // Attributes Kiln adds to MXNet's ops that MXNet would reject: never exported.
 bool is_kiln_only_attr(OpId op, std::string_view key) {
-  return op == OpId::kDropout && (key == "seed" || key == "offset");
+  return (op == OpId::kDropout && (key == "seed" || key == "offset")) ||
+         ((op == OpId::kPooling || op == OpId::kPoolingBackward) && key == "dilate");
 }
 
 // What one node of the file holds, in the order MXNet writes it.
@@ -141,6 +143,12 @@ std::string to_json(const Graph& g) {
                  "graph before optimization passes",
                  n.name, def.name);
       node.op = def.name;
+      if (n.op == OpId::kPooling || n.op == OpId::kPoolingBackward) {
+        // MXNet's Pooling has no dilate: written only when it is all 1s (then dropped).
+        for (int64_t d : n.attrs.as<PoolingAttrs>().dilate)
+          KILN_CHECK(d == 1, NotSupported, "to_json: node '{}' ({}) has dilate={}; MXNet's Pooling has no dilation",
+                     n.name, def.name, n.attrs.as<PoolingAttrs>().dilate.to_mxnet_string());
+      }
       for (auto& [k, v] : n.attrs.to_strings())
         if (!is_kiln_only_attr(n.op, k)) node.attrs[k] = v;
       for (size_t k = 0; k < n.inputs.size(); ++k) {

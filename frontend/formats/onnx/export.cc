@@ -251,15 +251,19 @@ void write_pooling(Writer& w, const ir::Node& n) {
     unsupported(n, fmt::format("average pooling with pooling_convention '{}'", a.pooling_convention));
   WindowGeometry geo = pooling_geometry(a, w.in_type(n, 0).shape);
   pb::NodeProto* p = w.node(type == PoolType::kMax ? "MaxPool" : "AveragePool", {w.in(n, 0)}, {w.out(n)}, n.name);
-  std::vector<int64_t> kernel, stride, pads;
+  std::vector<int64_t> kernel, stride, dilate, pads;
+  bool dilated = false;
   for (int i = 0; i < geo.nsp; ++i) {
     kernel.push_back(geo.kernel[static_cast<size_t>(i)]);
     stride.push_back(geo.stride[static_cast<size_t>(i)]);
+    dilate.push_back(geo.dilate[static_cast<size_t>(i)]);
+    dilated = dilated || dilate.back() != 1;
     pads.push_back(geo.pad_l[static_cast<size_t>(i)]);
   }
   for (int i = 0; i < geo.nsp; ++i) pads.push_back(geo.pad_r[static_cast<size_t>(i)]);
   attr(p, "kernel_shape", kernel);
   attr(p, "strides", stride);
+  if (dilated) attr(p, "dilations", dilate);  // MaxPool only: the geometry admits no dilated average
   attr(p, "pads", pads);
   if (type == PoolType::kAvg) attr(p, "count_include_pad", int64_t{pool_count_include_pad(a) ? 1 : 0});
 }

@@ -108,12 +108,45 @@ void convert_not(NodeContext& n) {
   n.set_output(0, n.op1(OpId::kCast, {y}, CastAttrs{.dtype = DType::kBool}));
 }
 
+// Whether uint64 a > b, elementwise with broadcasting, as float64 0/1. No
+// Kiln type holds every uint64 and computes, so each value is split into
+// exact halves: lo = x mod 2^32 (Cast to uint32 wraps) and hi = x - lo, a
+// multiple of 2^32 that float64 holds exactly once the bits are read as
+// int64 (Cast wraps: negative for x >= 2^63, then 2^64 is added back).
+// Then a > b is hi_a > hi_b, or hi_a == hi_b and lo_a > lo_b.
+ir::Entry uint64_greater(NodeContext& n, ir::Entry a, ir::Entry b) {
+  auto cast = [&](ir::Entry e, DType t) { return n.op1(OpId::kCast, {e}, CastAttrs{.dtype = t}); };
+  auto halves = [&](ir::Entry x) {
+    ir::Entry lo = cast(cast(x, DType::kUint32), DType::kInt64);
+    ir::Entry hi = cast(n.op1(OpId::kBroadcastSub, {cast(x, DType::kInt64), lo}), DType::kFloat64);
+    ir::Entry negative = n.op1(OpId::kLesserScalar, {hi}, ScalarAttrs{.scalar = 0.0});
+    hi = n.op1(OpId::kWhere, {negative, n.op1(OpId::kPlusScalar, {hi}, ScalarAttrs{.scalar = 0x1p64}), hi});
+    return std::pair{hi, cast(lo, DType::kFloat64)};
+  };
+  auto [hi_a, lo_a] = halves(a);
+  auto [hi_b, lo_b] = halves(b);
+  ir::Entry tie_then_lo = n.op1(OpId::kBroadcastMul, {n.op1(OpId::kBroadcastEqual, {hi_a, hi_b}),
+                                                      n.op1(OpId::kBroadcastGreater, {lo_a, lo_b})});
+  return n.op1(OpId::kBroadcastAdd, {n.op1(OpId::kBroadcastGreater, {hi_a, hi_b}), tie_then_lo});
+}
+
 // Sum, Max, Min, Mean of any number of inputs, broadcasting pairwise. Max
 // and Min of int16, uint16 and uint32 (dtypes Kiln stores but does not
-// compute in) run in int64, which holds every value, and cast back.
+// compute in) run in int64, which holds every value, and cast back; of
+// uint64 (which int64 would not hold), they select by uint64_greater.
 template <OpId kId>
 void convert_variadic(NodeContext& n) {
   const DType t = n.type(0).dtype;
+  if ((kId == OpId::kBroadcastMaximum || kId == OpId::kBroadcastMinimum) && t == DType::kUint64) {
+    ir::Entry y = n.input(0);
+    for (size_t i = 1; i < n.num_inputs(); ++i) {
+      ir::Entry greater = uint64_greater(n, y, n.input(i));
+      y = kId == OpId::kBroadcastMaximum ? n.op1(OpId::kWhere, {greater, y, n.input(i)})
+                                         : n.op1(OpId::kWhere, {greater, n.input(i), y});
+    }
+    n.set_output(0, y);
+    return;
+  }
   const bool widen = (kId == OpId::kBroadcastMaximum || kId == OpId::kBroadcastMinimum) &&
                      (t == DType::kInt16 || t == DType::kUint16 || t == DType::kUint32);
   auto in = [&](size_t i) {

@@ -213,20 +213,97 @@ void convert_batch_norm(NodeContext& n) {
   n.set_output(0, n.op(OpId::kBatchNorm, in, OpAttrs::make(a)).front());
 }
 
+// MaxPool's Indices output: the flat index of each window's first maximum in
+// the input (row-major over N, C and the spatial axes; storage_order 1 counts
+// the spatial axes column-major). Composed exactly: each window tap is a
+// strided slice of the padded input, the taps are stacked on a last axis,
+// argmax picks the first maximum, and constant tables turn (output position,
+// tap) into the input's index. Taps in the padding hold the lowest value, so
+// they never win unless the whole window equals it.
+ir::Entry max_pool_indices(NodeContext& n, ir::Entry x, const PoolingAttrs& a, const std::vector<int64_t>& pads) {
+  const Shape& in = n.entry_type(x).shape;
+  const int nsp = in.ndim() - 2, rank = in.ndim();
+  const bool col_major = n.attr_int("storage_order", 0) != 0;
+  std::vector<int64_t> out(static_cast<size_t>(nsp)), span(out.size()), full(static_cast<size_t>(2 * rank), 0);
+  for (int i = 0; i < nsp; ++i) {
+    const size_t u = static_cast<size_t>(i);
+    const int64_t d = a.dilate.ndim() ? a.dilate[i] : 1;
+    span[u] = (a.kernel[i] - 1) * d + 1;
+    const int64_t steps = in[2 + i] + pads[u] + pads[u + static_cast<size_t>(nsp)] - span[u];
+    KILN_CHECK(steps >= 0, ShapeError, "kernel {} spans more than the padded input {}", a.kernel, in);
+    out[u] = 1 + (a.pooling_convention == "full" ? (steps + a.stride[i] - 1) / a.stride[i] : steps / a.stride[i]);
+    full[static_cast<size_t>(2 + i)] = pads[u];
+    full[static_cast<size_t>(rank + 2 + i)] =
+        std::max<int64_t>(pads[u + static_cast<size_t>(nsp)], (out[u] - 1) * a.stride[i] + span[u] - in[2 + i] - pads[u]);
+  }
+  ir::Entry padded = pad(n, x, full, "constant", max_pool_pad_value(n.entry_type(x).dtype));
+  // Spatial strides of the index: row-major, or column-major for storage_order 1.
+  std::vector<int64_t> step(static_cast<size_t>(nsp), 1);
+  if (col_major) {
+    for (int i = 1; i < nsp; ++i) step[static_cast<size_t>(i)] = step[static_cast<size_t>(i - 1)] * in[1 + i];
+  } else {
+    for (int i = nsp - 2; i >= 0; --i) step[static_cast<size_t>(i)] = step[static_cast<size_t>(i + 1)] * in[3 + i];
+  }
+  int64_t taps = 1, positions = 1;
+  for (int i = 0; i < nsp; ++i) {
+    taps *= a.kernel[i];
+    positions *= out[static_cast<size_t>(i)];
+  }
+  std::vector<ir::Entry> tap_values;
+  std::vector<int64_t> tap_offset;
+  for (int64_t t = 0; t < taps; ++t) {
+    std::vector<std::optional<int64_t>> b(static_cast<size_t>(rank)), e(b.size()), st(b.size());
+    int64_t rest = t, offset = 0;
+    for (int i = nsp - 1; i >= 0; --i) {
+      const size_t u = static_cast<size_t>(i);
+      const int64_t k = rest % a.kernel[i], d = a.dilate.ndim() ? a.dilate[i] : 1;
+      rest /= a.kernel[i];
+      b[u + 2] = k * d;
+      e[u + 2] = k * d + (out[u] - 1) * a.stride[i] + 1;
+      st[u + 2] = a.stride[i];
+      offset += k * d * step[u];
+    }
+    ir::Entry v = n.op1(OpId::kSlice, {padded}, SliceAttrs{.begin = OptIntTuple(b), .end = OptIntTuple(e), .step = OptIntTuple(st)});
+    tap_values.push_back(v);
+    tap_offset.push_back(offset);
+  }
+  ir::Entry stacked = n.op(OpId::kStack, tap_values, OpAttrs::make(StackAttrs{.axis = rank, .num_args = static_cast<int>(taps)})).front();
+  ir::Entry tap = n.op1(OpId::kArgmax, {stacked}, ArgReduceAttrs{.axis = rank});
+  tap = n.op1(OpId::kCast, {tap}, CastAttrs{.dtype = DType::kInt64});
+  ir::Entry index = n.op1(OpId::kTake, {n.constant(nd::array(tap_offset, Shape{taps})), tap}, TakeAttrs{});
+  // The index of each window's first tap (position in the padded input minus the padding).
+  std::vector<int64_t> base(static_cast<size_t>(positions)), base_shape{1, 1};
+  for (int i = 0; i < nsp; ++i) base_shape.push_back(out[static_cast<size_t>(i)]);
+  for (int64_t q = 0; q < positions; ++q) {
+    int64_t rest = q, at = 0;
+    for (int i = nsp - 1; i >= 0; --i) {
+      const size_t u = static_cast<size_t>(i);
+      at += ((rest % out[u]) * a.stride[i] - pads[u]) * step[u];
+      rest /= out[u];
+    }
+    base[static_cast<size_t>(q)] = at;
+  }
+  index = n.op1(OpId::kBroadcastAdd, {index, n.constant(nd::array(base, Shape(base_shape)))});
+  int64_t plane = 1;
+  for (int i = 0; i < nsp; ++i) plane *= in[2 + i];
+  std::vector<int64_t> planes(static_cast<size_t>(in[0] * in[1])), planes_shape{in[0], in[1]};
+  for (size_t q = 0; q < planes.size(); ++q) planes[q] = static_cast<int64_t>(q) * plane;
+  planes_shape.resize(static_cast<size_t>(rank), 1);
+  return n.op1(OpId::kBroadcastAdd, {index, n.constant(nd::array(planes, Shape(planes_shape)))});
+}
+
 void convert_pool(NodeContext& n, std::string pool_type) {
   const Shape& x = n.shape(0);
   KILN_CHECK(x.ndim() >= 3 && x.ndim() <= 5, ShapeError, "expected data [N,C,spatial...] with 1 to 3 spatial axes, got {}", x);
   const int nsp = x.ndim() - 2;
-  if (n.has_output(1)) n.unsupported("the Indices output");
-  n.require_attr_int("storage_order", 0, "column-major indices");
   Shape dilate = shape_attr(n, "dilations", nsp, 1);
-  for (int64_t d : dilate) {
-    if (d != 1) n.unsupported(fmt::format("dilations {}", dilate));
-  }
   PoolingAttrs a{.kernel = shape_attr(n, "kernel_shape", nsp, 1),
                  .pool_type = std::move(pool_type),
                  .pooling_convention = n.attr_int("ceil_mode", 0) ? "full" : "valid",
                  .stride = shape_attr(n, "strides", nsp, 1)};
+  for (int64_t d : dilate) {
+    if (d != 1) a.dilate = dilate;  // MaxPool's (AveragePool has none before opset 19)
+  }
   std::vector<int64_t> pads = window_pads(n, x, a.kernel, a.stride, dilate);
   ir::Entry data = n.input(0);
   if (a.pool_type == "avg") {
@@ -246,8 +323,23 @@ void convert_pool(NodeContext& n, std::string pool_type) {
       return;
     }
   }
-  a.pad = apply_pads(n, data, pads, a.pool_type == "max" ? max_pool_pad_value(n.type(0).dtype) : 0.0);
-  n.set_output(0, n.op1(OpId::kPooling, {data}, a));
+  // Integer data (uint8, int8) pools exactly through float32, which holds
+  // every 8-bit value; Kiln's Pooling takes floating types only.
+  const DType dtype = n.type(0).dtype;
+  const bool widen = !is_floating(dtype) && a.pool_type == "max";
+  if (widen) {
+    KILN_CHECK(dtype == DType::kUint8 || dtype == DType::kInt8, NotSupported,
+               "MaxPool of {} (8-bit integers pool exactly through float32; wider ones would not)", dtype);
+    data = n.op1(OpId::kCast, {data}, CastAttrs{.dtype = DType::kFloat32});
+  }
+  if (n.has_output(1)) {
+    KILN_CHECK(a.pool_type == "max", ValueError, "only MaxPool has an Indices output");
+    n.set_output(1, max_pool_indices(n, data, a, pads));
+  }
+  a.pad = apply_pads(n, data, pads, a.pool_type == "max" ? max_pool_pad_value(n.entry_type(data).dtype) : 0.0);
+  ir::Entry y = n.op1(OpId::kPooling, {data}, a);
+  if (widen) y = n.op1(OpId::kCast, {y}, CastAttrs{.dtype = dtype});
+  n.set_output(0, y);
 }
 
 void convert_max_pool(NodeContext& n) { convert_pool(n, "max"); }
@@ -435,15 +527,40 @@ void convert_layer_norm(NodeContext& n) {
 }
 
 // Dropout at inference is the identity (its mask, when asked for, all true).
+// training_mode true (opset 12+; ratio and training_mode known at import):
+// ratio 0 is the identity too; otherwise Kiln's Dropout in mode "always",
+// which draws a fresh mask at each call from Kiln's counter-based stream
+// (the `seed` attribute is not honoured: no generator reproduces ONNX
+// runtimes' masks), scales kept elements by 1 / (1 - ratio), and gives the
+// mask as the scale or 0, which becomes ONNX's boolean mask.
 void convert_dropout(NodeContext& n) {
-  if (n.opset() >= 12 && n.has_input(2) && n.known_ints(2, "training_mode") != std::vector<int64_t>{0})
-    n.unsupported("training_mode true");
+  const bool training =
+      n.opset() >= 12 && n.has_input(2) && n.known_ints(2, "training_mode") != std::vector<int64_t>{0};
   if (n.opset() < 7) n.require_attr_int("is_test", 1, "training mode");
-  n.set_output(0, n.input(0));
+  double ratio = 0.5;
+  if (n.opset() >= 12 && n.has_input(1)) {
+    std::vector<double> r = n.known_doubles(1, "ratio");
+    KILN_CHECK(r.size() == 1, ShapeError, "ratio must be a scalar, got {} values", r.size());
+    ratio = r[0];
+  } else if (n.opset() < 12) {
+    ratio = n.attr_float("ratio", 0.5);
+  }
+  KILN_CHECK(ratio >= 0 && ratio < 1, ValueError, "ratio must be in [0, 1), got {}", ratio);
+  if (!training || ratio == 0) {
+    n.set_output(0, n.input(0));
+    if (n.has_output(1)) {
+      NDArray mask = NDArray::empty(n.shape(0), {DType::kBool, Device::cpu(0)});
+      std::fill_n(static_cast<bool*>(mask.data()), mask.size(), true);
+      n.set_known(1, mask);
+    }
+    return;
+  }
+  std::vector<ir::Entry> out =
+      n.op(OpId::kDropout, std::vector<ir::Entry>{n.input(0)}, OpAttrs::make(DropoutAttrs{.p = ratio, .mode = DropoutMode::kAlways}));
+  n.set_output(0, out[0]);
   if (n.has_output(1)) {
-    NDArray mask = NDArray::empty(n.shape(0), {DType::kBool, Device::cpu(0)});
-    std::fill_n(static_cast<bool*>(mask.data()), mask.size(), true);
-    n.set_known(1, mask);
+    ir::Entry kept = n.op1(OpId::kNotEqualScalar, {out[1]}, ScalarAttrs{.scalar = 0.0});
+    n.set_output(1, n.op1(OpId::kCast, {kept}, CastAttrs{.dtype = DType::kBool}));
   }
 }
 

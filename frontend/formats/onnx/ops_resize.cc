@@ -17,7 +17,13 @@
 // are clamped to the axis, as ONNX's edge padding gives. Separable, so the
 // axes are resampled one after another. Floating data only.
 //
-// tf_crop_and_resize and antialiasing are NotSupported.
+// tf_crop_and_resize samples the box `roi` (normalized [starts..., ends...],
+// known at import) of each axis; outputs whose coordinate falls outside the
+// input take extrapolation_value: their matrix column is 0 and the value is
+// added after the product (the weights of every column sum to 1, so a value
+// extrapolated along one axis stays that value along the next ones).
+//
+// Antialiasing is NotSupported.
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -100,12 +106,16 @@ double source_coordinate(NodeContext& n, const std::string& coord, int64_t j, in
   n.unsupported(fmt::format("coordinate_transformation_mode '{}'", coord));
 }
 
-// How one axis is resampled: mode, nearest rounding, cubic coefficient, excluded outside taps.
+// How one axis is resampled: mode, nearest rounding, cubic coefficient,
+// excluded outside taps; for tf_crop_and_resize the normalized roi
+// [starts..., ends...] and the value of outputs outside the input.
 struct Sampling {
   std::string mode = "linear";  // linear, cubic, nearest
   std::string nearest = "round_prefer_floor";
   double cubic_a = -0.75;
   bool exclude_outside = false;
+  std::vector<double> roi;
+  double extrapolation_value = 0.0;
 };
 
 // The Keys cubic weights of the taps at floor(x) - 1 .. floor(x) + 2, r = x - floor(x).
@@ -124,10 +134,26 @@ ir::Entry resample_axis(NodeContext& n, ir::Entry y, int axis, int64_t out, doub
   KILN_CHECK(in > 0, ShapeError, "resizing the empty axis {} of {}", axis, s);
   KILN_CHECK(in * out <= kMaxImportElements, ValueError, "the {}x{} interpolation matrix of axis {} is too large", in,
              out, axis);
-  std::vector<float> w(static_cast<size_t>(in * out), 0.0f);
+  std::vector<float> w(static_cast<size_t>(in * out), 0.0f), outside(static_cast<size_t>(out), 0.0f);
+  bool extrapolates = false;
   auto clamp = [&](double i) { return static_cast<int64_t>(std::clamp(i, 0.0, static_cast<double>(in - 1))); };
+  const bool crop = coord == "tf_crop_and_resize";
   for (int64_t j = 0; j < out; ++j) {
-    double x = source_coordinate(n, coord, j, in, scale);
+    double x;
+    if (crop) {
+      const size_t rank = sampling.roi.size() / 2;
+      const double start = sampling.roi[static_cast<size_t>(axis)], end = sampling.roi[rank + static_cast<size_t>(axis)];
+      const double last = static_cast<double>(in - 1);
+      x = out > 1 ? start * last + static_cast<double>(j) * (end - start) * last / static_cast<double>(out - 1)
+                  : 0.5 * (start + end) * last;
+      if (x < 0 || x > last) {
+        outside[static_cast<size_t>(j)] = static_cast<float>(sampling.extrapolation_value);
+        extrapolates = extrapolates || sampling.extrapolation_value != 0;
+        continue;
+      }
+    } else {
+      x = source_coordinate(n, coord, j, in, scale);
+    }
     KILN_CHECK(std::isfinite(x), ValueError, "scale {} of axis {} gives no finite coordinates", scale, axis);
     const double lo = std::floor(x), r = x - lo;
     if (sampling.mode == "nearest") {
@@ -161,6 +187,8 @@ ir::Entry resample_axis(NodeContext& n, ir::Entry y, int axis, int64_t out, doub
   Shape moved = n.entry_type(y).shape;
   y = reshape_to(n, y, {moved.size() / in, in});
   y = n.op1(OpId::kDot, {y, m}, DotAttrs{});
+  if (extrapolates)
+    y = n.op1(OpId::kBroadcastAdd, {y, n.constant(nd::array(outside, Shape{1, out}).astype(n.type(0).dtype))});
   std::vector<int64_t> dims(moved.begin(), moved.end());
   dims.back() = out;
   y = reshape_to(n, y, dims);
@@ -187,12 +215,17 @@ void resize_matrix(NodeContext& n, const std::string& coord, const std::vector<d
       scale = scales[static_cast<size_t>(d)];
       KILN_CHECK(scale > 0 && std::isfinite(scale), ValueError, "scales [{}] has a scale that is not positive",
                  fmt::join(scales, ","));
-      double len = std::floor(static_cast<double>(x[d]) * scale);
+      double extent = 1.0;  // the roi's share of the axis (tf_crop_and_resize)
+      if (coord == "tf_crop_and_resize")
+        extent = sampling.roi[static_cast<size_t>(x.ndim() + d)] - sampling.roi[static_cast<size_t>(d)];
+      double len = std::floor(static_cast<double>(x[d]) * extent * scale);
       KILN_CHECK(len >= 1 && len <= static_cast<double>(kMaxImportElements), ValueError,
                  "scale {} gives axis {} of {} a length of {}", scale, d, x, len);
       out = static_cast<int64_t>(len);
     }
-    if (scale == 1.0 && out == x[d]) continue;
+    const bool whole = coord != "tf_crop_and_resize" ||
+                       (sampling.roi[static_cast<size_t>(d)] == 0 && sampling.roi[static_cast<size_t>(x.ndim() + d)] == 1);
+    if (scale == 1.0 && out == x[d] && whole) continue;
     y = resample_axis(n, y, d, out, scale, coord, sampling);
   }
   n.set_output(0, y);
@@ -251,6 +284,13 @@ void convert_resize(NodeContext& n) {
     sampling.nearest = n.attr_string("nearest_mode", "round_prefer_floor");
     sampling.cubic_a = n.attr_float("cubic_coeff_a", -0.75);
     sampling.exclude_outside = n.attr_int("exclude_outside", 0) != 0;
+    if (coord == "tf_crop_and_resize") {
+      KILN_CHECK(n.has_input(1), ValueError, "coordinate_transformation_mode 'tf_crop_and_resize' needs the roi input");
+      sampling.roi = n.known_doubles(1, "roi");
+      KILN_CHECK(sampling.roi.size() == static_cast<size_t>(2 * n.shape(0).ndim()), ValueError,
+                 "roi has {} values, expected 2 per axis of {}", sampling.roi.size(), n.shape(0));
+      sampling.extrapolation_value = n.attr_float("extrapolation_value", 0.0);
+    }
   } else if (mode == "nearest") {
     sampling.nearest = "floor";  // opset 10: asymmetric coordinates, floor
   }
