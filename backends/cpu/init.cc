@@ -1,7 +1,9 @@
 // CPU kernels of the init family: constant fills, ranges, random samples.
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numbers>
+#include <type_traits>
 
 #if KILN_HAVE_MVEC && defined(__AVX2__)
 #include <immintrin.h>
@@ -23,11 +25,19 @@ namespace {
 using rng::random_bits;
 using rng::unit_uniform;
 
+// v in T; integers saturate at T's range and take NaN as 0 (a cast out of
+// range has no defined result; `full` refuses such values at inference).
 template <typename T>
 T from_double(double v) {
   if constexpr (std::is_same_v<T, Half>) return float_to_half(static_cast<float>(v));
   else if constexpr (std::is_same_v<T, BFloat16>) return float_to_bf16(static_cast<float>(v));
-  else return static_cast<T>(v);
+  else if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+    const double end = std::ldexp(1.0, std::numeric_limits<T>::digits);
+    if (!(v == v)) return T(0);
+    if (v >= end) return std::numeric_limits<T>::max();
+    if (v < (std::is_signed_v<T> ? -end : 0.0)) return std::numeric_limits<T>::min();
+    return static_cast<T>(v);
+  } else return static_cast<T>(v);
 }
 
 // Fills out[i] = value_at(i) for every element, in parallel.

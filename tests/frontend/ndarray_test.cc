@@ -4,6 +4,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <thread>
 
@@ -13,6 +14,7 @@
 #include "runtime/device_backend.h"
 #include "runtime/engine.h"
 #include "runtime/storage.h"
+#include "tests/test_util.h"
 
 namespace kiln {
 namespace {
@@ -275,6 +277,22 @@ TEST(NDArray, NegativeSizesAndUnknownDevicesAreClearErrors) {
   EXPECT_THROW(nd::zeros({2, -3}), ShapeError);
   EXPECT_THROW(nd::zeros({2}, {.device = Device::cpu(kMaxDevicesPerKind)}), DeviceError);
   EXPECT_THROW(nd::array(std::vector<float>{1, 2, 3}, {2, 2}), ShapeError);
+}
+
+// An integer fill that does not fit its dtype is refused, naming both; the
+// edges of each range are accepted.
+TEST(NDArray, IntegerFillsMustFitTheirDtype) {
+  EXPECT_EQ(nd::full({2}, 127, {.dtype = DType::kInt8}).to_vector<int64_t>(), (std::vector<int64_t>{127, 127}));
+  EXPECT_EQ(nd::full({1}, -128, {.dtype = DType::kInt8}).to_vector<int64_t>(), std::vector<int64_t>{-128});
+  EXPECT_EQ(nd::full({1}, -9223372036854775808.0, {.dtype = DType::kInt64}).to_vector<int64_t>(),
+            std::vector<int64_t>{std::numeric_limits<int64_t>::min()});
+  std::string msg = test::error_of<ValueError>([] { nd::full({2}, 128, {.dtype = DType::kInt8}); });
+  EXPECT_CONTAINS(msg, "value 128 does not fit dtype int8");
+  EXPECT_CONTAINS(msg, "[-128, 128)");
+  EXPECT_THROW(nd::full({2}, 9223372036854775808.0, {.dtype = DType::kInt64}), ValueError);  // 2^63
+  EXPECT_THROW(nd::full({2}, -1, {.dtype = DType::kUint8}), ValueError);
+  EXPECT_THROW(nd::full({2}, std::nan(""), {.dtype = DType::kInt32}), ValueError);
+  EXPECT_EQ(nd::full({1}, 2.5, {.dtype = DType::kBool}).to_vector<int64_t>(), std::vector<int64_t>{1});
 }
 
 TEST(NDArray, FailedInferenceQueuesNothing) {
