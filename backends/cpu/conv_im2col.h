@@ -1,6 +1,8 @@
-// 2-D convolutions with few input channels (first layers on grey or RGB
-// images): the forward as im2col + a matrix product, the weight gradient as
-// im2col + dot products.
+// 2-D convolutions through unfolded inputs (im2col). With few input channels
+// (first layers on grey or RGB images): the forward as im2col + a matrix
+// product, the weight gradient as im2col + dot products. With small outputs
+// and any channel count: the weight gradient as im2col + matrix products
+// (gemm_backward_weight, at the end).
 //
 //   cpu::Im2colConv s = ...;  // from the op's attributes
 //   if (cpu::im2col_applies(s)) cpu::im2col_forward(ctx.run, s, x, w, bias, y);
