@@ -42,7 +42,10 @@ class CpuPool final : public Pool {
  public:
   explicit CpuPool(Device device) : device_(device) {}
   ~CpuPool() override {
-    // Pools live until exit; cached memory goes back with the process.
+    // The process-wide pools live until exit; a pool destroyed before (one a
+    // backend made for its caller) returns its cached blocks to the system.
+    std::unique_lock lock(mu_);
+    release_blocks(take_cached_locked(), lock);
   }
 
   Block alloc(size_t size) override {
