@@ -13,6 +13,7 @@
 #include "frontend/formats/onnx/model.h"
 #include "frontend/nd.h"
 #include "frontend/nn/export_onnx.h"
+#include "frontend/nn/lambda.h"
 #include "models/zoo.h"
 #include "tests/test_util.h"
 
@@ -77,6 +78,37 @@ INSTANTIATE_TEST_SUITE_P(Zoo, OnnxExport,
                          testing::Values(RoundTrip{"mlp", Shape{3, 1, 28, 28}}, RoundTrip{"lenet", Shape{2, 1, 28, 28}},
                                          RoundTrip{"resnet18", Shape{1, 1, 16, 16}}),
                          [](const auto& info) { return info.param.model; });
+
+// The trigonometric, hyperbolic, rounding, sign and fmod ops as ONNX ops of
+// their own, read back to the same values; floating-point mod (sign of the
+// divisor) has no ONNX form.
+TEST(OnnxExportOps, ElementwiseMathReimports) {
+  nn::HybridLambda f(
+      [](const NDArray& x) {
+        NDArray t = nd::tanh(x) * 0.9;  // inside (-1, 1)
+        NDArray y = nd::sin(x) + nd::cos(x) + nd::tan(t) + nd::arcsin(t) + nd::arccos(t) + nd::arctan(x) +
+                    nd::sinh(x) + nd::cosh(x) + nd::arcsinh(x) + nd::arccosh(nd::abs(x) + 1.1) + nd::arctanh(t);
+        return y + nd::rint(x * 3.0) + nd::ceil(x) + nd::floor(x) + nd::sign(x) + nd::fmod(x * 4.0, nd::abs(x) + 0.5);
+      },
+      "math");
+  f.hybridize();
+  nd::random::seed(3);
+  NDArray x = nd::random::normal(Shape{2, 5});
+  NDArray want = f(x);
+  fs::path path = fs::temp_directory_path() / fmt::format("kiln_onnx_export_math_{}.onnx", ::getpid());
+  nn::export_onnx(f, path.string());
+  onnx::Model m = onnx::Model::load(path.string());
+  fs::remove(path);
+  std::vector<NDArray> got = m.run(std::span<const NDArray>(&x, 1));
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_LE(max_abs_diff(got[0], want), 1e-5);
+
+  nn::HybridLambda mod([](const NDArray& v) { return nd::mod(v, nd::abs(v) + 0.5); }, "mod");
+  mod.hybridize();
+  mod(x);
+  std::string msg = error_of<NotSupported>([&] { nn::export_onnx(mod, path.string()); });
+  EXPECT_NE(msg.find("floating-point mod"), std::string::npos) << msg;
+}
 
 TEST(OnnxExportErrors, NeedsATracedGraph) {
   auto net = models::make("mlp", 10);

@@ -181,9 +181,11 @@ constexpr char kAdd[] = "Add", kSub[] = "Sub", kMul[] = "Mul", kDiv[] = "Div", k
                kAtan[] = "Atan", kSinh[] = "Sinh", kCosh[] = "Cosh", kAsinh[] = "Asinh", kAcosh[] = "Acosh",
                kAtanh[] = "Atanh", kRound[] = "Round", kCeil[] = "Ceil", kFloor[] = "Floor", kSign[] = "Sign";
 
-// Mod: fmod 0 (the divisor's sign) or 1 (C's fmod).
+// Mod: fmod 1 (C's fmod), or fmod 0 (the divisor's sign), which ONNX
+// allows for integers only.
 template <int64_t kFmod>
 void write_mod(Writer& w, const ir::Node& n) {
+  if (kFmod == 0 && is_floating(w.in_type(n, 0).dtype)) unsupported(n, "floating-point mod (ONNX's Mod needs fmod=1)");
   attr(w.node("Mod", {w.in(n, 0), w.in(n, 1)}, {w.out(n)}, n.name), "fmod", kFmod);
 }
 
