@@ -101,7 +101,8 @@
 // The scalar math of the unary ops that are not fused opcodes (trigonometric,
 // hyperbolic, rounding, sign) and of floating-point mod/fmod: one function
 // each, `FN T op_<name>(T a)` or `(T a, T b)`, expanded for host C++ (the CPU
-// kernels' scalar forms) and for nvcc (the CUDA elementwise kernels). Not part
+// kernels' scalar forms, constant folding) and for nvcc (the CUDA elementwise
+// kernels). Not part
 // of kFusedMathSource: these ops do not fuse. Same rules for the body as
 // KILN_FUSED_MATH. Semantics: round is half away from zero, rint half to even
 // (the default rounding mode); sign keeps +-0 and NaN; mod's result has the
