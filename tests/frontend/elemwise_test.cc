@@ -159,6 +159,28 @@ TEST(ElemwiseBinary, ModAndFmodSignsAndZeroDivisors) {
     expect_all_near(u.to_vector<double>(), {1, 4, 0}, 0, "mod u8");
   }
   EXPECT_EQ(find_op("_mod"), &op_def(OpId::kBroadcastMod));
+  // MXNet's names, as graph JSON spells them.
+  const std::pair<const char*, OpId> mxnet[] = {
+      {"sin", OpId::kSin},
+      {"cos", OpId::kCos},
+      {"tan", OpId::kTan},
+      {"arcsin", OpId::kArcsin},
+      {"arccos", OpId::kArccos},
+      {"arctan", OpId::kArctan},
+      {"sinh", OpId::kSinh},
+      {"cosh", OpId::kCosh},
+      {"arcsinh", OpId::kArcsinh},
+      {"arccosh", OpId::kArccosh},
+      {"arctanh", OpId::kArctanh},
+      {"round", OpId::kRound},
+      {"rint", OpId::kRint},
+      {"ceil", OpId::kCeil},
+      {"floor", OpId::kFloor},
+      {"sign", OpId::kSign},
+      {"broadcast_mod", OpId::kBroadcastMod},
+      {"_Mod", OpId::kBroadcastMod},
+  };
+  for (auto [name, id] : mxnet) EXPECT_EQ(find_op(name), &op_def(id)) << name;
 }
 
 TEST(ElemwiseBinary, NaNPropagatesThroughMaximumAndMinimum) {
