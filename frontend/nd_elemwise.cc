@@ -89,6 +89,8 @@ NDArray maximum(double s, const NDArray& x) { return scalar(OpId::kMaximumScalar
 NDArray minimum(const NDArray& l, const NDArray& r) { return binary(OpId::kBroadcastMinimum, l, r); }
 NDArray minimum(const NDArray& x, double s) { return scalar(OpId::kMinimumScalar, x, s); }
 NDArray minimum(double s, const NDArray& x) { return scalar(OpId::kMinimumScalar, x, s); }
+NDArray mod(const NDArray& l, const NDArray& r) { return binary(OpId::kBroadcastMod, l, r); }
+NDArray fmod(const NDArray& l, const NDArray& r) { return binary(OpId::kBroadcastFmod, l, r); }
 NDArray pow(const NDArray& base, const NDArray& exponent) { return binary(OpId::kBroadcastPower, base, exponent); }
 NDArray pow(const NDArray& base, double exponent) { return scalar(OpId::kPowerScalar, base, exponent); }
 NDArray pow(double base, const NDArray& exponent) { return scalar(OpId::kRPowerScalar, exponent, base); }
@@ -99,6 +101,22 @@ NDArray sqrt(const NDArray& x) { return unary(OpId::kSqrt, x); }
 NDArray square(const NDArray& x) { return unary(OpId::kSquare, x); }
 NDArray tanh(const NDArray& x) { return unary(OpId::kTanh, x); }
 NDArray erf(const NDArray& x) { return unary(OpId::kErf, x); }
+NDArray sin(const NDArray& x) { return unary(OpId::kSin, x); }
+NDArray cos(const NDArray& x) { return unary(OpId::kCos, x); }
+NDArray tan(const NDArray& x) { return unary(OpId::kTan, x); }
+NDArray arcsin(const NDArray& x) { return unary(OpId::kArcsin, x); }
+NDArray arccos(const NDArray& x) { return unary(OpId::kArccos, x); }
+NDArray arctan(const NDArray& x) { return unary(OpId::kArctan, x); }
+NDArray sinh(const NDArray& x) { return unary(OpId::kSinh, x); }
+NDArray cosh(const NDArray& x) { return unary(OpId::kCosh, x); }
+NDArray arcsinh(const NDArray& x) { return unary(OpId::kArcsinh, x); }
+NDArray arccosh(const NDArray& x) { return unary(OpId::kArccosh, x); }
+NDArray arctanh(const NDArray& x) { return unary(OpId::kArctanh, x); }
+NDArray round(const NDArray& x) { return unary(OpId::kRound, x); }
+NDArray rint(const NDArray& x) { return unary(OpId::kRint, x); }
+NDArray ceil(const NDArray& x) { return unary(OpId::kCeil, x); }
+NDArray floor(const NDArray& x) { return unary(OpId::kFloor, x); }
+NDArray sign(const NDArray& x) { return unary(OpId::kSign, x); }
 NDArray sigmoid(const NDArray& x) { return unary(OpId::kSigmoid, x); }
 NDArray relu(const NDArray& x) { return unary(OpId::kRelu, x); }
 NDArray abs(const NDArray& x) { return unary(OpId::kAbs, x); }

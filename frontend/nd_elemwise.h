@@ -63,6 +63,10 @@ NDArray maximum(double s, const NDArray& x);
 NDArray minimum(const NDArray& lhs, const NDArray& rhs);
 NDArray minimum(const NDArray& x, double s);
 NDArray minimum(double s, const NDArray& x);
+// Remainders with broadcasting: mod has the sign of rhs (NumPy's mod), fmod
+// the sign of lhs (C's fmod); an integer rhs of 0 gives 0.
+NDArray mod(const NDArray& lhs, const NDArray& rhs);
+NDArray fmod(const NDArray& lhs, const NDArray& rhs);
 // base ** exponent with broadcasting or a scalar on either side.
 NDArray pow(const NDArray& base, const NDArray& exponent);
 NDArray pow(const NDArray& base, double exponent);
@@ -79,6 +83,26 @@ NDArray square(const NDArray& x);
 // Hyperbolic tangent (floating point).
 NDArray tanh(const NDArray& x);
 NDArray erf(const NDArray& x);  // the Gauss error function
+// Trigonometric and hyperbolic functions and their inverses (floating point;
+// NaN outside an inverse's domain).
+NDArray sin(const NDArray& x);
+NDArray cos(const NDArray& x);
+NDArray tan(const NDArray& x);
+NDArray arcsin(const NDArray& x);
+NDArray arccos(const NDArray& x);
+NDArray arctan(const NDArray& x);
+NDArray sinh(const NDArray& x);
+NDArray cosh(const NDArray& x);
+NDArray arcsinh(const NDArray& x);
+NDArray arccosh(const NDArray& x);
+NDArray arctanh(const NDArray& x);
+// Rounding (floating point): round halves away from zero, rint halves to even.
+NDArray round(const NDArray& x);
+NDArray rint(const NDArray& x);
+NDArray ceil(const NDArray& x);
+NDArray floor(const NDArray& x);
+// 1, -1 or x itself (zeros, NaN) by the sign of x.
+NDArray sign(const NDArray& x);
 // 1 / (1 + exp(-x)) (floating point).
 NDArray sigmoid(const NDArray& x);
 // max(x, 0).

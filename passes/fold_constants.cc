@@ -95,6 +95,34 @@ double evaluate_as(AsOpcode e, const std::vector<double>& v, double scalar) {
   return static_cast<double>(math::fused_eval<T>(e.op, x[0], x[1], x[2]));
 }
 
+// The ops of KILN_UNARY_MATH (ir/ops/elemwise_math.h) in T, as the kernels
+// compute them; nullopt for any other op.
+template <typename T>
+std::optional<double> evaluate_math(OpId op, const std::vector<double>& v) {
+  const T a = static_cast<T>(v[0]), b = v.size() > 1 ? static_cast<T>(v[1]) : T(0);
+  switch (op) {
+    case OpId::kSin: return math::op_sin(a);
+    case OpId::kCos: return math::op_cos(a);
+    case OpId::kTan: return math::op_tan(a);
+    case OpId::kArcsin: return math::op_arcsin(a);
+    case OpId::kArccos: return math::op_arccos(a);
+    case OpId::kArctan: return math::op_arctan(a);
+    case OpId::kSinh: return math::op_sinh(a);
+    case OpId::kCosh: return math::op_cosh(a);
+    case OpId::kArcsinh: return math::op_arcsinh(a);
+    case OpId::kArccosh: return math::op_arccosh(a);
+    case OpId::kArctanh: return math::op_arctanh(a);
+    case OpId::kRound: return math::op_round(a);
+    case OpId::kRint: return math::op_rint(a);
+    case OpId::kCeil: return math::op_ceil(a);
+    case OpId::kFloor: return math::op_floor(a);
+    case OpId::kSign: return math::op_sign(a);
+    case OpId::kBroadcastMod: return math::op_mod(a, b);
+    case OpId::kBroadcastFmod: return math::op_fmod(a, b);
+    default: return std::nullopt;
+  }
+}
+
 // The value of `n` given the uniform values of its inputs, or nullopt if the
 // op is not one this pass evaluates. Elementwise ops go through the scalar
 // math the kernels share (ir/ops/elemwise_math.h), in float for float32
@@ -104,6 +132,9 @@ std::optional<double> evaluate(const ir::Node& n, const std::vector<double>& v, 
     double scalar = e->form == Form::kInputs ? 0.0 : n.attrs.as<ScalarAttrs>().scalar;
     return n.types[0].dtype == DType::kFloat32 ? evaluate_as<float>(*e, v, scalar) : evaluate_as<double>(*e, v, scalar);
   }
+  if (std::optional<double> m = n.types[0].dtype == DType::kFloat32 ? evaluate_math<float>(n.op, v)
+                                                                    : evaluate_math<double>(n.op, v))
+    return m;
   switch (n.op) {
     case OpId::kCopy:
     case OpId::kCast:

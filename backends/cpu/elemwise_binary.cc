@@ -5,6 +5,7 @@
 
 #include "backends/cpu/elemwise_kernels.h"
 #include "ir/ops/elemwise.h"
+#include "ir/ops/elemwise_math.h"
 
 namespace kiln {
 namespace {
@@ -89,6 +90,28 @@ struct MinimumOp {
   template <typename C>
   C operator()(C a, C b) const {
     return ((a < b) | (a != a)) ? a : b;
+  }
+};
+
+// mod (the divisor's sign) and fmod (the dividend's sign): the shared
+// scalar forms (ir/ops/elemwise_math.h); an integer divisor of 0 gives 0.
+struct ModOp {
+  template <typename C>
+  C operator()(C a, C b) const {
+    if constexpr (std::is_integral_v<C>)
+      return math::int_mod(a, b);
+    else
+      return math::op_mod(a, b);
+  }
+};
+
+struct FmodOp {
+  template <typename C>
+  C operator()(C a, C b) const {
+    if constexpr (std::is_integral_v<C>)
+      return math::int_fmod(a, b);
+    else
+      return math::op_fmod(a, b);
   }
 };
 
@@ -225,6 +248,8 @@ void register_cpu_elemwise_binary_kernels() {
   register_kernel(OpId::kBroadcastPower, kCPU, binary<PowerOp>, HalfSupport::kAny);
   register_kernel(OpId::kBroadcastMaximum, kCPU, binary<MaximumOp>, HalfSupport::kAny);
   register_kernel(OpId::kBroadcastMinimum, kCPU, binary<MinimumOp>, HalfSupport::kAny);
+  register_kernel(OpId::kBroadcastMod, kCPU, binary<ModOp>, HalfSupport::kAny);
+  register_kernel(OpId::kBroadcastFmod, kCPU, binary<FmodOp>, HalfSupport::kAny);
   register_kernel(OpId::kBroadcastEqual, kCPU, binary<EqualOp>, HalfSupport::kAny);
   register_kernel(OpId::kBroadcastNotEqual, kCPU, binary<NotEqualOp>, HalfSupport::kAny);
   register_kernel(OpId::kBroadcastGreater, kCPU, binary<GreaterOp>, HalfSupport::kAny);

@@ -55,6 +55,43 @@ struct ErfOp {  // libm's erf: no float32 vector form (the op is rare: ONNX grap
   }
 };
 
+// The other floating-point functions of ir/ops/elemwise_math.h, scalar only.
+#define KILN_MATH_UNARY_OP(Name, fn) \
+  struct Name {                      \
+    template <typename C>            \
+    C operator()(C a) const {        \
+      return math::fn(a);            \
+    }                                \
+  }
+KILN_MATH_UNARY_OP(SinOp, op_sin);
+KILN_MATH_UNARY_OP(CosOp, op_cos);
+KILN_MATH_UNARY_OP(TanOp, op_tan);
+KILN_MATH_UNARY_OP(ArcsinOp, op_arcsin);
+KILN_MATH_UNARY_OP(ArccosOp, op_arccos);
+KILN_MATH_UNARY_OP(ArctanOp, op_arctan);
+KILN_MATH_UNARY_OP(SinhOp, op_sinh);
+KILN_MATH_UNARY_OP(CoshOp, op_cosh);
+KILN_MATH_UNARY_OP(ArcsinhOp, op_arcsinh);
+KILN_MATH_UNARY_OP(ArccoshOp, op_arccosh);
+KILN_MATH_UNARY_OP(ArctanhOp, op_arctanh);
+KILN_MATH_UNARY_OP(RoundOp, op_round);
+KILN_MATH_UNARY_OP(RintOp, op_rint);
+KILN_MATH_UNARY_OP(CeilOp, op_ceil);
+KILN_MATH_UNARY_OP(FloorOp, op_floor);
+#undef KILN_MATH_UNARY_OP
+
+struct SignOp {
+  template <typename C>
+  C operator()(C a) const {
+    if constexpr (!std::is_integral_v<C>)
+      return math::op_sign(a);
+    else if constexpr (std::is_signed_v<C>)
+      return a > 0 ? C{1} : (a < 0 ? C{-1} : C{0});
+    else
+      return a > 0 ? C{1} : C{0};
+  }
+};
+
 struct SigmoidOp {
   template <typename C>
   C operator()(C a) const {
@@ -207,6 +244,22 @@ void register_cpu_elemwise_unary_kernels() {
   register_kernel(OpId::kSqrt, kCPU, floating_unary<SqrtOp>, HalfSupport::kAny);
   register_kernel(OpId::kTanh, kCPU, floating_unary<TanhOp>, HalfSupport::kAny);
   register_kernel(OpId::kErf, kCPU, floating_unary<ErfOp>, HalfSupport::kAny);
+  register_kernel(OpId::kSin, kCPU, floating_unary<SinOp>, HalfSupport::kAny);
+  register_kernel(OpId::kCos, kCPU, floating_unary<CosOp>, HalfSupport::kAny);
+  register_kernel(OpId::kTan, kCPU, floating_unary<TanOp>, HalfSupport::kAny);
+  register_kernel(OpId::kArcsin, kCPU, floating_unary<ArcsinOp>, HalfSupport::kAny);
+  register_kernel(OpId::kArccos, kCPU, floating_unary<ArccosOp>, HalfSupport::kAny);
+  register_kernel(OpId::kArctan, kCPU, floating_unary<ArctanOp>, HalfSupport::kAny);
+  register_kernel(OpId::kSinh, kCPU, floating_unary<SinhOp>, HalfSupport::kAny);
+  register_kernel(OpId::kCosh, kCPU, floating_unary<CoshOp>, HalfSupport::kAny);
+  register_kernel(OpId::kArcsinh, kCPU, floating_unary<ArcsinhOp>, HalfSupport::kAny);
+  register_kernel(OpId::kArccosh, kCPU, floating_unary<ArccoshOp>, HalfSupport::kAny);
+  register_kernel(OpId::kArctanh, kCPU, floating_unary<ArctanhOp>, HalfSupport::kAny);
+  register_kernel(OpId::kRound, kCPU, floating_unary<RoundOp>, HalfSupport::kAny);
+  register_kernel(OpId::kRint, kCPU, floating_unary<RintOp>, HalfSupport::kAny);
+  register_kernel(OpId::kCeil, kCPU, floating_unary<CeilOp>, HalfSupport::kAny);
+  register_kernel(OpId::kFloor, kCPU, floating_unary<FloorOp>, HalfSupport::kAny);
+  register_kernel(OpId::kSign, kCPU, numeric_unary<SignOp>, HalfSupport::kAny);
   register_kernel(OpId::kSigmoid, kCPU, floating_unary<SigmoidOp>, HalfSupport::kAny);
   register_kernel(OpId::kSquare, kCPU, numeric_unary<SquareOp>, HalfSupport::kAny);
   register_kernel(OpId::kRelu, kCPU, numeric_unary<ReluOp>, HalfSupport::kAny);

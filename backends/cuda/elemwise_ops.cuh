@@ -1,8 +1,10 @@
 // Device functions of the elementwise ops for elemwise.cu. The ops that are
 // fused opcodes call the one scalar source (ir/ops/elemwise_math.h), which
 // the fused interpreter (fused.cu) and the NVRTC-generated fused kernels
-// (fused_codegen.h) use too; the others (clip, leaky, elu, selu, gelu and
-// the gradients) are written here.
+// (fused_codegen.h) use too; so do the trigonometric, hyperbolic, rounding,
+// sign and mod ops (its KILN_UNARY_MATH functions, shared with the CPU
+// kernels); the others (clip, leaky, elu, selu, gelu and the gradients) are
+// written here.
 #pragma once
 
 #include "backends/cuda/kernels.h"
@@ -19,6 +21,22 @@ __device__ __forceinline__ float apply_unary(UnaryOp op, float v, float p0, floa
     case UnaryOp::kSquare: return math::op_square(v, 0.0f, 0.0f);
     case UnaryOp::kTanh: return math::op_tanh(v, 0.0f, 0.0f);
     case UnaryOp::kErf: return erff(v);
+    case UnaryOp::kSin: return math::op_sin(v);
+    case UnaryOp::kCos: return math::op_cos(v);
+    case UnaryOp::kTan: return math::op_tan(v);
+    case UnaryOp::kArcsin: return math::op_arcsin(v);
+    case UnaryOp::kArccos: return math::op_arccos(v);
+    case UnaryOp::kArctan: return math::op_arctan(v);
+    case UnaryOp::kSinh: return math::op_sinh(v);
+    case UnaryOp::kCosh: return math::op_cosh(v);
+    case UnaryOp::kArcsinh: return math::op_arcsinh(v);
+    case UnaryOp::kArccosh: return math::op_arccosh(v);
+    case UnaryOp::kArctanh: return math::op_arctanh(v);
+    case UnaryOp::kRound: return math::op_round(v);
+    case UnaryOp::kRint: return math::op_rint(v);
+    case UnaryOp::kCeil: return math::op_ceil(v);
+    case UnaryOp::kFloor: return math::op_floor(v);
+    case UnaryOp::kSign: return math::op_sign(v);
     case UnaryOp::kSigmoid: return math::op_sigmoid(v, 0.0f, 0.0f);
     case UnaryOp::kRelu: return math::op_relu(v, 0.0f, 0.0f);
     case UnaryOp::kAbs: return math::op_abs(v, 0.0f, 0.0f);
@@ -53,6 +71,8 @@ __device__ __forceinline__ float apply_binary(BinaryOp op, float a, float b, flo
     case BinaryOp::kGreaterEqual: return math::op_ge(a, b, 0.0f);
     case BinaryOp::kLesser: return math::op_lt(a, b, 0.0f);
     case BinaryOp::kLesserEqual: return math::op_le(a, b, 0.0f);
+    case BinaryOp::kMod: return math::op_mod(a, b);
+    case BinaryOp::kFmod: return math::op_fmod(a, b);
     // a = dy, b = forward output
     case BinaryOp::kReluGrad: return b > 0.0f ? a : 0.0f;
     case BinaryOp::kSigmoidGrad: return a * b * (1.0f - b);

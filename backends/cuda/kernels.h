@@ -46,10 +46,12 @@ struct BroadcastIndex {
 enum class UnaryOp : int {
   kExp, kLog, kSqrt, kSquare, kTanh, kSigmoid, kRelu, kAbs, kNegative, kClip, kSoftrelu, kSoftsign,
   kLeaky, kElu, kSelu, kGelu, kGeluTanh, kErf,
+  kSin, kCos, kTan, kArcsin, kArccos, kArctan, kSinh, kCosh, kArcsinh, kArccosh, kArctanh,
+  kRound, kRint, kCeil, kFloor, kSign,
 };
 enum class BinaryOp : int {
   kAdd, kSub, kMul, kDiv, kPower, kMaximum, kMinimum, kEqual, kNotEqual, kGreater, kGreaterEqual, kLesser,
-  kLesserEqual,
+  kLesserEqual, kMod, kFmod,
   // backward forms, (dy, v) -> dx
   kReluGrad, kSigmoidGrad, kTanhGrad, kSoftreluGrad, kSoftsignGrad,  // v = forward output
   kLeakyGrad, kEluGrad, kSeluGrad, kGeluGrad, kGeluTanhGrad,       // v = forward input

@@ -115,6 +115,12 @@ void define_elemwise_binary(OpRegistry& r) {
       {OpId::kBroadcastPower, "lhs ** rhs with NumPy broadcasting."},
       {OpId::kBroadcastMaximum, "Elementwise maximum with NumPy broadcasting (NaN propagates)."},
       {OpId::kBroadcastMinimum, "Elementwise minimum with NumPy broadcasting (NaN propagates)."},
+      {OpId::kBroadcastMod,
+       "lhs mod rhs with NumPy broadcasting: the remainder of floor division, with the sign of "
+       "rhs (NumPy's mod; integer rhs 0 gives 0, floating-point rhs 0 gives NaN)."},
+      {OpId::kBroadcastFmod,
+       "C's fmod(lhs, rhs) with NumPy broadcasting: the remainder of truncated division, with the "
+       "sign of lhs (integer rhs 0 gives 0, floating-point rhs 0 gives NaN)."},
   };
   for (auto [id, doc] : arithmetic) define_binary(r, id, doc, infer_broadcast);
 
@@ -158,6 +164,30 @@ void define_unary_ops(OpRegistry& r) {
                               "inputs).",
                infer_float_unary);
   define_unary(r, OpId::kSigmoid, "1 / (1 + exp(-x)) (floating-point inputs).", infer_float_unary);
+  const std::pair<OpId, std::string_view> floating[] = {
+      {OpId::kSin, "Sine (floating-point inputs)."},
+      {OpId::kCos, "Cosine (floating-point inputs)."},
+      {OpId::kTan, "Tangent (floating-point inputs)."},
+      {OpId::kArcsin, "Inverse sine, NaN outside [-1, 1] (floating-point inputs)."},
+      {OpId::kArccos, "Inverse cosine, NaN outside [-1, 1] (floating-point inputs)."},
+      {OpId::kArctan, "Inverse tangent (floating-point inputs)."},
+      {OpId::kSinh, "Hyperbolic sine (floating-point inputs)."},
+      {OpId::kCosh, "Hyperbolic cosine (floating-point inputs)."},
+      {OpId::kArcsinh, "Inverse hyperbolic sine (floating-point inputs)."},
+      {OpId::kArccosh, "Inverse hyperbolic cosine, NaN below 1 (floating-point inputs)."},
+      {OpId::kArctanh, "Inverse hyperbolic tangent, NaN outside [-1, 1] (floating-point inputs)."},
+  };
+  for (auto [id, doc] : floating) define_unary(r, id, doc, infer_float_unary);
+  // Piecewise constant: no gradient flows through them (MXNet's is zero).
+  const std::pair<OpId, std::string_view> rounding[] = {
+      {OpId::kRound, "x rounded to the nearest integer, halves away from zero (floating-point inputs)."},
+      {OpId::kRint, "x rounded to the nearest integer, halves to even (floating-point inputs)."},
+      {OpId::kCeil, "The smallest integer not below x (floating-point inputs)."},
+      {OpId::kFloor, "The largest integer not above x (floating-point inputs)."},
+  };
+  for (auto [id, doc] : rounding) define_unary(r, id, doc, infer_float_unary).differentiable = false;
+  define_unary(r, OpId::kSign, "1 for x > 0, -1 for x < 0, x itself for zeros and NaN.", infer_numeric_unary)
+      .differentiable = false;
   define_unary(r, OpId::kRelu, "max(x, 0).", infer_numeric_unary);
   define_unary(r, OpId::kAbs, "Absolute value.", infer_numeric_unary);
   define_unary(r, OpId::kNegative, "-x.", infer_numeric_unary);
@@ -199,6 +229,8 @@ void define_aliases(OpRegistry& r) {
       {"_maximum", OpId::kBroadcastMaximum},
       {"_Minimum", OpId::kBroadcastMinimum},
       {"_minimum", OpId::kBroadcastMinimum},
+      {"_Mod", OpId::kBroadcastMod},
+      {"_mod", OpId::kBroadcastMod},
       {"_equal", OpId::kBroadcastEqual},
       {"_not_equal", OpId::kBroadcastNotEqual},
       {"_greater", OpId::kBroadcastGreater},

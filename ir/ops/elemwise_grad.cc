@@ -15,6 +15,8 @@ using grad_ops::div;
 using grad_ops::mul;
 using grad_ops::neg;
 using grad_ops::scalar;
+using grad_ops::sub;
+using grad_ops::unary;
 
 const GradValue& dy(const GradArgs& a) { return a.out_grads[0]; }
 const GradValue& lhs(const GradArgs& a) { return a.inputs[0]; }
@@ -112,6 +114,52 @@ void erf_grad(GradBuilder& b, const GradArgs& a, std::span<GradValue> g) {  // 2
   GradValue e = b.op(OpId::kExp, {b.op(OpId::kNegative, {b.op(OpId::kSquare, {lhs(a)})})});
   g[0] = mul(b, dy(a), scalar(b, OpId::kMulScalar, e, 1.1283791670955125739));
 }
+// Trigonometric and hyperbolic functions and their inverses.
+void sin_grad(GradBuilder& b, const GradArgs& a, std::span<GradValue> g) {  // cos x
+  g[0] = mul(b, dy(a), unary(b, OpId::kCos, lhs(a)));
+}
+void cos_grad(GradBuilder& b, const GradArgs& a, std::span<GradValue> g) {  // -sin x
+  g[0] = neg(b, mul(b, dy(a), unary(b, OpId::kSin, lhs(a))));
+}
+void tan_grad(GradBuilder& b, const GradArgs& a, std::span<GradValue> g) {  // 1 + y^2
+  g[0] = mul(b, dy(a), scalar(b, OpId::kPlusScalar, unary(b, OpId::kSquare, a.outputs[0]), 1));
+}
+// dy / sqrt(1 - x^2), negated for arccos.
+template <bool kNegate>
+void arcsin_grad(GradBuilder& b, const GradArgs& a, std::span<GradValue> g) {
+  GradValue root = unary(b, OpId::kSqrt, scalar(b, OpId::kRMinusScalar, unary(b, OpId::kSquare, lhs(a)), 1));
+  GradValue d = div(b, dy(a), root);
+  g[0] = kNegate ? neg(b, d) : d;
+}
+void arctan_grad(GradBuilder& b, const GradArgs& a, std::span<GradValue> g) {  // 1 / (1 + x^2)
+  g[0] = div(b, dy(a), scalar(b, OpId::kPlusScalar, unary(b, OpId::kSquare, lhs(a)), 1));
+}
+void sinh_grad(GradBuilder& b, const GradArgs& a, std::span<GradValue> g) {  // cosh x
+  g[0] = mul(b, dy(a), unary(b, OpId::kCosh, lhs(a)));
+}
+void cosh_grad(GradBuilder& b, const GradArgs& a, std::span<GradValue> g) {  // sinh x
+  g[0] = mul(b, dy(a), unary(b, OpId::kSinh, lhs(a)));
+}
+void arcsinh_grad(GradBuilder& b, const GradArgs& a, std::span<GradValue> g) {  // 1 / sqrt(x^2 + 1)
+  g[0] = div(b, dy(a), unary(b, OpId::kSqrt, scalar(b, OpId::kPlusScalar, unary(b, OpId::kSquare, lhs(a)), 1)));
+}
+void arccosh_grad(GradBuilder& b, const GradArgs& a, std::span<GradValue> g) {  // 1 / sqrt(x^2 - 1)
+  g[0] = div(b, dy(a), unary(b, OpId::kSqrt, scalar(b, OpId::kMinusScalar, unary(b, OpId::kSquare, lhs(a)), 1)));
+}
+void arctanh_grad(GradBuilder& b, const GradArgs& a, std::span<GradValue> g) {  // 1 / (1 - x^2)
+  g[0] = div(b, dy(a), scalar(b, OpId::kRMinusScalar, unary(b, OpId::kSquare, lhs(a)), 1));
+}
+// mod and fmod: lhs - q * rhs with q an integer (floor or truncated lhs / rhs)
+// that is constant almost everywhere: dy for lhs, -dy * q for rhs, with q
+// recovered from the output as rint((lhs - out) / rhs).
+void mod_grad(GradBuilder& b, const GradArgs& a, std::span<GradValue> g) {
+  GradValue dr;
+  if (a.needs_grad[1]) {
+    GradValue q = unary(b, OpId::kRint, div(b, sub(b, lhs(a), a.outputs[0]), rhs(a)));
+    dr = neg(b, mul(b, dy(a), q));
+  }
+  set_binary(b, a, g, dy(a), dr);
+}
 void sigmoid_grad(GradBuilder& b, const GradArgs& a, std::span<GradValue> g) {  // y (1 - y)
   GradValue y = a.outputs[0];
   g[0] = mul(b, dy(a), mul(b, y, scalar(b, OpId::kRMinusScalar, y, 1)));
@@ -178,6 +226,18 @@ void register_elemwise_grads(OpRegistry& r) {
   set(r, OpId::kSquare, square_grad);
   set(r, OpId::kTanh, tanh_grad, false, true);
   set(r, OpId::kErf, erf_grad);
+  set(r, OpId::kSin, sin_grad);
+  set(r, OpId::kCos, cos_grad);
+  set(r, OpId::kTan, tan_grad, false, true);
+  set(r, OpId::kArcsin, arcsin_grad<false>);
+  set(r, OpId::kArccos, arcsin_grad<true>);
+  set(r, OpId::kArctan, arctan_grad);
+  set(r, OpId::kSinh, sinh_grad);
+  set(r, OpId::kCosh, cosh_grad);
+  set(r, OpId::kArcsinh, arcsinh_grad);
+  set(r, OpId::kArccosh, arccosh_grad);
+  set(r, OpId::kArctanh, arctanh_grad);
+  for (OpId id : {OpId::kBroadcastMod, OpId::kBroadcastFmod}) set(r, id, mod_grad, true, true);
   set(r, OpId::kSigmoid, sigmoid_grad, false, true);
   set(r, OpId::kRelu, relu_grad, false, true);
   set(r, OpId::kAbs, abs_grad);

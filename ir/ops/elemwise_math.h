@@ -98,6 +98,42 @@
   FN T op_softsign(T a, T, T) { return a / (T(1) + ::fabs##SFX(a)); }
 // clang-format on
 
+// The scalar math of the unary ops that are not fused opcodes (trigonometric,
+// hyperbolic, rounding, sign) and of floating-point mod/fmod: one function
+// each, `FN T op_<name>(T a)` or `(T a, T b)`, expanded for host C++ (the CPU
+// kernels' scalar forms, constant folding) and for nvcc (the CUDA elementwise
+// kernels). Not part
+// of kFusedMathSource: these ops do not fuse. Same rules for the body as
+// KILN_FUSED_MATH. Semantics: round is half away from zero, rint half to even
+// (the default rounding mode); sign keeps +-0 and NaN; mod's result has the
+// divisor's sign (NumPy's mod, zero as +-0 after the divisor), fmod the
+// dividend's (C's fmod); both give NaN for a zero divisor.
+// clang-format off
+#define KILN_UNARY_MATH(FN, T, SFX)                                                                         \
+  FN T op_sin(T a) { return ::sin##SFX(a); }                                                              \
+  FN T op_cos(T a) { return ::cos##SFX(a); }                                                              \
+  FN T op_tan(T a) { return ::tan##SFX(a); }                                                              \
+  FN T op_arcsin(T a) { return ::asin##SFX(a); }                                                          \
+  FN T op_arccos(T a) { return ::acos##SFX(a); }                                                          \
+  FN T op_arctan(T a) { return ::atan##SFX(a); }                                                          \
+  FN T op_sinh(T a) { return ::sinh##SFX(a); }                                                            \
+  FN T op_cosh(T a) { return ::cosh##SFX(a); }                                                            \
+  FN T op_arcsinh(T a) { return ::asinh##SFX(a); }                                                        \
+  FN T op_arccosh(T a) { return ::acosh##SFX(a); }                                                        \
+  FN T op_arctanh(T a) { return ::atanh##SFX(a); }                                                        \
+  FN T op_round(T a) { return ::round##SFX(a); }                                                          \
+  FN T op_rint(T a) { return ::rint##SFX(a); }                                                            \
+  FN T op_ceil(T a) { return ::ceil##SFX(a); }                                                            \
+  FN T op_floor(T a) { return ::floor##SFX(a); }                                                          \
+  FN T op_sign(T a) { return a > T(0) ? T(1) : (a < T(0) ? T(-1) : a); }                                  \
+  FN T op_fmod(T a, T b) { return ::fmod##SFX(a, b); }                                                    \
+  FN T op_mod(T a, T b) {                                                                                 \
+    T r = ::fmod##SFX(a, b);                                                                              \
+    if (r != T(0)) return (r < T(0)) != (b < T(0)) ? r + b : r;                                           \
+    return r == r ? ::copysign##SFX(T(0), b) : r;                                                         \
+  }
+// clang-format on
+
 namespace kiln {
 
 enum class FusedOpcode : uint8_t {
@@ -110,6 +146,28 @@ namespace math {
 
 KILN_FUSED_MATH(KILN_FUSED_MATH_FN, float, f)
 KILN_FUSED_MATH(KILN_FUSED_MATH_FN, double, )
+KILN_UNARY_MATH(KILN_FUSED_MATH_FN, float, f)
+KILN_UNARY_MATH(KILN_FUSED_MATH_FN, double, )
+
+// Integer mod (the divisor's sign) and fmod (the dividend's sign), as the
+// floating-point forms; a zero divisor gives 0 and so does a divisor of -1
+// (whose quotient may overflow).
+template <typename T>
+KILN_FUSED_MATH_FN T int_fmod(T a, T b) {
+  if (b == T(0)) return T(0);
+  if constexpr (T(-1) < T(0)) {
+    if (b == T(-1)) return T(0);
+  }
+  return static_cast<T>(a % b);
+}
+template <typename T>
+KILN_FUSED_MATH_FN T int_mod(T a, T b) {
+  T r = int_fmod(a, b);
+  if constexpr (T(-1) < T(0)) {
+    if (r != T(0) && ((r < T(0)) != (b < T(0)))) r = static_cast<T>(r + b);
+  }
+  return r;
+}
 
 // op(a, b, c) by opcode; T is float or double.
 template <typename T>

@@ -16,6 +16,7 @@
 #include "ir/ops/conv.h"
 #include "frontend/nd.h"
 #include "frontend/nn/export_onnx.h"
+#include "frontend/nn/lambda.h"
 #include "models/zoo.h"
 #include "tests/test_util.h"
 
@@ -96,6 +97,37 @@ TEST(OnnxExportPooling, DilatedMaxPoolingRoundTrips) {
   std::vector<NDArray> got = m.run(std::span<const NDArray>(&in, 1));
   ASSERT_EQ(got.size(), 1u);
   EXPECT_EQ(max_abs_diff(got[0], want), 0.0);
+}
+
+// The trigonometric, hyperbolic, rounding, sign and fmod ops as ONNX ops of
+// their own, read back to the same values; floating-point mod (sign of the
+// divisor) has no ONNX form.
+TEST(OnnxExportOps, ElementwiseMathReimports) {
+  nn::HybridLambda f(
+      [](const NDArray& x) {
+        NDArray t = nd::tanh(x) * 0.9;  // inside (-1, 1)
+        NDArray y = nd::sin(x) + nd::cos(x) + nd::tan(t) + nd::arcsin(t) + nd::arccos(t) + nd::arctan(x) +
+                    nd::sinh(x) + nd::cosh(x) + nd::arcsinh(x) + nd::arccosh(nd::abs(x) + 1.1) + nd::arctanh(t);
+        return y + nd::rint(x * 3.0) + nd::ceil(x) + nd::floor(x) + nd::sign(x) + nd::fmod(x * 4.0, nd::abs(x) + 0.5);
+      },
+      "math");
+  f.hybridize();
+  nd::random::seed(3);
+  NDArray x = nd::random::normal(Shape{2, 5});
+  NDArray want = f(x);
+  fs::path path = fs::temp_directory_path() / fmt::format("kiln_onnx_export_math_{}.onnx", ::getpid());
+  nn::export_onnx(f, path.string());
+  onnx::Model m = onnx::Model::load(path.string());
+  fs::remove(path);
+  std::vector<NDArray> got = m.run(std::span<const NDArray>(&x, 1));
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_LE(max_abs_diff(got[0], want), 1e-5);
+
+  nn::HybridLambda mod([](const NDArray& v) { return nd::mod(v, nd::abs(v) + 0.5); }, "mod");
+  mod.hybridize();
+  mod(x);
+  std::string msg = error_of<NotSupported>([&] { nn::export_onnx(mod, path.string()); });
+  EXPECT_NE(msg.find("floating-point mod"), std::string::npos) << msg;
 }
 
 TEST(OnnxExportErrors, NeedsATracedGraph) {

@@ -66,6 +66,32 @@ TEST(ElemwiseGrad, UnaryMath) {
   }
 }
 
+// Inputs inside each function's domain and away from its poles.
+TEST(ElemwiseGrad, TrigonometricAndHyperbolic) {
+  nd::random::seed(8);
+  for (Fn f : std::vector<Fn>{[](auto x) { return nd::sin(x[0]); }, [](auto x) { return nd::cos(x[0]); },
+                              [](auto x) { return nd::tan(x[0]); }, [](auto x) { return nd::arctan(x[0]); },
+                              [](auto x) { return nd::sinh(x[0]); }, [](auto x) { return nd::cosh(x[0]); },
+                              [](auto x) { return nd::arcsinh(x[0]); }}) {
+    check_gradients(f, {f64({3, 2}, -1.2, 1.2)});
+  }
+  for (Fn f : std::vector<Fn>{[](auto x) { return nd::arcsin(x[0]); }, [](auto x) { return nd::arccos(x[0]); },
+                              [](auto x) { return nd::arctanh(x[0]); }}) {
+    check_gradients(f, {f64({3, 2}, -0.8, 0.8)});
+  }
+  check_gradients([](auto x) { return nd::arccosh(x[0]); }, {f64({3, 2}, 1.2, 3)});
+}
+
+// mod and fmod: dy to lhs, -dy * quotient to rhs, with broadcasting; the
+// operands keep lhs / rhs away from integers (where the remainder jumps).
+TEST(ElemwiseGrad, ModAndFmod) {
+  nd::random::seed(9);
+  NDArray lhs = nd::array(std::vector<double>{5.3, -5.3, 7.7, -2.6, 0.4, -0.45}, {2, 3});
+  NDArray rhs = nd::array(std::vector<double>{2.1, -1.9, 3.2}, {3});
+  check_gradients([](auto x) { return nd::mod(x[0], x[1]); }, {lhs, rhs});
+  check_gradients([](auto x) { return nd::fmod(x[0], x[1]); }, {lhs, rhs});
+}
+
 TEST(ElemwiseGrad, CastAndWhere) {
   nd::random::seed(6);
   check_gradients([](auto x) { return x[0].astype(DType::kFloat32).astype(DType::kFloat64) * 2.0; }, {f64({5})},

@@ -42,6 +42,10 @@ const BinaryCase kBinaryCases[] = {
      [](double a, double b, bool) { return double(a >= b); }},
     {OpId::kBroadcastLesser, OpId::kBroadcastLesser, [](double a, double b, bool) { return double(a < b); }},
     {OpId::kBroadcastLesserEqual, OpId::kBroadcastLesserEqual, [](double a, double b, bool) { return double(a <= b); }},
+    {OpId::kBroadcastMod, OpId::kBroadcastMod, [](double a, double b, bool) { return a - std::floor(a / b) * b; },
+     BinaryCase::kNonzeroRhs},
+    {OpId::kBroadcastFmod, OpId::kBroadcastFmod, [](double a, double b, bool) { return std::fmod(a, b); },
+     BinaryCase::kNonzeroRhs},
 };
 
 // Operands for `c` in dtype `t`: small exact values, ties included.
@@ -128,6 +132,55 @@ TEST(ElemwiseBinary, ParallelPathsMatchReference) {
   const BinaryCase& greater = kBinaryCases[9];
   for (const auto& [sa, sb] : cases) check_binary(add, add.op, DType::kFloat32, sa, sb, Device::cpu(1));
   check_binary(greater, greater.op, DType::kInt32, cases[3].first, cases[3].second, Device::cpu(0));
+}
+
+// mod takes the divisor's sign, fmod the dividend's; a zero divisor gives
+// NaN in floating point and 0 in integers; MIN by -1 leaves 0.
+TEST(ElemwiseBinary, ModAndFmodSignsAndZeroDivisors) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  for (Device d : kDevices) {
+    for (DType t : {DType::kFloat32, DType::kFloat64, DType::kFloat16}) {
+      NDArray a = make_array({5, -5, 5, -5, 4, -4, 3, 1.5}, {8}, t, d);
+      NDArray b = make_array({3, 3, -3, -3, 2, 2, 0, -0.5}, {8}, t, d);
+      std::string what = fmt::format("{} on {}", t, d);
+      expect_all_near(nd::mod(a, b).to_vector<double>(), {2, 1, -1, -2, 0, 0, nan, 0}, 0, "mod " + what);
+      expect_all_near(nd::fmod(a, b).to_vector<double>(), {2, -2, 2, -2, 0, -0.0, nan, 0}, 0, "fmod " + what);
+      std::vector<double> m = nd::mod(a, b).to_vector<double>();
+      EXPECT_TRUE(std::signbit(m[7]) && !std::signbit(m[4])) << "mod's zero takes the divisor's sign, " << what;
+    }
+    for (DType t : {DType::kInt32, DType::kInt64, DType::kInt8}) {
+      NDArray a = make_array({5, -5, 5, -5, 7, t == DType::kInt8 ? -128.0 : -2147483648.0}, {6}, t, d);
+      NDArray b = make_array({3, 3, -3, -3, 0, -1}, {6}, t, d);
+      std::string what = fmt::format("{} on {}", t, d);
+      expect_all_near(nd::mod(a, b).to_vector<double>(), {2, 1, -1, -2, 0, 0}, 0, "mod " + what);
+      expect_all_near(nd::fmod(a, b).to_vector<double>(), {2, -2, 2, -2, 0, 0}, 0, "fmod " + what);
+    }
+    NDArray u = nd::mod(make_array({7, 200, 9}, {3}, DType::kUint8, d), make_array({3, 7, 0}, {3}, DType::kUint8, d));
+    expect_all_near(u.to_vector<double>(), {1, 4, 0}, 0, "mod u8");
+  }
+  EXPECT_EQ(find_op("_mod"), &op_def(OpId::kBroadcastMod));
+  // MXNet's names, as graph JSON spells them.
+  const std::pair<const char*, OpId> mxnet[] = {
+      {"sin", OpId::kSin},
+      {"cos", OpId::kCos},
+      {"tan", OpId::kTan},
+      {"arcsin", OpId::kArcsin},
+      {"arccos", OpId::kArccos},
+      {"arctan", OpId::kArctan},
+      {"sinh", OpId::kSinh},
+      {"cosh", OpId::kCosh},
+      {"arcsinh", OpId::kArcsinh},
+      {"arccosh", OpId::kArccosh},
+      {"arctanh", OpId::kArctanh},
+      {"round", OpId::kRound},
+      {"rint", OpId::kRint},
+      {"ceil", OpId::kCeil},
+      {"floor", OpId::kFloor},
+      {"sign", OpId::kSign},
+      {"broadcast_mod", OpId::kBroadcastMod},
+      {"_Mod", OpId::kBroadcastMod},
+  };
+  for (auto [name, id] : mxnet) EXPECT_EQ(find_op(name), &op_def(id)) << name;
 }
 
 TEST(ElemwiseBinary, NaNPropagatesThroughMaximumAndMinimum) {
@@ -407,7 +460,7 @@ TEST(ElemwiseErrors, DtypeMismatchAndUnsupportedDtypes) {
 
 TEST(ElemwiseOpDefs, FieldsAndAliases) {
   for (const OpDef& def : all_ops()) {
-    if (def.id < OpId::kElemwiseAdd || def.id > OpId::kWhere) continue;
+    if (def.id < OpId::kElemwiseAdd || def.id > OpId::kBroadcastFmod) continue;  // the elemwise block of op_list.def
     SCOPED_TRACE(std::string(def.name));
     EXPECT_NE(def.infer, nullptr);
     EXPECT_FALSE(def.doc.empty());
@@ -420,6 +473,10 @@ TEST(ElemwiseOpDefs, FieldsAndAliases) {
   EXPECT_FALSE(op_def(OpId::kBroadcastEqual).differentiable);
   EXPECT_FALSE(op_def(OpId::kLesserEqualScalar).differentiable);
   EXPECT_TRUE(op_def(OpId::kBroadcastAdd).differentiable);
+  EXPECT_FALSE(op_def(OpId::kRint).differentiable);
+  EXPECT_FALSE(op_def(OpId::kSign).differentiable);
+  EXPECT_TRUE(op_def(OpId::kArctanh).differentiable);
+  EXPECT_TRUE(op_def(OpId::kBroadcastFmod).differentiable);
   const std::pair<const char*, OpId> aliases[] = {
       {"_Plus", OpId::kElemwiseAdd},
       {"_plus", OpId::kElemwiseAdd},

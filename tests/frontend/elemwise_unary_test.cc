@@ -33,6 +33,22 @@ const UnaryCase kUnaryCases[] = {
     {OpId::kTanh, [](double x) { return std::tanh(x); }, true, -6, 6},
     {OpId::kErf, [](double x) { return std::erf(x); }, true, -4, 4},
     {OpId::kSigmoid, [](double x) { return 1 / (1 + std::exp(-x)); }, true, -30, 30},
+    {OpId::kSin, [](double x) { return std::sin(x); }, true, -10, 10},
+    {OpId::kCos, [](double x) { return std::cos(x); }, true, -10, 10},
+    {OpId::kTan, [](double x) { return std::tan(x); }, true, -1.5, 1.5},
+    {OpId::kArcsin, [](double x) { return std::asin(x); }, true, -1, 1},
+    {OpId::kArccos, [](double x) { return std::acos(x); }, true, -1, 1},
+    {OpId::kArctan, [](double x) { return std::atan(x); }, true, -20, 20},
+    {OpId::kSinh, [](double x) { return std::sinh(x); }, true, -5, 5},
+    {OpId::kCosh, [](double x) { return std::cosh(x); }, true, -5, 5},
+    {OpId::kArcsinh, [](double x) { return std::asinh(x); }, true, -20, 20},
+    {OpId::kArccosh, [](double x) { return std::acosh(x); }, true, 1, 20},
+    {OpId::kArctanh, [](double x) { return std::atanh(x); }, true, -0.99, 0.99},
+    {OpId::kRound, [](double x) { return std::round(x); }, true, -10, 10},
+    {OpId::kRint, [](double x) { return std::nearbyint(x); }, true, -10, 10},
+    {OpId::kCeil, [](double x) { return std::ceil(x); }, true, -10, 10},
+    {OpId::kFloor, [](double x) { return std::floor(x); }, true, -10, 10},
+    {OpId::kSign, [](double x) { return x > 0 ? 1.0 : (x < 0 ? -1.0 : x); }, false, -100, 100},
     {OpId::kSquare, [](double x) { return x * x; }, false, -11, 11},
     {OpId::kRelu, [](double x) { return x > 0 ? x : 0; }, false, -100, 100},
     {OpId::kAbs, [](double x) { return std::fabs(x); }, false, -100, 100},
@@ -113,6 +129,24 @@ TEST(ElemwiseUnary, FloatingOpsRejectIntegerInputs) {
       EXPECT_THROW(invoke1(c.op, {nd::zeros({2}, {.dtype = t})}), TypeError)
           << op_def(c.op).name << " " << dtype_name(t);
   }
+}
+
+// Halves: round goes away from zero, rint to even; ceil/floor/sign keep -0
+// and NaN; sign keeps +-0.
+TEST(ElemwiseUnary, RoundingAndSignAtHalvesZerosAndNaN) {
+  for (Device d : kDevices)
+    for (DType t : {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBfloat16}) {
+      NDArray x = make_array({0.5, 1.5, 2.5, -0.5, -2.5, -0.0, kNaN, kInf, -1.25}, {9}, t, d);
+      std::string what = fmt::format("{} on {}", t, d);
+      expect_all_near(nd::round(x).to_vector<double>(), {1, 2, 3, -1, -3, -0.0, kNaN, kInf, -1}, 0, "round " + what);
+      expect_all_near(nd::rint(x).to_vector<double>(), {0, 2, 2, -0.0, -2, -0.0, kNaN, kInf, -1}, 0, "rint " + what);
+      expect_all_near(nd::ceil(x).to_vector<double>(), {1, 2, 3, -0.0, -2, -0.0, kNaN, kInf, -1}, 0, "ceil " + what);
+      expect_all_near(nd::floor(x).to_vector<double>(), {0, 1, 2, -1, -3, -0.0, kNaN, kInf, -2}, 0, "floor " + what);
+      std::vector<double> s = nd::sign(x).to_vector<double>();
+      expect_all_near(s, {1, 1, 1, -1, -1, -0.0, kNaN, 1, -1}, 0, "sign " + what);
+      EXPECT_TRUE(std::signbit(s[5])) << "sign(-0) " << what;
+      EXPECT_TRUE(std::signbit(nd::rint(x).to_vector<double>()[3])) << "rint(-0.5) " << what;
+    }
 }
 
 TEST(ElemwiseUnary, Clip) {

@@ -59,6 +59,35 @@ TEST(FoldConstants, Float32NodesFoldToTheKernelsFloatResult) {
   EXPECT_EQ(static_cast<float>(full.attrs.as<FullAttrs>().value), want);
 }
 
+// The trigonometric, rounding, sign and mod ops fold through the same
+// float functions as their kernels.
+TEST(FoldConstants, MathOpsFoldToTheKernelsFloatResult) {
+  const char* before = R"IR(graph {
+  %one = _ones() {dtype="float32", shape="(3,)"} : f32[3]
+  %a = _mul_scalar(%one) {scalar="-2.5"} : f32[3]
+  %s = sin(%a) : f32[3]
+  %t = arctanh(%s) : f32[3]
+  %r = rint(%a) : f32[3]
+  %g = sign(%a) : f32[3]
+  %m = broadcast_mod(%a, %s) : f32[3]
+  %f = _kiln_broadcast_fmod(%a, %s) : f32[3]
+  return %t, %r, %g, %m, %f
+}
+)IR";
+  PassContext ctx(PassOptions{});
+  ir::Graph g = ir::parse_graph(before);
+  ir::Graph out = run_pipeline(g, "fold-constants,eliminate-dead-code", ctx);
+  const float a = -2.5f, s = math::op_sin(a);
+  const float want[] = {math::op_arctanh(s), -2.0f, -1.0f, math::op_mod(a, s), math::op_fmod(a, s)};
+  std::vector<NDArray> evaluated = testing::eval_graph(g, {});
+  for (size_t i = 0; i < 5; ++i) {
+    const ir::Node& full = out.node(out.outputs()[i].node);
+    ASSERT_EQ(full.op, OpId::kFull) << i;
+    EXPECT_EQ(static_cast<float>(full.attrs.as<FullAttrs>().value), want[i]) << i;
+    EXPECT_EQ(evaluated[i].to_vector<float>()[0], want[i]) << "kernel, output " << i;
+  }
+}
+
 TEST(FoldConstants, LeavesWhatItCannotEvaluate) {
   const char* text = R"IR(graph {
   %x = input f64[2,3]

@@ -177,7 +177,17 @@ void with_scalar(Writer& w, const ir::Node& n) {
 constexpr char kAdd[] = "Add", kSub[] = "Sub", kMul[] = "Mul", kDiv[] = "Div", kPow[] = "Pow", kMax[] = "Max",
                kMin[] = "Min", kRelu[] = "Relu", kSigmoid[] = "Sigmoid", kTanh[] = "Tanh", kExp[] = "Exp",
                kLog[] = "Log", kSqrt[] = "Sqrt", kAbs[] = "Abs", kNeg[] = "Neg", kIdentity[] = "Identity",
-               kErf[] = "Erf";
+               kErf[] = "Erf", kSin[] = "Sin", kCos[] = "Cos", kTan[] = "Tan", kAsin[] = "Asin", kAcos[] = "Acos",
+               kAtan[] = "Atan", kSinh[] = "Sinh", kCosh[] = "Cosh", kAsinh[] = "Asinh", kAcosh[] = "Acosh",
+               kAtanh[] = "Atanh", kRound[] = "Round", kCeil[] = "Ceil", kFloor[] = "Floor", kSign[] = "Sign";
+
+// Mod: fmod 1 (C's fmod), or fmod 0 (the divisor's sign), which ONNX
+// allows for integers only.
+template <int64_t kFmod>
+void write_mod(Writer& w, const ir::Node& n) {
+  if (kFmod == 0 && is_floating(w.in_type(n, 0).dtype)) unsupported(n, "floating-point mod (ONNX's Mod needs fmod=1)");
+  attr(w.node("Mod", {w.in(n, 0), w.in(n, 1)}, {w.out(n)}, n.name), "fmod", kFmod);
+}
 
 void write_activation(Writer& w, const ir::Node& n) {
   static const std::map<ActType, const char*> ops{{ActType::kRelu, "Relu"}, {ActType::kSigmoid, "Sigmoid"},
@@ -533,6 +543,15 @@ const std::map<OpId, WriteFn>& writers() {
       {OpId::kTanh, unary<kTanh>},                 {OpId::kExp, unary<kExp>},
       {OpId::kLog, unary<kLog>},                   {OpId::kSqrt, unary<kSqrt>},                 {OpId::kErf, unary<kErf>},
       {OpId::kAbs, unary<kAbs>},                   {OpId::kNegative, unary<kNeg>},
+      {OpId::kSin, unary<kSin>},                   {OpId::kCos, unary<kCos>},
+      {OpId::kTan, unary<kTan>},                   {OpId::kArcsin, unary<kAsin>},
+      {OpId::kArccos, unary<kAcos>},               {OpId::kArctan, unary<kAtan>},
+      {OpId::kSinh, unary<kSinh>},                 {OpId::kCosh, unary<kCosh>},
+      {OpId::kArcsinh, unary<kAsinh>},             {OpId::kArccosh, unary<kAcosh>},
+      {OpId::kArctanh, unary<kAtanh>},             {OpId::kRint, unary<kRound>},  // ONNX rounds halves to even
+      {OpId::kCeil, unary<kCeil>},                 {OpId::kFloor, unary<kFloor>},
+      {OpId::kSign, unary<kSign>},                 {OpId::kBroadcastMod, write_mod<0>},
+      {OpId::kBroadcastFmod, write_mod<1>},
       {OpId::kCopy, unary<kIdentity>},             {OpId::kBlockGrad, unary<kIdentity>},
       {OpId::kClip, write_clip},                   {OpId::kActivation, write_activation},
       {OpId::kLeakyReLU, write_leaky_relu},        {OpId::kConvolution, write_convolution},

@@ -1,5 +1,6 @@
-// ONNX converters of elementwise ops: arithmetic with broadcasting, unary
-// math, Clip, Cast, Where, variadic Sum/Max/Min/Mean.
+// ONNX converters of elementwise ops: arithmetic with broadcasting, Mod,
+// unary math, IsNaN/IsInf, Clip, Cast, Where, variadic Sum/Max/Min/Mean.
+#include <cmath>
 #include <limits>
 
 #include "frontend/formats/onnx/node_context.h"
@@ -24,6 +25,46 @@ void convert_unary(NodeContext& n) {
 
 void convert_reciprocal(NodeContext& n) {
   n.set_output(0, n.op1(OpId::kRDivScalar, {n.input(0)}, ScalarAttrs{.scalar = 1.0}));
+}
+
+// Mod: fmod 0 is mod with the divisor's sign (integers only in ONNX;
+// floating-point inputs are accepted too), fmod 1 C's fmod. int16, uint16
+// and uint32 (dtypes Kiln stores but does not compute in) run in int64, which
+// holds every value and every remainder, and cast back; uint64 does not fit.
+void convert_mod(NodeContext& n) {
+  const DType t = n.type(0).dtype;
+  KILN_CHECK(t == n.type(1).dtype, TypeError, "inputs of different dtypes: {} and {}", dtype_name(t),
+             dtype_name(n.type(1).dtype));
+  if (t == DType::kUint64 || t == DType::kBool) n.unsupported(fmt::format("Mod of {}", dtype_name(t)));
+  const OpId id = n.attr_int("fmod", 0) != 0 ? OpId::kBroadcastFmod : OpId::kBroadcastMod;
+  const bool widen = t == DType::kInt16 || t == DType::kUint16 || t == DType::kUint32;
+  auto in = [&](size_t i) {
+    return widen ? n.op1(OpId::kCast, {n.input(i)}, CastAttrs{.dtype = DType::kInt64}) : n.input(i);
+  };
+  ir::Entry y = n.op1(id, {in(0), in(1)});
+  if (widen) y = n.op1(OpId::kCast, {y}, CastAttrs{.dtype = t});
+  n.set_output(0, y);
+}
+
+// IsNaN: x != x. IsInf: x == +inf and/or x == -inf (|x| == inf for both);
+// detecting neither compares with NaN, which nothing equals. Both as bool.
+void convert_isnan(NodeContext& n) {
+  ir::Entry y = n.op1(OpId::kBroadcastNotEqual, {n.input(0), n.input(0)});
+  n.set_output(0, n.op1(OpId::kCast, {y}, CastAttrs{.dtype = DType::kBool}));
+}
+void convert_isinf(NodeContext& n) {
+  const bool pos = n.attr_int("detect_positive", 1) != 0, neg = n.attr_int("detect_negative", 1) != 0;
+  const double inf = std::numeric_limits<double>::infinity();
+  ir::Entry x = n.input(0);
+  double value = std::numeric_limits<double>::quiet_NaN();
+  if (pos && neg) {
+    x = n.op1(OpId::kAbs, {x});
+    value = inf;
+  } else if (pos || neg) {
+    value = pos ? inf : -inf;
+  }
+  ir::Entry y = n.op1(OpId::kEqualScalar, {x}, ScalarAttrs{.scalar = value});
+  n.set_output(0, n.op1(OpId::kCast, {y}, CastAttrs{.dtype = DType::kBool}));
 }
 
 // Pow: the result has the base's dtype, the exponent may have another. A
@@ -169,6 +210,24 @@ KILN_ONNX_CONVERTER("Exp", convert_unary<OpId::kExp>);
 KILN_ONNX_CONVERTER("Log", convert_unary<OpId::kLog>);
 KILN_ONNX_CONVERTER("Sqrt", convert_unary<OpId::kSqrt>);
 KILN_ONNX_CONVERTER("Erf", convert_unary<OpId::kErf>);
+KILN_ONNX_CONVERTER("Sin", convert_unary<OpId::kSin>);
+KILN_ONNX_CONVERTER("Cos", convert_unary<OpId::kCos>);
+KILN_ONNX_CONVERTER("Tan", convert_unary<OpId::kTan>);
+KILN_ONNX_CONVERTER("Asin", convert_unary<OpId::kArcsin>);
+KILN_ONNX_CONVERTER("Acos", convert_unary<OpId::kArccos>);
+KILN_ONNX_CONVERTER("Atan", convert_unary<OpId::kArctan>);
+KILN_ONNX_CONVERTER("Sinh", convert_unary<OpId::kSinh>);
+KILN_ONNX_CONVERTER("Cosh", convert_unary<OpId::kCosh>);
+KILN_ONNX_CONVERTER("Asinh", convert_unary<OpId::kArcsinh>);
+KILN_ONNX_CONVERTER("Acosh", convert_unary<OpId::kArccosh>);
+KILN_ONNX_CONVERTER("Atanh", convert_unary<OpId::kArctanh>);
+KILN_ONNX_CONVERTER("Round", convert_unary<OpId::kRint>);  // halves to even
+KILN_ONNX_CONVERTER("Ceil", convert_unary<OpId::kCeil>);
+KILN_ONNX_CONVERTER("Floor", convert_unary<OpId::kFloor>);
+KILN_ONNX_CONVERTER("Sign", convert_unary<OpId::kSign>);
+KILN_ONNX_CONVERTER("IsNaN", convert_isnan);
+KILN_ONNX_CONVERTER("IsInf", convert_isinf);
+KILN_ONNX_CONVERTER("Mod", convert_mod);
 KILN_ONNX_CONVERTER("Abs", convert_unary<OpId::kAbs>);
 KILN_ONNX_CONVERTER("Neg", convert_unary<OpId::kNegative>);
 KILN_ONNX_CONVERTER("Reciprocal", convert_reciprocal);

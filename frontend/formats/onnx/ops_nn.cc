@@ -423,6 +423,39 @@ void convert_elu(NodeContext& n) {
                         LeakyReLUAttrs{.act_type = LeakyType::kElu, .slope = n.attr_float("alpha", 1.0)}));
 }
 
+// Celu: x for x > 0, alpha (exp(x / alpha) - 1) otherwise, which is
+// alpha * elu(x / alpha) on that side; the positive side is x itself.
+void convert_celu(NodeContext& n) {
+  const double alpha = n.attr_float("alpha", 1.0);
+  ir::Entry x = n.input(0);
+  ir::Entry scaled = n.op1(OpId::kDivScalar, {x}, ScalarAttrs{.scalar = alpha});
+  ir::Entry elu = n.op1(OpId::kLeakyReLU, {scaled}, LeakyReLUAttrs{.act_type = LeakyType::kElu, .slope = 1.0});
+  ir::Entry negative_side = n.op1(OpId::kMulScalar, {elu}, ScalarAttrs{.scalar = alpha});
+  ir::Entry positive = n.op1(OpId::kGreaterScalar, {x}, ScalarAttrs{.scalar = 0});
+  n.set_output(0, n.op1(OpId::kWhere, {positive, x, negative_side}));
+}
+
+// A zero of x's dtype of shape () that `where` broadcasts (x * 0 would be NaN at infinities).
+ir::Entry zero_like(NodeContext& n, size_t i) { return n.constant(nd::zeros(Shape{}, {.dtype = n.type(i).dtype})); }
+
+// ThresholdedRelu: x where x > alpha, else 0.
+void convert_thresholded_relu(NodeContext& n) {
+  ir::Entry x = n.input(0);
+  ir::Entry above = n.op1(OpId::kGreaterScalar, {x}, ScalarAttrs{.scalar = n.attr_float("alpha", 1.0)});
+  n.set_output(0, n.op1(OpId::kWhere, {above, x, zero_like(n, 0)}));
+}
+
+// Shrink: x + bias below -lambd, x - bias above lambd, 0 between.
+void convert_shrink(NodeContext& n) {
+  const double lambd = n.attr_float("lambd", 0.5), bias = n.attr_float("bias", 0.0);
+  ir::Entry x = n.input(0);
+  ir::Entry below = n.op1(OpId::kLesserScalar, {x}, ScalarAttrs{.scalar = -lambd});
+  ir::Entry above = n.op1(OpId::kGreaterScalar, {x}, ScalarAttrs{.scalar = lambd});
+  ir::Entry y =
+      n.op1(OpId::kWhere, {above, n.op1(OpId::kMinusScalar, {x}, ScalarAttrs{.scalar = bias}), zero_like(n, 0)});
+  n.set_output(0, n.op1(OpId::kWhere, {below, n.op1(OpId::kPlusScalar, {x}, ScalarAttrs{.scalar = bias}), y}));
+}
+
 // PRelu: Kiln's per-channel prelu when the slope is one per channel (or one
 // in all), else max(0, x) + slope * min(0, x), exact either way.
 void convert_prelu(NodeContext& n) {
@@ -583,6 +616,9 @@ KILN_ONNX_CONVERTER("Softplus", convert_softplus);
 KILN_ONNX_CONVERTER("Softsign", convert_softsign);
 KILN_ONNX_CONVERTER("Selu", convert_selu);
 KILN_ONNX_CONVERTER("Elu", convert_elu);
+KILN_ONNX_CONVERTER("Celu", convert_celu);
+KILN_ONNX_CONVERTER("ThresholdedRelu", convert_thresholded_relu);
+KILN_ONNX_CONVERTER("Shrink", convert_shrink);
 KILN_ONNX_CONVERTER("HardSigmoid", convert_hard_sigmoid);
 KILN_ONNX_CONVERTER("HardSwish", convert_hard_swish);
 KILN_ONNX_CONVERTER("Softmax", convert_softmax);
