@@ -1,14 +1,17 @@
 // dot, batch_dot and FullyConnected through cuBLAS: float32 (TF32 tensor
 // cores when allowed, device_runtime.h), and bfloat16/float16 on tensor cores
 // with float32 accumulation (cublasGemmEx). Row-major C = op(A) op(B) is
-// computed as column-major C^T = op(B)^T op(A)^T, so no data moves. A 16-bit
-// FullyConnected multiplies into a float32 temporary, adds the bias and
-// applies the activation there, and rounds once into the output.
+// computed as column-major C^T = op(B)^T op(A)^T, so no data moves.
+// FullyConnected runs as one cuBLASLt call with a bias/ReLU epilogue where
+// that covers it (backends/cuda/lt_dense.h); otherwise, and for 16-bit data, it
+// multiplies into a float32 temporary, adds the bias and applies the
+// activation there, and rounds once into the output.
 #include <algorithm>
 #include <optional>
 
 #include "backends/cuda/device_runtime.h"
 #include "backends/cuda/kernel_util.h"
+#include "backends/cuda/lt_dense.h"
 #include "ir/ops/fused_layers.h"
 #include "ir/ops/linalg.h"
 #include "ir/ops/nn.h"
@@ -107,6 +110,7 @@ void dense(const KernelContext& ctx, const FullyConnectedAttrs& a, std::optional
   const bool half = is_16bit(out.dtype);
   if (!half) cuda::require_f32(in, std::span<const TensorView>(&out, 1));
   FullyConnectedDims fc = fully_connected_dims(in[0].shape, in[1].shape, a);
+  if (cuda::lt_dense(ctx, fc, in[0], in[1], a.no_bias ? nullptr : &in[2], act, out)) return;
   MatmulDims d;
   d.m = fc.m;
   d.k = fc.k;

@@ -26,6 +26,12 @@ bool lanes_async();
 void set_lanes_async(bool async);
 bool compute_stream_idle(int device);
 
+// TF32 for float32 products (device_runtime.h: tf32_allowed) and the
+// cuBLASLt dense path (lt_dense.h: lt_enabled); each setter returns the
+// previous value.
+bool set_tf32_allowed(bool allowed);
+bool set_lt_enabled(bool on);
+
 // The host <-> GPU ceiling of this machine: GB/s of one cudaMemcpyAsync of
 // `bytes` between page-locked host memory and cuda(device), best of five
 // (implemented in copy.cc; the benchmarks print it beside Kiln's copies).

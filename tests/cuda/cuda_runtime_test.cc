@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "backends/cuda/caching_allocator.h"
+#include "frontend/invoke.h"
+#include "ir/ops/fused_layers.h"
 #include "frontend/nd.h"
 #include "frontend/nd_conv.h"
 #include "frontend/nd_nn.h"
@@ -109,6 +111,51 @@ TEST(CudaCopy, ArraysAndFillsOnTheGpu) {
   NDArray s = a + a;
   EXPECT_EQ(s.device(), kGpu);
   EXPECT_EQ(s.to_vector<float>(), (std::vector<float>{2, 4, 6, 8}));
+}
+
+// FullyConnected and _kiln_fc_act (ReLU) through cuBLASLt's epilogues agree
+// with the unfused path (product, bias kernel, activation kernel) and with the
+// CPU: float32 without TF32 to float32 precision, bf16 to one rounding; with
+// and without a bias; sizes that are and are not multiples of 8 (the latter
+// take the unfused path in 16 bits).
+TEST(CudaLtDense, EpiloguesMatchTheUnfusedPathAndTheCpu) {
+  KILN_REQUIRE_CUDA();
+  const bool tf32 = cuda::testing::set_tf32_allowed(false);
+  struct Case {
+    int64_t m, k, n;
+  };
+  for (const Case& c : {Case{64, 512, 256}, Case{5, 24, 10}, Case{256, 128, 16}})
+    for (DType t : {DType::kFloat32, DType::kBfloat16})
+      for (bool bias : {false, true})
+        for (bool relu : {false, true}) {
+          nd::random::seed(static_cast<uint64_t>(c.m + c.k));
+          NDArray x = nd::random::normal({c.m, c.k}).astype(t), w = nd::random::normal({c.n, c.k}).astype(t);
+          NDArray b = nd::random::normal({c.n}).astype(t);
+          FcActAttrs a;
+          a.num_hidden = c.n;
+          a.no_bias = !bias;
+          std::vector<NDArray> in{x, w};
+          if (bias) in.push_back(b);
+          auto run = [&](Device d, bool lt) {
+            const bool before = cuda::testing::set_lt_enabled(lt);
+            std::vector<NDArray> on;
+            for (const NDArray& v : in) on.push_back(v.copy_to(d));
+            NDArray y = relu ? invoke1(OpId::kFcAct, on, OpAttrs::make(a))
+                             : invoke1(OpId::kFullyConnected, on, OpAttrs::make(static_cast<FullyConnectedAttrs>(a)));
+            std::vector<double> v = y.to_vector<double>();
+            cuda::testing::set_lt_enabled(before);
+            return v;
+          };
+          const std::vector<double> cpu = run(Device::cpu(0), true), lt = run(kGpu, true), plain = run(kGpu, false);
+          const double tol = t == DType::kFloat32 ? 1e-5 : 1.0 / 64;
+          for (size_t i = 0; i < cpu.size(); ++i) {
+            const double scale = 1 + std::abs(cpu[i]);
+            ASSERT_NEAR(lt[i], cpu[i], tol * scale) << dtype_name(t) << " " << c.m << "x" << c.k << "x" << c.n
+                                                    << " bias " << bias << " relu " << relu << " element " << i;
+            ASSERT_NEAR(lt[i], plain[i], tol * scale) << "against the unfused path, element " << i;
+          }
+        }
+  cuda::testing::set_tf32_allowed(tf32);
 }
 
 TEST(CudaCopy, MixingDevicesNamesBoth) {
