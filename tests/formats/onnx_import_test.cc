@@ -764,6 +764,45 @@ TEST(OnnxImportRecurrent, RnnClipAndActivationsWithAlphaBeta) {
   });
 }
 
+// Every activation ONNX lists, by name in any case, with and without
+// alpha / beta (their defaults otherwise), in a forward RNN.
+TEST(OnnxImportRecurrent, RnnActivationsByName) {
+  struct Case {
+    std::string name;
+    std::vector<float> alpha, beta;
+    std::function<double(double)> f;
+  };
+  const std::vector<Case> cases{
+      {"Relu", {}, {}, [](double v) { return std::max(v, 0.0); }},
+      {"sigmoid", {}, {}, sigmoid},
+      {"Affine", {0.5f}, {-0.2f}, [](double v) { return 0.5 * v - 0.2; }},
+      {"LeakyRelu", {}, {}, [](double v) { return v > 0 ? v : 0.01 * v; }},
+      {"ThresholdedRelu", {0.1f}, {}, [](double v) { return v > 0.1 ? v : 0.0; }},
+      {"ThresholdedRelu", {}, {}, [](double v) { return v > 1.0 ? v : 0.0; }},
+      {"ScaledTanh", {1.5f}, {0.7f}, [](double v) { return 1.5 * std::tanh(0.7 * v); }},
+      {"HardSigmoid", {}, {}, [](double v) { return std::clamp(0.2 * v + 0.5, 0.0, 1.0); }},
+      {"Elu", {0.5f}, {}, [](double v) { return v > 0 ? v : 0.5 * (std::exp(v) - 1); }},
+      {"Softsign", {}, {}, [](double v) { return v / (1 + std::abs(v)); }},
+      {"Softplus", {}, {}, [](double v) { return std::log1p(std::exp(v)); }},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    RecurrentRef ref{.op = "RNN", .seq = 5, .batch = 3, .in = 5, .hidden = 4};
+    ref.acts = {c.f};
+    ref.x = wave(75, 4.1, 2.0), ref.w = wave(20, 4.2, 0.8), ref.r = wave(16, 4.3, 0.4), ref.b = wave(8, 4.4, 0.5);
+    check_recurrent(ref, 14, {"Y", "Y_h"}, [&](::onnx::NodeProto* n) {
+      set_attr_strings(n, "activations", {c.name});
+      for (const auto& [name, values] : {std::pair{"activation_alpha", c.alpha}, std::pair{"activation_beta", c.beta}}) {
+        if (values.empty()) continue;
+        auto* a = n->add_attribute();
+        a->set_name(name);
+        a->set_type(::onnx::AttributeProto::FLOATS);
+        for (float v : values) a->add_floats(v);
+      }
+    });
+  }
+}
+
 TEST(OnnxImportErrors, RecurrentOpsNameTheBadActivationAndUnmaskedLengths) {
   using TP = ::onnx::TensorProto;
   auto lstm = [](std::vector<std::string> inputs, std::vector<ValueSpec> fed, std::vector<::onnx::TensorProto> inits) {
