@@ -548,7 +548,8 @@ struct RecurrentRef {
     yc = yh;
     auto cl = [&](double v) { return clip > 0 ? std::clamp(v, -clip, clip) : v; };
     for (int d = 0; d < dirs; ++d) {
-      auto f = acts[static_cast<size_t>(d) * per_dir], gact = acts[static_cast<size_t>(d) * per_dir + (per_dir > 1 ? 1 : 0)];
+      auto f = acts[static_cast<size_t>(d) * per_dir],
+           gact = acts[static_cast<size_t>(d) * per_dir + (per_dir > 1 ? 1 : 0)];
       auto hact = acts[static_cast<size_t>(d) * per_dir + (per_dir > 2 ? 2 : 0)];
       for (int64_t n = 0; n < batch; ++n) {
         std::vector<double> h(static_cast<size_t>(hidden), 0.0), c = h;
@@ -562,7 +563,8 @@ struct RecurrentRef {
           std::vector<double> xw(static_cast<size_t>(gh)), hr(static_cast<size_t>(gh));
           auto rdot = [&](const std::vector<double>& v, int64_t row) {
             double s = b.empty() ? 0.0 : b[static_cast<size_t>(d * 2 * gh + gh + row)];
-            for (int64_t q = 0; q < hidden; ++q) s += v[static_cast<size_t>(q)] * r[static_cast<size_t>((d * gh + row) * hidden + q)];
+            for (int64_t q = 0; q < hidden; ++q)
+              s += v[static_cast<size_t>(q)] * r[static_cast<size_t>((d * gh + row) * hidden + q)];
             return s;
           };
           for (int64_t row = 0; row < gh; ++row) {
@@ -572,8 +574,12 @@ struct RecurrentRef {
             hr[static_cast<size_t>(row)] = rdot(h, row);
           }
           std::vector<double> nh(static_cast<size_t>(hidden));
-          auto at = [&](const std::vector<double>& v, int64_t gate, int64_t j) { return v[static_cast<size_t>(gate * hidden + j)]; };
-          auto peep = [&](int64_t which, int64_t j) { return p.empty() ? 0.0 : p[static_cast<size_t>(d * 3 * hidden + which * hidden + j)]; };
+          auto at = [&](const std::vector<double>& v, int64_t gate, int64_t j) {
+            return v[static_cast<size_t>(gate * hidden + j)];
+          };
+          auto peep = [&](int64_t which, int64_t j) {
+            return p.empty() ? 0.0 : p[static_cast<size_t>(d * 3 * hidden + which * hidden + j)];
+          };
           if (op == "RNN") {
             for (int64_t j = 0; j < hidden; ++j) nh[static_cast<size_t>(j)] = f(cl(at(xw, 0, j) + at(hr, 0, j)));
           } else if (op == "GRU") {
@@ -584,9 +590,11 @@ struct RecurrentRef {
               rh[static_cast<size_t>(j)] = rg[static_cast<size_t>(j)] * h[static_cast<size_t>(j)];
             }
             for (int64_t j = 0; j < hidden; ++j) {
-              const double lin = linear_before_reset ? rg[static_cast<size_t>(j)] * at(hr, 2, j) : rdot(rh, 2 * hidden + j);
+              const double lin =
+                  linear_before_reset ? rg[static_cast<size_t>(j)] * at(hr, 2, j) : rdot(rh, 2 * hidden + j);
               const double cand = gact(cl(at(xw, 2, j) + lin));
-              nh[static_cast<size_t>(j)] = (1 - z[static_cast<size_t>(j)]) * cand + z[static_cast<size_t>(j)] * h[static_cast<size_t>(j)];
+              nh[static_cast<size_t>(j)] =
+                  (1 - z[static_cast<size_t>(j)]) * cand + z[static_cast<size_t>(j)] * h[static_cast<size_t>(j)];
             }
           } else {
             for (int64_t j = 0; j < hidden; ++j) {
@@ -626,11 +634,13 @@ NDArray f32(const std::vector<double>& v, const std::vector<int64_t>& dims) {
   return nd::array(f, Shape(dims));
 }
 
-void expect_close(const NDArray& got, const std::vector<double>& want, const std::vector<int64_t>& dims, const std::string& what) {
+void expect_close(const NDArray& got, const std::vector<double>& want, const std::vector<int64_t>& dims,
+                  const std::string& what) {
   ASSERT_EQ(got.shape(), Shape(dims)) << what;
   std::vector<float> g = got.to_vector<float>();
   ASSERT_EQ(g.size(), want.size()) << what;
-  for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(g[i], want[i], 2e-5 * std::max(1.0, std::abs(want[i]))) << what << " " << i;
+  for (size_t i = 0; i < want.size(); ++i)
+    EXPECT_NEAR(g[i], want[i], 2e-5 * std::max(1.0, std::abs(want[i]))) << what << " " << i;
 }
 
 void set_attr_int(::onnx::NodeProto* n, const std::string& name, int64_t v) {
@@ -662,7 +672,8 @@ void check_recurrent(RecurrentRef& ref, int opset, const std::vector<std::string
   using TP = ::onnx::TensorProto;
   ref.run();
   const int64_t gh = ref.gates() * ref.hidden, S = ref.seq, N = ref.batch, D = ref.dirs, H = ref.hidden;
-  const std::vector<int64_t> xd = ref.batch_major ? std::vector<int64_t>{N, S, ref.in} : std::vector<int64_t>{S, N, ref.in};
+  const std::vector<int64_t> xd =
+      ref.batch_major ? std::vector<int64_t>{N, S, ref.in} : std::vector<int64_t>{S, N, ref.in};
   const std::vector<int64_t> sd = ref.batch_major ? std::vector<int64_t>{N, D, H} : std::vector<int64_t>{D, N, H};
   const std::vector<int64_t> yd = ref.batch_major ? std::vector<int64_t>{N, S, D, H} : std::vector<int64_t>{S, D, N, H};
   std::vector<ValueSpec> in{{"X", TP::FLOAT, xd}, {"W", TP::FLOAT, {D, gh, ref.in}}, {"R", TP::FLOAT, {D, gh, H}}};
@@ -704,7 +715,8 @@ TEST(OnnxImportRecurrent, BidirectionalLstmWithInitialStatesPeepholesAndClip) {
   ref.acts = {sigmoid, tanh_, tanh_, sigmoid, tanh_, tanh_};
   const size_t gh = 16;
   ref.x = wave(75, 0.1, 1.0), ref.w = wave(2 * gh * 5, 0.2, 0.6), ref.r = wave(2 * gh * 4, 0.3, 0.6);
-  ref.b = wave(2 * 2 * gh, 0.4, 0.3), ref.h0 = wave(24, 0.5, 0.8), ref.c0 = wave(24, 0.6, 1.5), ref.p = wave(24, 0.7, 0.5);
+  ref.b = wave(2 * 2 * gh, 0.4, 0.3), ref.h0 = wave(24, 0.5, 0.8), ref.c0 = wave(24, 0.6, 1.5),
+  ref.p = wave(24, 0.7, 0.5);
   check_recurrent(ref, 14, {"Y", "Y_h", "Y_c"}, [](::onnx::NodeProto* n) {
     set_attr(n, "direction", "bidirectional");
     set_attr_float(n, "clip", 0.6f);
@@ -724,7 +736,13 @@ TEST(OnnxImportRecurrent, BidirectionalLstmWithInitialStatesPeepholesAndClip) {
 // (once with Y absent); and a reverse GRU in the default layout with only Y.
 TEST(OnnxImportRecurrent, GruBatchMajorLinearBeforeResetAndReverse) {
   for (bool lbr : {false, true}) {
-    RecurrentRef ref{.op = "GRU", .seq = 4, .batch = 3, .in = 6, .hidden = 5, .dirs = 2, .batch_major = true,
+    RecurrentRef ref{.op = "GRU",
+                     .seq = 4,
+                     .batch = 3,
+                     .in = 6,
+                     .hidden = 5,
+                     .dirs = 2,
+                     .batch_major = true,
                      .linear_before_reset = lbr};
     ref.acts = {sigmoid, tanh_, sigmoid, tanh_};
     ref.x = wave(72, 1.1, 1.0), ref.w = wave(2 * 15 * 6, 1.2, 0.5), ref.r = wave(2 * 15 * 5, 1.3, 0.5);
@@ -745,7 +763,8 @@ TEST(OnnxImportRecurrent, GruBatchMajorLinearBeforeResetAndReverse) {
 // LeakyRelu), one per direction; opset 7 (no layout attribute).
 TEST(OnnxImportRecurrent, RnnClipAndActivationsWithAlphaBeta) {
   RecurrentRef ref{.op = "RNN", .seq = 7, .batch = 2, .in = 5, .hidden = 4, .dirs = 2, .clip = 1.2};
-  ref.acts = {[](double v) { return std::clamp(0.3 * v + 0.4, 0.0, 1.0); }, [](double v) { return v > 0 ? v : 0.2 * v; }};
+  ref.acts = {[](double v) { return std::clamp(0.3 * v + 0.4, 0.0, 1.0); },
+              [](double v) { return v > 0 ? v : 0.2 * v; }};
   ref.x = wave(70, 3.1, 2.0), ref.w = wave(2 * 4 * 5, 3.2, 0.8), ref.r = wave(2 * 4 * 4, 3.3, 0.8);
   ref.b = wave(2 * 8, 3.4, 0.5);
   check_recurrent(ref, 7, {"Y", "Y_h"}, [](::onnx::NodeProto* n) {
@@ -792,7 +811,8 @@ TEST(OnnxImportRecurrent, RnnActivationsByName) {
     ref.x = wave(75, 4.1, 2.0), ref.w = wave(20, 4.2, 0.8), ref.r = wave(16, 4.3, 0.4), ref.b = wave(8, 4.4, 0.5);
     check_recurrent(ref, 14, {"Y", "Y_h"}, [&](::onnx::NodeProto* n) {
       set_attr_strings(n, "activations", {c.name});
-      for (const auto& [name, values] : {std::pair{"activation_alpha", c.alpha}, std::pair{"activation_beta", c.beta}}) {
+      for (const auto& [name, values] :
+           {std::pair{"activation_alpha", c.alpha}, std::pair{"activation_beta", c.beta}}) {
         if (values.empty()) continue;
         auto* a = n->add_attribute();
         a->set_name(name);
@@ -811,22 +831,25 @@ TEST(OnnxImportErrors, RecurrentOpsNameTheBadActivationAndUnmaskedLengths) {
     set_attr_int(m.mutable_graph()->mutable_node(0), "hidden_size", 2);
     return m;
   };
-  const std::vector<TensorType> types{{Shape{3, 2, 4}, DType::kFloat32}, {Shape{1, 8, 4}, DType::kFloat32},
-                                      {Shape{1, 8, 2}, DType::kFloat32}};
+  const std::vector<TensorType> types{
+      {Shape{3, 2, 4}, DType::kFloat32}, {Shape{1, 8, 4}, DType::kFloat32}, {Shape{1, 8, 2}, DType::kFloat32}};
   ::onnx::ModelProto bad = lstm({"X", "W", "R"}, {}, {});
   set_attr_strings(bad.mutable_graph()->mutable_node(0), "activations", {"Sigmoid", "Gelu", "Tanh"});
-  EXPECT_CONTAINS(error_of<NotSupported>([&] { onnx::Model::parse(bad.SerializeAsString(), "lstm.onnx").to_graph(types); }),
-                  "lstm.onnx: ONNX node 'node0' (LSTM, opset 14): activation 'Gelu' (supported: Relu, Tanh, Sigmoid");
+  EXPECT_CONTAINS(
+      error_of<NotSupported>([&] { onnx::Model::parse(bad.SerializeAsString(), "lstm.onnx").to_graph(types); }),
+      "lstm.onnx: ONNX node 'node0' (LSTM, opset 14): activation 'Gelu' (supported: Relu, Tanh, Sigmoid");
   // sequence_lens computed from the model's data: the unrolled length cannot be checked at import.
   ::onnx::ModelProto dynamic = lstm({"X", "W", "R", "", "lens"}, {{"lens", TP::INT32, {2}}}, {});
   std::vector<TensorType> with_lens = types;
   with_lens.push_back({Shape{2}, DType::kInt32});
-  EXPECT_CONTAINS(error_of<NotSupported>([&] { onnx::Model::parse(dynamic.SerializeAsString(), "lstm.onnx").to_graph(with_lens); }),
-                  "lstm.onnx: ONNX node 'node0' (LSTM, opset 14): input 4 (sequence_lens) is computed from the model's data");
+  EXPECT_CONTAINS(
+      error_of<NotSupported>([&] { onnx::Model::parse(dynamic.SerializeAsString(), "lstm.onnx").to_graph(with_lens); }),
+      "lstm.onnx: ONNX node 'node0' (LSTM, opset 14): input 4 (sequence_lens) is computed from the model's data");
   // Known lengths shorter than X's: Kiln does not mask.
   ::onnx::ModelProto shorter = lstm({"X", "W", "R", "", "lens"}, {}, {tensor<int32_t>("lens", TP::INT32, {2}, {3, 2})});
-  EXPECT_CONTAINS(error_of<NotSupported>([&] { onnx::Model::parse(shorter.SerializeAsString(), "lstm.onnx").to_graph(types); }),
-                  "(LSTM, opset 14): sequence_lens [3,2] other than the sequence length 3");
+  EXPECT_CONTAINS(
+      error_of<NotSupported>([&] { onnx::Model::parse(shorter.SerializeAsString(), "lstm.onnx").to_graph(types); }),
+      "(LSTM, opset 14): sequence_lens [3,2] other than the sequence length 3");
   ::onnx::ModelProto full = lstm({"X", "W", "R", "", "lens"}, {}, {tensor<int32_t>("lens", TP::INT32, {2}, {3, 3})});
   EXPECT_NO_THROW(onnx::Model::parse(full.SerializeAsString(), "lstm.onnx").to_graph(types));
 }
@@ -841,12 +864,12 @@ TEST(OnnxImportRecurrent, LstmHybridizesAndRoundTripsThroughExport) {
     std::vector<double> d = wave(count, phase, 0.5);
     return std::vector<float>(d.begin(), d.end());
   };
-  ::onnx::ModelProto m = node_model(
-      "LSTM", 14, {{"X", TP::FLOAT, {S, N, I}}},
-      {tensor<float>("W", TP::FLOAT, {1, 4 * H, I}, floats(4 * H * I, 0.1)),
-       tensor<float>("R", TP::FLOAT, {1, 4 * H, H}, floats(4 * H * H, 0.2)),
-       tensor<float>("B", TP::FLOAT, {1, 8 * H}, floats(8 * H, 0.3))},
-      {"X", "W", "R", "B"}, {{"Y", TP::FLOAT, {S, 1, N, H}}, {"Y_h", TP::FLOAT, {1, N, H}}});
+  ::onnx::ModelProto m =
+      node_model("LSTM", 14, {{"X", TP::FLOAT, {S, N, I}}},
+                 {tensor<float>("W", TP::FLOAT, {1, 4 * H, I}, floats(4 * H * I, 0.1)),
+                  tensor<float>("R", TP::FLOAT, {1, 4 * H, H}, floats(4 * H * H, 0.2)),
+                  tensor<float>("B", TP::FLOAT, {1, 8 * H}, floats(8 * H, 0.3))},
+                 {"X", "W", "R", "B"}, {{"Y", TP::FLOAT, {S, 1, N, H}}, {"Y_h", TP::FLOAT, {1, N, H}}});
   set_attr_int(m.mutable_graph()->mutable_node(0), "hidden_size", H);
   TempDir dir;
   const fs::path in_path = dir.path() / "lstm.onnx", out_path = dir.path() / "lstm_back.onnx";

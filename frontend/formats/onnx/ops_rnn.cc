@@ -25,6 +25,9 @@
 
 #include <algorithm>
 #include <cctype>
+#include <map>
+#include <optional>
+#include <utility>
 
 #include "frontend/formats/onnx/node_context.h"
 #include "frontend/nd_init.h"
@@ -42,9 +45,7 @@ struct Activation {
   double alpha = 0, beta = 0;
 };
 
-ir::Entry scalar_op(NodeContext& n, OpId id, ir::Entry e, double s) {
-  return n.op1(id, {e}, ScalarAttrs{.scalar = s});
-}
+ir::Entry scalar_op(NodeContext& n, OpId id, ir::Entry e, double s) { return n.op1(id, {e}, ScalarAttrs{.scalar = s}); }
 
 ir::Entry slice(NodeContext& n, ir::Entry e, int axis, int64_t begin, int64_t end) {
   return n.op1(OpId::kSliceAxis, {e}, SliceAxisAttrs{.axis = axis, .begin = begin, .end = end});
@@ -67,6 +68,22 @@ std::vector<std::string> attr_strings(const NodeContext& n, std::string_view nam
   return {};
 }
 
+// Per activation (lower-case name): its alpha and beta defaults, none for a
+// parameter it does not take.
+const std::map<std::string, std::pair<std::optional<double>, std::optional<double>>, std::less<>> kActivationParams = {
+    {"relu", {}},
+    {"tanh", {}},
+    {"sigmoid", {}},
+    {"softsign", {}},
+    {"softplus", {}},
+    {"affine", {1.0, 0.0}},
+    {"leakyrelu", {0.01, std::nullopt}},
+    {"thresholdedrelu", {1.0, std::nullopt}},
+    {"scaledtanh", {1.0, 1.0}},
+    {"hardsigmoid", {0.2, 0.5}},
+    {"elu", {1.0, std::nullopt}},
+};
+
 // The activations of all directions (as many per direction as `defaults`
 // lists; one direction's list serves both of a bidirectional op).
 std::vector<Activation> activations_of(const NodeContext& n, const std::vector<std::string>& defaults, int dirs) {
@@ -86,20 +103,16 @@ std::vector<Activation> activations_of(const NodeContext& n, const std::vector<s
   for (const std::string& raw : names) {
     Activation a{.name = raw};
     for (char& c : a.name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    double dflt_alpha = 0, dflt_beta = 0;
-    bool uses_alpha = true, uses_beta = false;
-    if (a.name == "leakyrelu") dflt_alpha = 0.01;
-    else if (a.name == "thresholdedrelu" || a.name == "elu") dflt_alpha = 1.0;
-    else if (a.name == "affine" || a.name == "scaledtanh") dflt_alpha = 1.0, uses_beta = true;
-    else if (a.name == "hardsigmoid") dflt_alpha = 0.2, dflt_beta = 0.5, uses_beta = true;
-    else if (a.name == "relu" || a.name == "tanh" || a.name == "sigmoid" || a.name == "softsign" || a.name == "softplus")
-      uses_alpha = false;
-    else
-      n.unsupported(fmt::format("activation '{}' (supported: Relu, Tanh, Sigmoid, Affine, LeakyRelu, ThresholdedRelu, "
-                                "ScaledTanh, HardSigmoid, Elu, Softsign, Softplus)",
-                                raw));
-    if (uses_alpha) a.alpha = next_alpha < alphas.size() ? alphas[next_alpha++] : dflt_alpha;
-    if (uses_beta) a.beta = next_beta < betas.size() ? betas[next_beta++] : dflt_beta;
+    auto it = kActivationParams.find(a.name);
+    if (it == kActivationParams.end())
+      n.unsupported(
+          fmt::format("activation '{}' (supported: Relu, Tanh, Sigmoid, Affine, LeakyRelu, ThresholdedRelu, "
+                      "ScaledTanh, HardSigmoid, Elu, Softsign, Softplus)",
+                      raw));
+    const auto& [dflt_alpha, dflt_beta] = it->second;
+    const bool uses_alpha = dflt_alpha.has_value(), uses_beta = dflt_beta.has_value();
+    if (uses_alpha) a.alpha = next_alpha < alphas.size() ? alphas[next_alpha++] : *dflt_alpha;
+    if (uses_beta) a.beta = next_beta < betas.size() ? betas[next_beta++] : *dflt_beta;
     out.push_back(std::move(a));
   }
   return out;
@@ -111,7 +124,8 @@ ir::Entry activate(NodeContext& n, const Activation& a, ir::Entry x) {
   if (f == "tanh") return n.op1(OpId::kTanh, {x});
   if (f == "relu") return n.op1(OpId::kRelu, {x});
   if (f == "affine") return scalar_op(n, OpId::kPlusScalar, scalar_op(n, OpId::kMulScalar, x, a.alpha), a.beta);
-  if (f == "leakyrelu") return n.op1(OpId::kLeakyReLU, {x}, LeakyReLUAttrs{.act_type = LeakyType::kLeaky, .slope = a.alpha});
+  if (f == "leakyrelu")
+    return n.op1(OpId::kLeakyReLU, {x}, LeakyReLUAttrs{.act_type = LeakyType::kLeaky, .slope = a.alpha});
   if (f == "elu") return n.op1(OpId::kLeakyReLU, {x}, LeakyReLUAttrs{.act_type = LeakyType::kElu, .slope = a.alpha});
   if (f == "thresholdedrelu") {
     ir::Entry above = scalar_op(n, OpId::kGreaterScalar, x, a.alpha);
@@ -119,7 +133,8 @@ ir::Entry activate(NodeContext& n, const Activation& a, ir::Entry x) {
       above = n.op1(OpId::kCast, {above}, CastAttrs{.dtype = n.entry_type(x).dtype});
     return n.op1(OpId::kElemwiseMul, {x, above});
   }
-  if (f == "scaledtanh") return scalar_op(n, OpId::kMulScalar, n.op1(OpId::kTanh, {scalar_op(n, OpId::kMulScalar, x, a.beta)}), a.alpha);
+  if (f == "scaledtanh")
+    return scalar_op(n, OpId::kMulScalar, n.op1(OpId::kTanh, {scalar_op(n, OpId::kMulScalar, x, a.beta)}), a.alpha);
   if (f == "hardsigmoid") {
     ir::Entry y = scalar_op(n, OpId::kPlusScalar, scalar_op(n, OpId::kMulScalar, x, a.alpha), a.beta);
     return n.op1(OpId::kClip, {y}, ClipAttrs{.a_min = 0.0, .a_max = 1.0});
@@ -151,8 +166,9 @@ void convert_recurrent(NodeContext& n) {
              kGates, rs);
   const int64_t hidden = n.attr_int("hidden_size", rs[2]);
   const int64_t gh = kGates * hidden;
-  KILN_CHECK(ws == (Shape{dirs, gh, in}), ShapeError, "W must be [{}, {}, {}] (direction {}, hidden_size {}, X {}), got {}",
-             dirs, gh, in, direction, hidden, xs, ws);
+  KILN_CHECK(ws == (Shape{dirs, gh, in}), ShapeError,
+             "W must be [{}, {}, {}] (direction {}, hidden_size {}, X {}), got {}", dirs, gh, in, direction, hidden, xs,
+             ws);
   KILN_CHECK(rs == (Shape{dirs, gh, hidden}), ShapeError, "R must be [{}, {}, {}], got {}", dirs, gh, hidden, rs);
   if (n.has_input(3))
     KILN_CHECK(n.shape(3) == (Shape{dirs, 2 * gh}), ShapeError, "B must be [{}, {}], got {}", dirs, 2 * gh, n.shape(3));
@@ -162,9 +178,10 @@ void convert_recurrent(NodeContext& n) {
                lens.size(), batch);
     for (int64_t len : lens)
       if (len != seq)
-        n.unsupported(fmt::format("sequence_lens [{}] other than the sequence length {} (Kiln unrolls every sequence "
-                                  "to the full length)",
-                                  fmt::join(lens, ","), seq));
+        n.unsupported(
+            fmt::format("sequence_lens [{}] other than the sequence length {} (Kiln unrolls every sequence "
+                        "to the full length)",
+                        fmt::join(lens, ","), seq));
   }
   const Shape state_shape = batch_major ? Shape{batch, dirs, hidden} : Shape{dirs, batch, hidden};
   for (size_t i : {size_t{5}, size_t{6}}) {
@@ -174,7 +191,8 @@ void convert_recurrent(NodeContext& n) {
                  state_shape, n.shape(i));
   }
   if (kCell == Cell::kLstm && n.has_input(7))
-    KILN_CHECK(n.shape(7) == (Shape{dirs, 3 * hidden}), ShapeError, "P must be [{}, {}], got {}", dirs, 3 * hidden, n.shape(7));
+    KILN_CHECK(n.shape(7) == (Shape{dirs, 3 * hidden}), ShapeError, "P must be [{}, {}], got {}", dirs, 3 * hidden,
+               n.shape(7));
 
   const double clip = n.attr_float("clip", 0.0);
   KILN_CHECK(!n.has_attr("clip") || clip > 0, ValueError, "clip must be positive, got {}", clip);
@@ -238,7 +256,8 @@ void convert_recurrent(NodeContext& n) {
     std::optional<ir::Entry> p_i, p_o, p_f;
     if (kCell == Cell::kLstm && n.has_input(7)) {
       ir::Entry p = of_dir(7, 0, d, {1, 3 * hidden});
-      p_i = slice(n, p, 1, 0, hidden), p_o = slice(n, p, 1, hidden, 2 * hidden), p_f = slice(n, p, 1, 2 * hidden, 3 * hidden);
+      p_i = slice(n, p, 1, 0, hidden), p_o = slice(n, p, 1, hidden, 2 * hidden),
+      p_f = slice(n, p, 1, 2 * hidden, 3 * hidden);
     }
     auto peep = [&](ir::Entry gate, const std::optional<ir::Entry>& pw, ir::Entry state) {
       return pw ? add(gate, n.op1(OpId::kBroadcastMul, {state, *pw})) : gate;
@@ -256,7 +275,8 @@ void convert_recurrent(NodeContext& n) {
         ir::Entry zr = add(slice(n, xt, 1, 0, 2 * hidden), fc(h, r_zr, std::nullopt, 2 * hidden));
         ir::Entry z = activate(n, act[0], clipped(slice(n, zr, 1, 0, hidden)));
         ir::Entry rg = activate(n, act[0], clipped(slice(n, zr, 1, hidden, 2 * hidden)));
-        ir::Entry hr = linear_before_reset ? mul(rg, fc(h, r_h, rb_h, hidden)) : fc(mul(rg, h), r_h, std::nullopt, hidden);
+        ir::Entry hr =
+            linear_before_reset ? mul(rg, fc(h, r_h, rb_h, hidden)) : fc(mul(rg, h), r_h, std::nullopt, hidden);
         ir::Entry cand = activate(n, act[1], clipped(add(slice(n, xt, 1, 2 * hidden, gh), hr)));
         h = add(mul(scalar_op(n, OpId::kRMinusScalar, z, 1.0), cand), mul(z, h));
       } else {
@@ -272,8 +292,10 @@ void convert_recurrent(NodeContext& n) {
       hs[static_cast<size_t>(t)] = reshape_to(n, h, {1, batch, hidden});
     }
     if (n.has_output(0)) ys.push_back(concat(n, hs, 0));
-    last_h.push_back(reshape_to(n, h, batch_major ? std::vector<int64_t>{batch, 1, hidden} : std::vector<int64_t>{1, batch, hidden}));
-    last_c.push_back(reshape_to(n, c, batch_major ? std::vector<int64_t>{batch, 1, hidden} : std::vector<int64_t>{1, batch, hidden}));
+    last_h.push_back(reshape_to(
+        n, h, batch_major ? std::vector<int64_t>{batch, 1, hidden} : std::vector<int64_t>{1, batch, hidden}));
+    last_c.push_back(reshape_to(
+        n, c, batch_major ? std::vector<int64_t>{batch, 1, hidden} : std::vector<int64_t>{1, batch, hidden}));
   }
   if (n.has_output(0)) {
     for (ir::Entry& y : ys) y = reshape_to(n, y, {seq, 1, batch, hidden});
