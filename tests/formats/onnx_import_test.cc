@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "frontend/formats/onnx/model.h"
+#include "frontend/graph_eval.h"
 #include "frontend/nd_init.h"
 #include "frontend/nn/export_onnx.h"
 #include "frontend/nn/symbol_block.h"
@@ -527,6 +528,7 @@ struct RecurrentRef {
   bool input_forget = false;
   std::vector<std::function<double(double)>> acts;
   std::vector<double> x, w, r, b, h0, c0, p;
+  std::vector<int32_t> lens;  // sequence_lens; empty: absent
   std::vector<double> y, yh, yc;
 
   int gates() const { return op == "RNN" ? 1 : op == "GRU" ? 3 : 4; }
@@ -559,6 +561,7 @@ struct RecurrentRef {
         }
         for (int64_t k = 0; k < seq; ++k) {
           const int64_t t = (reverse || d == 1) ? seq - 1 - k : k;
+          if (!lens.empty() && t >= lens[static_cast<size_t>(n)]) continue;  // Y stays 0, the state is kept
           // xw[row] = x_t . W[row] + Wb[row]; hr[row] = h . R[row] + Rb[row].
           std::vector<double> xw(static_cast<size_t>(gh)), hr(static_cast<size_t>(gh));
           auto rdot = [&](const std::vector<double>& v, int64_t row) {
@@ -686,6 +689,11 @@ void check_recurrent(RecurrentRef& ref, int opset, const std::vector<std::string
     names[slot] = name;
   };
   optional(3, "B", ref.b, {D, 2 * gh});
+  if (!ref.lens.empty()) {
+    in.push_back({"lens", TP::INT32, {N}});
+    feed.push_back(nd::array(ref.lens, Shape{N}));
+    names[4] = "lens";
+  }
   optional(5, "initial_h", ref.h0, sd);
   optional(6, "initial_c", ref.c0, sd);
   optional(7, "P", ref.p, {D, 3 * H});
@@ -700,12 +708,19 @@ void check_recurrent(RecurrentRef& ref, int opset, const std::vector<std::string
   for (const std::string& o : outputs) node->add_output(o);
   set_attr_int(node, "hidden_size", H);
   attrs(node);
-  std::vector<NDArray> got = onnx::Model::parse(m.SerializeAsString(), "recurrent.onnx").run(feed);
-  ASSERT_EQ(got.size(), outs.size());
-  size_t at = 0;
-  const std::vector<double>* want[] = {&ref.y, &ref.yh, &ref.yc};
-  for (size_t k = 0; k < outputs.size(); ++k)
-    if (!outputs[k].empty()) expect_close(got[at++], *want[k], out_dims[k], ref.op + " " + outputs[k]);
+  // Through Model::run (its small inputs known at import: W, R, sequence_lens
+  // as constants) and through a graph whose inputs are all bound at run time.
+  onnx::Model model = onnx::Model::parse(m.SerializeAsString(), "recurrent.onnx");
+  std::vector<TensorType> types;
+  for (const NDArray& a : feed) types.push_back({a.shape(), a.dtype()});
+  onnx::Imported im = model.to_graph(types);
+  for (const std::vector<NDArray>& got : {model.run(feed), eval_graph(im.graph, model.bind(im, feed))}) {
+    ASSERT_EQ(got.size(), outs.size());
+    size_t at = 0;
+    const std::vector<double>* want[] = {&ref.y, &ref.yh, &ref.yc};
+    for (size_t k = 0; k < outputs.size(); ++k)
+      if (!outputs[k].empty()) expect_close(got[at++], *want[k], out_dims[k], ref.op + " " + outputs[k]);
+  }
 }
 
 // Bidirectional LSTM with initial states, biases, peepholes and clip (ONNX's
@@ -730,6 +745,22 @@ TEST(OnnxImportRecurrent, BidirectionalLstmWithInitialStatesPeepholesAndClip) {
     set_attr(n, "direction", "reverse");
     set_attr_int(n, "input_forget", 1);
   });
+}
+
+// sequence_lens shorter than X's time steps (known at import, and bound at
+// run time): past its length an entry keeps its state and outputs zeros;
+// the reverse direction starts at each entry's own last step.
+TEST(OnnxImportRecurrent, SequenceLensMaskShorterSequences) {
+  RecurrentRef lstm{.op = "LSTM", .seq = 5, .batch = 3, .in = 5, .hidden = 4, .dirs = 2};
+  lstm.acts = {sigmoid, tanh_, tanh_, sigmoid, tanh_, tanh_};
+  lstm.x = wave(75, 5.1, 1.0), lstm.w = wave(2 * 16 * 5, 5.2, 0.6), lstm.r = wave(2 * 16 * 4, 5.3, 0.6);
+  lstm.h0 = wave(24, 5.4, 0.8), lstm.c0 = wave(24, 5.5, 1.0), lstm.lens = {5, 2, 0};
+  check_recurrent(lstm, 14, {"Y", "Y_h", "Y_c"},
+                  [](::onnx::NodeProto* n) { set_attr(n, "direction", "bidirectional"); });
+  RecurrentRef gru{.op = "GRU", .seq = 6, .batch = 2, .in = 7, .hidden = 3, .batch_major = true};
+  gru.acts = {sigmoid, tanh_};
+  gru.x = wave(84, 6.1, 1.0), gru.w = wave(9 * 7, 6.2, 0.5), gru.r = wave(9 * 3, 6.3, 0.5), gru.lens = {3, 6};
+  check_recurrent(gru, 14, {"Y", "Y_h"}, [](::onnx::NodeProto* n) { set_attr_int(n, "layout", 1); });
 }
 
 // layout=1 (batch-major X, states and Y) with GRU's linear_before_reset
@@ -823,7 +854,7 @@ TEST(OnnxImportRecurrent, RnnActivationsByName) {
   }
 }
 
-TEST(OnnxImportErrors, RecurrentOpsNameTheBadActivationAndUnmaskedLengths) {
+TEST(OnnxImportErrors, RecurrentOpsNameTheBadActivationAndLengthsOutOfRange) {
   using TP = ::onnx::TensorProto;
   auto lstm = [](std::vector<std::string> inputs, std::vector<ValueSpec> fed, std::vector<::onnx::TensorProto> inits) {
     fed.insert(fed.begin(), {{"X", TP::FLOAT, {3, 2, 4}}, {"W", TP::FLOAT, {1, 8, 4}}, {"R", TP::FLOAT, {1, 8, 2}}});
@@ -838,18 +869,11 @@ TEST(OnnxImportErrors, RecurrentOpsNameTheBadActivationAndUnmaskedLengths) {
   EXPECT_CONTAINS(
       error_of<NotSupported>([&] { onnx::Model::parse(bad.SerializeAsString(), "lstm.onnx").to_graph(types); }),
       "lstm.onnx: ONNX node 'node0' (LSTM, opset 14): activation 'Gelu' (supported: Relu, Tanh, Sigmoid");
-  // sequence_lens computed from the model's data: the unrolled length cannot be checked at import.
-  ::onnx::ModelProto dynamic = lstm({"X", "W", "R", "", "lens"}, {{"lens", TP::INT32, {2}}}, {});
-  std::vector<TensorType> with_lens = types;
-  with_lens.push_back({Shape{2}, DType::kInt32});
+  // Known lengths outside [0, seq].
+  ::onnx::ModelProto longer = lstm({"X", "W", "R", "", "lens"}, {}, {tensor<int32_t>("lens", TP::INT32, {2}, {4, 2})});
   EXPECT_CONTAINS(
-      error_of<NotSupported>([&] { onnx::Model::parse(dynamic.SerializeAsString(), "lstm.onnx").to_graph(with_lens); }),
-      "lstm.onnx: ONNX node 'node0' (LSTM, opset 14): input 4 (sequence_lens) is computed from the model's data");
-  // Known lengths shorter than X's: Kiln does not mask.
-  ::onnx::ModelProto shorter = lstm({"X", "W", "R", "", "lens"}, {}, {tensor<int32_t>("lens", TP::INT32, {2}, {3, 2})});
-  EXPECT_CONTAINS(
-      error_of<NotSupported>([&] { onnx::Model::parse(shorter.SerializeAsString(), "lstm.onnx").to_graph(types); }),
-      "(LSTM, opset 14): sequence_lens [3,2] other than the sequence length 3");
+      error_of<ValueError>([&] { onnx::Model::parse(longer.SerializeAsString(), "lstm.onnx").to_graph(types); }),
+      "lstm.onnx: ONNX node 'node0' (LSTM, opset 14): sequence_lens [4,2] must lie in [0, 3]");
   ::onnx::ModelProto full = lstm({"X", "W", "R", "", "lens"}, {}, {tensor<int32_t>("lens", TP::INT32, {2}, {3, 3})});
   EXPECT_NO_THROW(onnx::Model::parse(full.SerializeAsString(), "lstm.onnx").to_graph(types));
 }

@@ -18,9 +18,12 @@
 // LSTM's input_forget makes f = 1 - i; the peepholes P (i, o, f) add
 // P_i c_{t-1}, P_f c_{t-1} and P_o c_t.
 //
-// sequence_lens must be known at import and equal the sequence length for
-// every batch entry (Kiln does not mask shorter sequences): otherwise
-// NotSupported naming the op and node.
+// sequence_lens (known at import or not) masks each step: a batch entry
+// past its length keeps its h (and c) and gets zeros in Y, so Y_h and Y_c
+// hold the state after its last step, and the reverse direction starts at
+// its own last step, as ONNX Runtime does (a length 0 gives the initial
+// state). Known lengths all equal to X's add no mask; known ones outside
+// [0, seq] are a ValueError.
 #include <fmt/ranges.h>
 
 #include <algorithm>
@@ -172,16 +175,21 @@ void convert_recurrent(NodeContext& n) {
   KILN_CHECK(rs == (Shape{dirs, gh, hidden}), ShapeError, "R must be [{}, {}, {}], got {}", dirs, gh, hidden, rs);
   if (n.has_input(3))
     KILN_CHECK(n.shape(3) == (Shape{dirs, 2 * gh}), ShapeError, "B must be [{}, {}], got {}", dirs, 2 * gh, n.shape(3));
+  // sequence_lens as [batch, 1] int64 when some sequence may be shorter than X's.
+  std::optional<ir::Entry> lens;
   if (n.has_input(4)) {
-    std::vector<int64_t> lens = n.known_ints(4, "sequence_lens");
-    KILN_CHECK(static_cast<int64_t>(lens.size()) == batch, ShapeError, "sequence_lens has {} entries for a batch of {}",
-               lens.size(), batch);
-    for (int64_t len : lens)
-      if (len != seq)
-        n.unsupported(
-            fmt::format("sequence_lens [{}] other than the sequence length {} (Kiln unrolls every sequence "
-                        "to the full length)",
-                        fmt::join(lens, ","), seq));
+    KILN_CHECK(n.shape(4) == Shape{batch} && is_integral(n.type(4).dtype), ShapeError,
+               "sequence_lens must be [{}] integers (the batch of X {}), got {} {}", batch, xs,
+               dtype_name(n.type(4).dtype), n.shape(4));
+    bool full = false;
+    if (n.is_known(4)) {
+      const std::vector<int64_t> known = n.known_ints(4, "sequence_lens");
+      for (int64_t len : known)
+        KILN_CHECK(len >= 0 && len <= seq, ValueError,
+                   "sequence_lens [{}] must lie in [0, {}] (the time steps of X {})", fmt::join(known, ","), seq, xs);
+      full = std::ranges::all_of(known, [&](int64_t len) { return len == seq; });
+    }
+    if (!full) lens = reshape_to(n, n.op1(OpId::kCast, {n.input(4)}, CastAttrs{.dtype = DType::kInt64}), {batch, 1});
   }
   const Shape state_shape = batch_major ? Shape{batch, dirs, hidden} : Shape{dirs, batch, hidden};
   for (size_t i : {size_t{5}, size_t{6}}) {
@@ -266,9 +274,12 @@ void convert_recurrent(NodeContext& n) {
     if (kCell == Cell::kGru) r_zr = slice(n, r, 0, 0, 2 * hidden), r_h = slice(n, r, 0, 2 * hidden, gh);
 
     std::vector<ir::Entry> hs(static_cast<size_t>(seq));
+    std::optional<ir::Entry> zero;
+    if (lens) zero = n.constant(nd::zeros(Shape{}).astype(dtype));
     for (int64_t k = 0; k < seq; ++k) {
       const int64_t t = reverse ? seq - 1 - k : k;
       ir::Entry xt = slice(n, xw, 0, t * batch, (t + 1) * batch);  // [batch, gates * hidden]
+      const ir::Entry h_prev = h, c_prev = c;
       if constexpr (kCell == Cell::kRnn) {
         h = activate(n, act[0], clipped(add(xt, fc(h, r, std::nullopt, hidden))));
       } else if constexpr (kCell == Cell::kGru) {
@@ -289,7 +300,16 @@ void convert_recurrent(NodeContext& n) {
         ir::Entry o = activate(n, act[0], clipped(peep(slice(n, g, 1, hidden, 2 * hidden), p_o, c)));
         h = mul(o, activate(n, act[2], c));
       }
-      hs[static_cast<size_t>(t)] = reshape_to(n, h, {1, batch, hidden});
+      ir::Entry y_t = h;
+      if (lens) {
+        // Past its length a sequence keeps its state (so a reversed one starts at
+        // its own last step) and outputs zeros.
+        ir::Entry live = scalar_op(n, OpId::kGreaterScalar, *lens, static_cast<double>(t));  // [batch, 1]
+        h = n.op1(OpId::kWhere, {live, h, h_prev});
+        if (kCell == Cell::kLstm) c = n.op1(OpId::kWhere, {live, c, c_prev});
+        y_t = n.op1(OpId::kWhere, {live, h, *zero});
+      }
+      hs[static_cast<size_t>(t)] = reshape_to(n, y_t, {1, batch, hidden});
     }
     if (n.has_output(0)) ys.push_back(concat(n, hs, 0));
     last_h.push_back(reshape_to(
