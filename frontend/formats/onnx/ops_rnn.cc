@@ -275,7 +275,7 @@ void convert_recurrent(NodeContext& n) {
 
     std::vector<ir::Entry> hs(static_cast<size_t>(seq));
     std::optional<ir::Entry> zero;
-    if (lens) zero = n.constant(nd::zeros(Shape{}).astype(dtype));
+    if (lens && n.has_output(0)) zero = n.constant(nd::zeros(Shape{}).astype(dtype));
     for (int64_t k = 0; k < seq; ++k) {
       const int64_t t = reverse ? seq - 1 - k : k;
       ir::Entry xt = slice(n, xw, 0, t * batch, (t + 1) * batch);  // [batch, gates * hidden]
@@ -307,15 +307,15 @@ void convert_recurrent(NodeContext& n) {
         ir::Entry live = scalar_op(n, OpId::kGreaterScalar, *lens, static_cast<double>(t));  // [batch, 1]
         h = n.op1(OpId::kWhere, {live, h, h_prev});
         if (kCell == Cell::kLstm) c = n.op1(OpId::kWhere, {live, c, c_prev});
-        y_t = n.op1(OpId::kWhere, {live, h, *zero});
+        if (n.has_output(0)) y_t = n.op1(OpId::kWhere, {live, h, *zero});
       }
-      hs[static_cast<size_t>(t)] = reshape_to(n, y_t, {1, batch, hidden});
+      if (n.has_output(0)) hs[static_cast<size_t>(t)] = reshape_to(n, y_t, {1, batch, hidden});
     }
     if (n.has_output(0)) ys.push_back(concat(n, hs, 0));
-    last_h.push_back(reshape_to(
-        n, h, batch_major ? std::vector<int64_t>{batch, 1, hidden} : std::vector<int64_t>{1, batch, hidden}));
-    last_c.push_back(reshape_to(
-        n, c, batch_major ? std::vector<int64_t>{batch, 1, hidden} : std::vector<int64_t>{1, batch, hidden}));
+    const std::vector<int64_t> state_dims =
+        batch_major ? std::vector<int64_t>{batch, 1, hidden} : std::vector<int64_t>{1, batch, hidden};
+    if (n.has_output(1)) last_h.push_back(reshape_to(n, h, state_dims));
+    if (kCell == Cell::kLstm && n.has_output(2)) last_c.push_back(reshape_to(n, c, state_dims));
   }
   if (n.has_output(0)) {
     for (ir::Entry& y : ys) y = reshape_to(n, y, {seq, 1, batch, hidden});
