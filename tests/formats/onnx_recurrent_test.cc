@@ -354,7 +354,7 @@ TEST(OnnxImportRecurrent, RnnActivationsByName) {
   }
 }
 
-TEST(OnnxImportErrors, RecurrentOpsNameTheBadActivationAndLengthsOutOfRange) {
+TEST(OnnxImportErrors, RecurrentOpsNameTheBadActivationLengthsOutOfRangeAndTooManySteps) {
   using TP = ::onnx::TensorProto;
   auto lstm = [](std::vector<std::string> inputs, std::vector<ValueSpec> fed, std::vector<::onnx::TensorProto> inits) {
     fed.insert(fed.begin(), {{"X", TP::FLOAT, {3, 2, 4}}, {"W", TP::FLOAT, {1, 8, 4}}, {"R", TP::FLOAT, {1, 8, 2}}});
@@ -376,6 +376,17 @@ TEST(OnnxImportErrors, RecurrentOpsNameTheBadActivationAndLengthsOutOfRange) {
       "lstm.onnx: ONNX node 'node0' (LSTM, opset 14): sequence_lens [4,2] must lie in [0, 3]");
   ::onnx::ModelProto full = lstm({"X", "W", "R", "", "lens"}, {}, {tensor<int32_t>("lens", TP::INT32, {2}, {3, 3})});
   EXPECT_NO_THROW(onnx::Model::parse(full.SerializeAsString(), "lstm.onnx").to_graph(types));
+  // A sequence too long to unroll is refused before any node is built.
+  const std::vector<TensorType> long_types{
+      {Shape{20000, 2, 4}, DType::kFloat32}, {Shape{1, 8, 4}, DType::kFloat32}, {Shape{1, 8, 2}, DType::kFloat32}};
+  ::onnx::ModelProto too_long =
+      node_model("LSTM", 14, {{"X", TP::FLOAT, {20000, 2, 4}}, {"W", TP::FLOAT, {1, 8, 4}}, {"R", TP::FLOAT, {1, 8, 2}}},
+                 {}, {"X", "W", "R"}, {{"Y", TP::FLOAT, {20000, 1, 2, 2}}});
+  set_attr_int(too_long.mutable_graph()->mutable_node(0), "hidden_size", 2);
+  EXPECT_CONTAINS(error_of<NotSupported>([&] {
+                    onnx::Model::parse(too_long.SerializeAsString(), "lstm.onnx").to_graph(long_types);
+                  }),
+                  "20000 time steps x 1 direction(s)");
 }
 
 // An imported LSTM (weights as initializers) runs in a SymbolBlock,

@@ -23,7 +23,8 @@
 // hold the state after its last step, and the reverse direction starts at
 // its own last step, as ONNX Runtime does (a length 0 gives the initial
 // state). Known lengths all equal to X's add no mask; known ones outside
-// [0, seq] are a ValueError.
+// [0, seq] are a ValueError. More than kMaxUnrolledSteps steps (times the
+// directions) are NotSupported: a file must not make the graph unbounded.
 #include <fmt/ranges.h>
 
 #include <algorithm>
@@ -147,6 +148,8 @@ ir::Entry activate(NodeContext& n, const Activation& a, ir::Entry x) {
   return n.op1(OpId::kActivation, {x}, ActivationAttrs{.act_type = ActType::kSoftrelu});
 }
 
+constexpr int64_t kMaxUnrolledSteps = 16384;
+
 template <Cell kCell>
 void convert_recurrent(NodeContext& n) {
   constexpr int kGates = kCell == Cell::kRnn ? 1 : kCell == Cell::kGru ? 3 : 4;
@@ -163,6 +166,11 @@ void convert_recurrent(NodeContext& n) {
   KILN_CHECK(direction == "forward" || direction == "reverse" || direction == "bidirectional", ValueError,
              "direction '{}' (expected forward, reverse or bidirectional)", direction);
   const int dirs = direction == "bidirectional" ? 2 : 1;
+  // Unrolling adds about twenty nodes per step and direction: bound the graph
+  // a file can make Kiln build.
+  KILN_CHECK(seq * dirs <= kMaxUnrolledSteps, NotSupported,
+             "{} time steps x {} direction(s) (X {}): unrolled recurrences are limited to {} steps in all",
+             seq, dirs, xs, kMaxUnrolledSteps);
   const Shape& ws = n.shape(1);
   const Shape& rs = n.shape(2);
   KILN_CHECK(rs.ndim() == 3 && rs[1] % kGates == 0, ShapeError, "R must be [num_directions, {}*hidden, hidden], got {}",
