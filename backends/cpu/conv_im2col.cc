@@ -19,6 +19,8 @@
 #include <type_traits>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "backends/cpu/elemwise_kernels.h"
 #include "backends/cpu/onednn_util.h"
 #include "backends/cpu/parallel.h"
@@ -103,27 +105,38 @@ void scatter_chunk(const Im2colConv& s, const Geometry& g, int threads, const fl
       1);
 }
 
-// t [m][n] = a [m][k] . b [k][n], row-major, as a oneDNN matmul split over
-// `threads` threads (1 inside a parallel region).
-void product(dn::Call& call, int threads, int64_t m, int64_t k, int64_t n, const float* a, const float* b, float* t) {
-  std::string key = "im2col_matmul|";
+// c [m][n] (+)= a [m][k] . b [k][n] as a oneDNN matmul split over `threads`
+// threads (1 inside a parallel region): a and b of type `dt`, row-major, b
+// given transposed ([n][k] in memory) when `b_transposed`; c float32,
+// accumulated into (the sum post-op) when `accumulate`.
+void matmul_into(dn::Call& call, int threads, memory::data_type dt, int64_t m, int64_t k, int64_t n, const void* a,
+                 const void* b, bool b_transposed, float* c, bool accumulate) {
+  std::string key = fmt::format("im2col_matmul|{}|{}|{}|", static_cast<int>(dt), b_transposed, accumulate);
   dn::append_key(key, {m, k, n, threads});
   struct Plan {
     dnnl::matmul prim;
     size_t scratchpad = 0;
-    memory::desc a, b, t;
+    memory::desc a, b, c;
   };
   auto plan = dn::cached<Plan>(key, [&] {
-    Plan made{.a = dn::plain_desc({m, k}), .b = dn::plain_desc({k, n}), .t = dn::plain_desc({m, n})};
-    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(made.a, made.b, made.t), dn::scratchpad_attr(), dn::engine());
+    Plan made{.a = dn::plain_desc({m, k}, dt),
+              .b = b_transposed ? memory::desc({k, n}, dt, memory::dims{1, k}) : dn::plain_desc({k, n}, dt),
+              .c = dn::plain_desc({m, n})};
+    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(made.a, made.b, made.c),
+                                    dn::post_ops_attr(accumulate, std::nullopt), dn::engine());
     made.prim = dnnl::matmul(pd);
     made.scratchpad = dn::scratchpad_bytes(pd);
     return made;
   });
   call.run(plan->prim, plan->scratchpad,
            {{DNNL_ARG_SRC, call.wrap(plan->a, a)}, {DNNL_ARG_WEIGHTS, call.wrap(plan->b, b)},
-            {DNNL_ARG_DST, call.wrap(plan->t, t)}});
+            {DNNL_ARG_DST, call.wrap(plan->c, c)}});
   dn::Call::stream().wait();
+}
+
+// t [m][n] = a [m][k] . b [k][n] in float32.
+void product(dn::Call& call, int threads, int64_t m, int64_t k, int64_t n, const float* a, const float* b, float* t) {
+  matmul_into(call, threads, memory::data_type::f32, m, k, n, a, b, false, t, false);
 }
 
 std::atomic<bool>& mode_flag() {
@@ -241,33 +254,6 @@ void gather_output_grad(const Im2colConv& s, int64_t p1, int threads, const T* d
       1);
 }
 
-// acc [K][CKK] (+)= a [K][cols] . col [CKK][cols]^T in float32, oneDNN's
-// matmul with the sum post-op when accumulating.
-void product_transposed(dn::Call& call, memory::data_type dt, int64_t m, int64_t k, int64_t n, const void* a,
-                        const void* col, float* acc, bool accumulate) {
-  std::string key = fmt::format("conv_weight_gemm|{}|{}|", static_cast<int>(dt), accumulate);
-  dn::append_key(key, {m, k, n, call.threads()});
-  struct Plan {
-    dnnl::matmul prim;
-    size_t scratchpad = 0;
-    memory::desc a, b, c;
-  };
-  auto plan = dn::cached<Plan>(key, [&] {
-    Plan made{.a = dn::plain_desc({m, k}, dt),
-              .b = memory::desc({k, n}, dt, memory::dims{1, k}),  // col^T: element (q, r) at col[r * k + q]
-              .c = dn::plain_desc({m, n})};
-    dnnl::primitive_attr attr = dn::post_ops_attr(accumulate, std::nullopt);
-    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(made.a, made.b, made.c), attr, dn::engine());
-    made.prim = dnnl::matmul(pd);
-    made.scratchpad = dn::scratchpad_bytes(pd);
-    return made;
-  });
-  call.run(plan->prim, plan->scratchpad,
-           {{DNNL_ARG_SRC, call.wrap(plan->a, a)}, {DNNL_ARG_WEIGHTS, call.wrap(plan->b, col)},
-            {DNNL_ARG_DST, call.wrap(plan->c, acc)}});
-  dn::Call::stream().wait();
-}
-
 template <typename T>
 void gemm_weight_typed(const engine::RunContext& run, const Im2colConv& s, memory::data_type dt, const T* x,
                        const T* dy, T* dw) {
@@ -286,7 +272,8 @@ void gemm_weight_typed(const engine::RunContext& run, const Im2colConv& s, memor
     const int64_t count = std::min(chunk, s.batch - n0);
     unfold(s, g, threads, x, n0, count, col);
     gather_output_grad(s, p1, threads, dy, n0, count, a);
-    product_transposed(call, dt, K, count * p1, ckk, a, col, acc, n0 > 0);
+    // acc [K][CKK] (+)= a [K][cols] . col [CKK][cols]^T
+    matmul_into(call, threads, dt, K, count * p1, ckk, a, col, true, acc, n0 > 0);
   }
   if constexpr (!std::is_same_v<T, float>) {
     parallel_for(threads, K * ckk, [&](int64_t b, int64_t e) {
