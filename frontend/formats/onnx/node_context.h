@@ -128,9 +128,17 @@ bool register_converter(std::string_view op_type, ConvertFn fn);
 // "edge", "reflect"); frontend/formats/onnx/ops_pad.cc.
 ir::Entry pad(NodeContext& n, ir::Entry x, const std::vector<int64_t>& pads, const std::string& mode, double value);
 
-// Shared by converters: `e` reshaped to `dims` (no op when it has them);
-// frontend/formats/onnx/ops_shape.cc.
+// Shared by converters, small graph builders (frontend/formats/onnx/ops_shape.cc):
+// `e` reshaped to `dims` (no op when it has them);
 ir::Entry reshape_to(NodeContext& n, ir::Entry e, const std::vector<int64_t>& dims);
+// `e` cast to `t` (no op when it has that dtype);
+ir::Entry cast_to(NodeContext& n, ir::Entry e, DType t);
+// a scalar op (ScalarAttrs: _plus_scalar, _mul_scalar, ...) of `e` and `s`;
+ir::Entry scalar_op(NodeContext& n, OpId id, ir::Entry e, double s);
+// rows [begin, end) of `axis`;
+ir::Entry slice_axis(NodeContext& n, ir::Entry e, int axis, int64_t begin, int64_t end);
+// `parts` joined along `axis` (the part itself when there is one).
+ir::Entry concat(NodeContext& n, const std::vector<ir::Entry>& parts, int axis);
 // Shared by converters: axes from the attribute (before `input_since_opset`)
 // or from the optional input `input` (known at import); nullopt when absent.
 std::optional<std::vector<int64_t>> axes_of(NodeContext& n, int input_since_opset, size_t input = 1);

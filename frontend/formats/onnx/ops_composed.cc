@@ -28,14 +28,6 @@
 namespace kiln::onnx {
 namespace {
 
-ir::Entry cast(NodeContext& n, ir::Entry e, DType t) {
-  return n.entry_type(e).dtype == t ? e : n.op1(OpId::kCast, {e}, CastAttrs{.dtype = t});
-}
-
-ir::Entry scalar_op(NodeContext& n, OpId id, ir::Entry e, double s) {
-  return n.op1(id, {e}, ScalarAttrs{.scalar = s});
-}
-
 // The permutation that swaps `axis` with the last axis (its own inverse).
 IntTuple swap_last(int axis, int rank) {
   std::vector<int64_t> perm(static_cast<size_t>(rank));
@@ -187,7 +179,7 @@ void convert_top_k(NodeContext& n) {
     });
   }
   const int last = x.ndim() - 1;
-  ir::Entry data = swap_axis_last(n, cast(n, n.input(0), work), axis);
+  ir::Entry data = swap_axis_last(n, cast_to(n, n.input(0), work), axis);
   ir::Entry mask_fill = n.constant(nd::full(Shape{}, mask_value, {work, Device::cpu(0)}));
   ir::Entry cur = data;
   const Shape moved = n.entry_type(data).shape;
@@ -196,17 +188,15 @@ void convert_top_k(NodeContext& n) {
   for (int64_t t = 0; t < k; ++t) {
     ir::Entry idx = n.op1(largest ? OpId::kArgmax : OpId::kArgmin, {cur}, ArgReduceAttrs{.axis = last, .keepdims = true});
     values.push_back(n.op1(OpId::kPick, {data, idx}, PickAttrs{.axis = last, .keepdims = true}));
-    indices.push_back(cast(n, idx, DType::kInt64));
+    indices.push_back(cast_to(n, idx, DType::kInt64));
     if (t + 1 == k) break;
     ir::Entry chosen = n.op1(OpId::kOneHot, {reshape_to(n, idx, lead)}, OneHotAttrs{.depth = x[axis], .dtype = DType::kUint8});
     cur = n.op1(OpId::kWhere, {chosen, mask_fill, cur});
   }
   auto join = [&](std::vector<ir::Entry>& parts) {
-    ir::Entry e = parts.size() == 1 ? parts[0]
-                                    : n.op(OpId::kConcat, parts, OpAttrs::make(ConcatAttrs{.num_args = static_cast<int>(parts.size()), .dim = last})).front();
-    return swap_axis_last(n, e, axis);
+    return swap_axis_last(n, concat(n, parts, last), axis);
   };
-  n.set_output(0, cast(n, join(values), dtype));
+  n.set_output(0, cast_to(n, join(values), dtype));
   if (n.has_output(1)) n.set_output(1, join(indices));
 }
 
@@ -218,7 +208,7 @@ ir::Entry flat_index(NodeContext& n, ir::Entry idx, const std::vector<int64_t>& 
   const auto q = static_cast<int64_t>(dims.size());
   std::vector<int64_t> extent(dims), stride(dims.size(), 1);
   for (int64_t i = q - 2; i >= 0; --i) stride[static_cast<size_t>(i)] = stride[static_cast<size_t>(i + 1)] * dims[static_cast<size_t>(i + 1)];
-  ir::Entry negative = cast(n, scalar_op(n, OpId::kLesserScalar, idx, 0), DType::kInt64);
+  ir::Entry negative = cast_to(n, scalar_op(n, OpId::kLesserScalar, idx, 0), DType::kInt64);
   idx = n.op1(OpId::kBroadcastAdd, {idx, n.op1(OpId::kBroadcastMul, {negative, n.constant(nd::array(extent, Shape{q}))})});
   ir::Entry weighted = n.op1(OpId::kBroadcastMul, {idx, n.constant(nd::array(stride, Shape{q}))});
   const int rank = n.entry_type(weighted).shape.ndim();
@@ -243,7 +233,7 @@ void convert_gather_nd(NodeContext& n) {
   for (int d = 0; d < b; ++d) batches *= x[d];
   for (int64_t d : dims) cells *= d;
   for (int d = b + static_cast<int>(q); d < x.ndim(); ++d) rest *= x[d];
-  ir::Entry flat = flat_index(n, cast(n, n.input(1), DType::kInt64), dims);  // [B..., M...]
+  ir::Entry flat = flat_index(n, cast_to(n, n.input(1), DType::kInt64), dims);  // [B..., M...]
   if (b > 0) {
     std::vector<int64_t> offset(static_cast<size_t>(batches)), offset_shape(ix.begin(), ix.begin() + b);
     for (int64_t i = 0; i < batches; ++i) offset[static_cast<size_t>(i)] = i * cells;
@@ -293,7 +283,7 @@ void convert_scatter_nd(NodeContext& n) {
   for (int64_t d : dims) cells *= d;
   for (int d = static_cast<int>(q); d < x.ndim(); ++d) rest *= x[d];
   for (int d = 0; d + 1 < ix.ndim(); ++d) count *= ix[d];
-  ir::Entry flat = reshape_to(n, flat_index(n, cast(n, n.input(1), DType::kInt64), dims), {count});
+  ir::Entry flat = reshape_to(n, flat_index(n, cast_to(n, n.input(1), DType::kInt64), dims), {count});
   ir::Entry y = scatter_rows(n, reshape_to(n, n.input(0), {cells, rest}), flat, reshape_to(n, n.input(2), {count, rest}),
                              reduction_of(n));
   n.set_output(0, reshape_to(n, y, x.to_vector()));
@@ -322,8 +312,8 @@ void convert_scatter_elements(NodeContext& n) {
     }
     base[static_cast<size_t>(p)] = at;
   }
-  ir::Entry idx = cast(n, n.input(1), DType::kInt64);
-  ir::Entry negative = cast(n, scalar_op(n, OpId::kLesserScalar, idx, 0), DType::kInt64);
+  ir::Entry idx = cast_to(n, n.input(1), DType::kInt64);
+  ir::Entry negative = cast_to(n, scalar_op(n, OpId::kLesserScalar, idx, 0), DType::kInt64);
   idx = n.op1(OpId::kBroadcastAdd, {idx, scalar_op(n, OpId::kMulScalar, negative, static_cast<double>(x[axis]))});
   ir::Entry flat = n.op1(OpId::kBroadcastAdd, {scalar_op(n, OpId::kMulScalar, idx, static_cast<double>(stride[static_cast<size_t>(axis)])),
                                                n.constant(nd::array(base, ix))});
@@ -356,7 +346,7 @@ void convert_max_unpool(NodeContext& n) {
     unpooled.push_back((x[2 + static_cast<int>(i)] - 1) * stride[i] - pads[i] - pads[i + nsp] + kernel[i]);
   const Shape full(unpooled);
   KILN_CHECK(full.size() <= kMaxImportElements * 16, ValueError, "output {} is too large", full);
-  ir::Entry flat = reshape_to(n, cast(n, n.input(1), DType::kInt64), {x.size()});
+  ir::Entry flat = reshape_to(n, cast_to(n, n.input(1), DType::kInt64), {x.size()});
   TakeBackwardAttrs a{.axis = 0, .mode = TakeMode::kClip, .data_shape = Shape{full.size(), 1}};
   ir::Entry added = n.op1(OpId::kTakeBackward, {reshape_to(n, n.input(0), {x.size(), 1}), flat}, a);
   ir::Entry hits = n.op1(OpId::kTakeBackward, {n.constant(nd::ones(Shape{x.size(), 1}).astype(dtype)), flat}, a);
@@ -405,9 +395,9 @@ void convert_window(NodeContext& n) {
 // converted to float32 first, as ONNX's reference does.
 void convert_dequantize_linear(NodeContext& n) {
   const Shape& x = n.shape(0);
-  ir::Entry y = cast(n, n.input(0), DType::kFloat32);
+  ir::Entry y = cast_to(n, n.input(0), DType::kFloat32);
   auto per_axis = [&](size_t i) {
-    ir::Entry e = cast(n, n.input(i), DType::kFloat32);
+    ir::Entry e = cast_to(n, n.input(i), DType::kFloat32);
     const Shape& s = n.shape(i);
     if (s.ndim() == 0 || s.size() == 1) return reshape_to(n, e, {});
     KILN_CHECK(s.ndim() == 1 && x.ndim() >= 1, ShapeError, "input {} must be a scalar or 1-D, got {}", i, s);
@@ -429,16 +419,16 @@ void convert_matmul_integer(NodeContext& n) {
   const Shape& b = n.shape(1);
   if (a.ndim() != 2 || b.ndim() != 2) n.unsupported(fmt::format("MatMulInteger of {} and {} (2-D operands only)", a, b));
   KILN_CHECK(a[1] == b[0], ShapeError, "A {} and B {} do not chain", a, b);
-  ir::Entry lhs = cast(n, n.input(0), DType::kFloat64), rhs = cast(n, n.input(1), DType::kFloat64);
+  ir::Entry lhs = cast_to(n, n.input(0), DType::kFloat64), rhs = cast_to(n, n.input(1), DType::kFloat64);
   if (n.has_input(2)) {  // scalar, or one per row of A
-    ir::Entry zp = cast(n, n.input(2), DType::kFloat64);
+    ir::Entry zp = cast_to(n, n.input(2), DType::kFloat64);
     lhs = n.op1(OpId::kBroadcastSub, {lhs, reshape_to(n, zp, n.shape(2).size() == 1 ? std::vector<int64_t>{} : std::vector<int64_t>{a[0], 1})});
   }
   if (n.has_input(3)) {  // scalar, or one per column of B
-    ir::Entry zp = cast(n, n.input(3), DType::kFloat64);
+    ir::Entry zp = cast_to(n, n.input(3), DType::kFloat64);
     rhs = n.op1(OpId::kBroadcastSub, {rhs, reshape_to(n, zp, n.shape(3).size() == 1 ? std::vector<int64_t>{} : std::vector<int64_t>{1, b[1]})});
   }
-  n.set_output(0, cast(n, n.op1(OpId::kDot, {lhs, rhs}, DotAttrs{}), DType::kInt32));
+  n.set_output(0, cast_to(n, n.op1(OpId::kDot, {lhs, rhs}, DotAttrs{}), DType::kInt32));
 }
 
 // Einsum: each operand's repeated letters (diagonals) are reduced by an
@@ -599,7 +589,7 @@ void convert_reverse_sequence(NodeContext& n) {
   std::iota(steps.begin(), steps.end(), 0);
   for (int64_t i = 0; i < b; ++i) starts[static_cast<size_t>(i)] = i * t;
   ir::Entry step = n.constant(nd::array(steps, Shape{1, t}));
-  ir::Entry len = reshape_to(n, cast(n, n.input(1), DType::kInt64), {b, 1});
+  ir::Entry len = reshape_to(n, cast_to(n, n.input(1), DType::kInt64), {b, 1});
   ir::Entry inside = n.op1(OpId::kBroadcastLesser, {step, len});                                   // [b, t]
   ir::Entry reversed = n.op1(OpId::kBroadcastSub, {scalar_op(n, OpId::kMinusScalar, len, 1), step});  // [b, t]
   ir::Entry source = n.op1(OpId::kWhere, {inside, reversed, n.op1(OpId::kBroadcastTo, {step}, BroadcastToAttrs{.shape = Shape{b, t}})});

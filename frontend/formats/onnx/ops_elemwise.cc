@@ -77,13 +77,12 @@ void convert_pow(NodeContext& n) {
     n.set_output(0, n.op1(OpId::kBroadcastPower, {n.input(0), n.input(1)}));
     return;
   }
-  auto cast = [&](ir::Entry e, DType t) { return n.op1(OpId::kCast, {e}, CastAttrs{.dtype = t}); };
   if (is_floating(base)) {
-    n.set_output(0, n.op1(OpId::kBroadcastPower, {n.input(0), cast(n.input(1), base)}));
+    n.set_output(0, n.op1(OpId::kBroadcastPower, {n.input(0), cast_to(n, n.input(1), base)}));
     return;
   }
-  ir::Entry y = n.op1(OpId::kBroadcastPower, {cast(n.input(0), DType::kFloat64), cast(n.input(1), DType::kFloat64)});
-  n.set_output(0, cast(y, base));
+  ir::Entry y = n.op1(OpId::kBroadcastPower, {cast_to(n, n.input(0), DType::kFloat64), cast_to(n, n.input(1), DType::kFloat64)});
+  n.set_output(0, cast_to(n, y, base));
 }
 
 // Clip: bounds as attributes before opset 11, as optional inputs after.
@@ -156,13 +155,12 @@ void convert_not(NodeContext& n) {
 // int64 (Cast wraps: negative for x >= 2^63, then 2^64 is added back).
 // Then a > b is hi_a > hi_b, or hi_a == hi_b and lo_a > lo_b.
 ir::Entry uint64_greater(NodeContext& n, ir::Entry a, ir::Entry b) {
-  auto cast = [&](ir::Entry e, DType t) { return n.op1(OpId::kCast, {e}, CastAttrs{.dtype = t}); };
   auto halves = [&](ir::Entry x) {
-    ir::Entry lo = cast(cast(x, DType::kUint32), DType::kInt64);
-    ir::Entry hi = cast(n.op1(OpId::kBroadcastSub, {cast(x, DType::kInt64), lo}), DType::kFloat64);
+    ir::Entry lo = cast_to(n, cast_to(n, x, DType::kUint32), DType::kInt64);
+    ir::Entry hi = cast_to(n, n.op1(OpId::kBroadcastSub, {cast_to(n, x, DType::kInt64), lo}), DType::kFloat64);
     ir::Entry negative = n.op1(OpId::kLesserScalar, {hi}, ScalarAttrs{.scalar = 0.0});
     hi = n.op1(OpId::kWhere, {negative, n.op1(OpId::kPlusScalar, {hi}, ScalarAttrs{.scalar = 0x1p64}), hi});
-    return std::pair{hi, cast(lo, DType::kFloat64)};
+    return std::pair{hi, cast_to(n, lo, DType::kFloat64)};
   };
   auto [hi_a, lo_a] = halves(a);
   auto [hi_b, lo_b] = halves(b);

@@ -33,21 +33,17 @@ void convert_gather_elements(NodeContext& n) {
   for (int d = 0; d < x.ndim(); ++d) {
     if (d == axis || idx[d] == x[d]) continue;
     KILN_CHECK(idx[d] < x[d], ShapeError, "indices {} exceed data {} on axis {}", idx, x, d);
-    data = n.op1(OpId::kSliceAxis, {data}, SliceAxisAttrs{.axis = d, .begin = 0, .end = idx[d]});
+    data = slice_axis(n, data, d, 0, idx[d]);
   }
   const int64_t picks = idx[axis];
   if (picks > kMaxGatherElementsPicks) n.unsupported(fmt::format("{} indices along axis {} (at most {})", picks, axis, kMaxGatherElementsPicks));
   ir::Entry indices = n.input(1);
   std::vector<ir::Entry> parts;
   for (int64_t k = 0; k < picks; ++k) {
-    ir::Entry one = picks == 1 ? indices : n.op1(OpId::kSliceAxis, {indices}, SliceAxisAttrs{.axis = axis, .begin = k, .end = k + 1});
+    ir::Entry one = picks == 1 ? indices : slice_axis(n, indices, axis, k, k + 1);
     parts.push_back(n.op1(OpId::kPick, {data, one}, PickAttrs{.axis = axis, .keepdims = true, .mode = TakeMode::kWrap}));
   }
-  if (parts.size() == 1) {
-    n.set_output(0, parts[0]);
-    return;
-  }
-  n.set_output(0, n.op(OpId::kConcat, parts, OpAttrs::make(ConcatAttrs{.num_args = static_cast<int>(parts.size()), .dim = axis})).front());
+  n.set_output(0, concat(n, parts, axis));
 }
 
 // Moves the last axis of `y` (rank `rank`) to `axis`.

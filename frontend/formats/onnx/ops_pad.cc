@@ -11,10 +11,6 @@
 namespace kiln::onnx {
 namespace {
 
-ir::Entry slice_axis(NodeContext& n, ir::Entry x, int axis, int64_t begin, int64_t end) {
-  return n.op1(OpId::kSliceAxis, {x}, SliceAxisAttrs{.axis = axis, .begin = begin, .end = end});
-}
-
 // Rows [from, to) of `axis` in reverse order (from > to; to may be -1).
 ir::Entry reversed_rows(NodeContext& n, ir::Entry x, int axis, int64_t from, int64_t to) {
   const int rank = n.entry_type(x).shape.ndim();
@@ -59,8 +55,7 @@ ir::Entry pad_axis(NodeContext& n, ir::Entry x, int axis, int64_t before, int64_
   if (before > 0) parts.push_back(block(before, true));
   parts.push_back(x);
   if (after > 0) parts.push_back(block(after, false));
-  return n.op(OpId::kConcat, parts, OpAttrs::make(ConcatAttrs{.num_args = static_cast<int>(parts.size()), .dim = axis}))
-      .front();
+  return concat(n, parts, axis);
 }
 
 }  // namespace

@@ -49,18 +49,6 @@ struct Activation {
   double alpha = 0, beta = 0;
 };
 
-ir::Entry scalar_op(NodeContext& n, OpId id, ir::Entry e, double s) { return n.op1(id, {e}, ScalarAttrs{.scalar = s}); }
-
-ir::Entry slice(NodeContext& n, ir::Entry e, int axis, int64_t begin, int64_t end) {
-  return n.op1(OpId::kSliceAxis, {e}, SliceAxisAttrs{.axis = axis, .begin = begin, .end = end});
-}
-
-ir::Entry concat(NodeContext& n, const std::vector<ir::Entry>& parts, int axis) {
-  if (parts.size() == 1) return parts[0];
-  return n.op(OpId::kConcat, parts, OpAttrs::make(ConcatAttrs{.num_args = static_cast<int>(parts.size()), .dim = axis}))
-      .front();
-}
-
 // The attribute's strings (none when absent).
 std::vector<std::string> attr_strings(const NodeContext& n, std::string_view name) {
   for (const pb::AttributeProto& a : n.node().attribute()) {
@@ -134,7 +122,7 @@ ir::Entry activate(NodeContext& n, const Activation& a, ir::Entry x) {
   if (f == "thresholdedrelu") {
     ir::Entry above = scalar_op(n, OpId::kGreaterScalar, x, a.alpha);
     if (n.entry_type(above).dtype != n.entry_type(x).dtype)
-      above = n.op1(OpId::kCast, {above}, CastAttrs{.dtype = n.entry_type(x).dtype});
+      above = cast_to(n, above, n.entry_type(x).dtype);
     return n.op1(OpId::kElemwiseMul, {x, above});
   }
   if (f == "scaledtanh")
@@ -235,7 +223,7 @@ void convert_recurrent(NodeContext& n) {
   // Direction d's slice of a [dirs, ...] input (state inputs: [batch, dirs, ...] under layout=1) as `dims`.
   auto of_dir = [&](size_t i, int axis, int d, const std::vector<int64_t>& dims) {
     ir::Entry e = n.input(i);
-    if (dirs > 1) e = slice(n, e, axis, d, d + 1);
+    if (dirs > 1) e = slice_axis(n, e, axis, d, d + 1);
     return reshape_to(n, e, dims);
   };
 
@@ -253,11 +241,11 @@ void convert_recurrent(NodeContext& n) {
     std::optional<ir::Entry> bias, rb_h;
     if (n.has_input(3)) {
       ir::Entry b = of_dir(3, 0, d, {2 * gh});
-      ir::Entry wb = slice(n, b, 0, 0, gh), rb = slice(n, b, 0, gh, 2 * gh);
+      ir::Entry wb = slice_axis(n, b, 0, 0, gh), rb = slice_axis(n, b, 0, gh, 2 * gh);
       if (kCell == Cell::kGru && linear_before_reset) {
         // Rb_h goes inside r * (h x R_h^T + Rb_h); Wb + Rb for z and r, Wb_h alone.
-        rb_h = slice(n, rb, 0, 2 * hidden, gh);
-        rb = concat(n, {slice(n, rb, 0, 0, 2 * hidden), n.constant(nd::zeros(Shape{hidden}).astype(dtype))}, 0);
+        rb_h = slice_axis(n, rb, 0, 2 * hidden, gh);
+        rb = concat(n, {slice_axis(n, rb, 0, 0, 2 * hidden), n.constant(nd::zeros(Shape{hidden}).astype(dtype))}, 0);
       }
       bias = add(wb, rb);
     }
@@ -272,40 +260,40 @@ void convert_recurrent(NodeContext& n) {
     std::optional<ir::Entry> p_i, p_o, p_f;
     if (kCell == Cell::kLstm && n.has_input(7)) {
       ir::Entry p = of_dir(7, 0, d, {1, 3 * hidden});
-      p_i = slice(n, p, 1, 0, hidden), p_o = slice(n, p, 1, hidden, 2 * hidden),
-      p_f = slice(n, p, 1, 2 * hidden, 3 * hidden);
+      p_i = slice_axis(n, p, 1, 0, hidden), p_o = slice_axis(n, p, 1, hidden, 2 * hidden),
+      p_f = slice_axis(n, p, 1, 2 * hidden, 3 * hidden);
     }
     auto peep = [&](ir::Entry gate, const std::optional<ir::Entry>& pw, ir::Entry state) {
       return pw ? add(gate, n.op1(OpId::kBroadcastMul, {state, *pw})) : gate;
     };
     ir::Entry r_zr, r_h;
-    if (kCell == Cell::kGru) r_zr = slice(n, r, 0, 0, 2 * hidden), r_h = slice(n, r, 0, 2 * hidden, gh);
+    if (kCell == Cell::kGru) r_zr = slice_axis(n, r, 0, 0, 2 * hidden), r_h = slice_axis(n, r, 0, 2 * hidden, gh);
 
     std::vector<ir::Entry> hs(static_cast<size_t>(seq));
     std::optional<ir::Entry> zero;
     if (lens && n.has_output(0)) zero = n.constant(nd::zeros(Shape{}).astype(dtype));
     for (int64_t k = 0; k < seq; ++k) {
       const int64_t t = reverse ? seq - 1 - k : k;
-      ir::Entry xt = slice(n, xw, 0, t * batch, (t + 1) * batch);  // [batch, gates * hidden]
+      ir::Entry xt = slice_axis(n, xw, 0, t * batch, (t + 1) * batch);  // [batch, gates * hidden]
       const ir::Entry h_prev = h, c_prev = c;
       if constexpr (kCell == Cell::kRnn) {
         h = activate(n, act[0], clipped(add(xt, fc(h, r, std::nullopt, hidden))));
       } else if constexpr (kCell == Cell::kGru) {
-        ir::Entry zr = add(slice(n, xt, 1, 0, 2 * hidden), fc(h, r_zr, std::nullopt, 2 * hidden));
-        ir::Entry z = activate(n, act[0], clipped(slice(n, zr, 1, 0, hidden)));
-        ir::Entry rg = activate(n, act[0], clipped(slice(n, zr, 1, hidden, 2 * hidden)));
+        ir::Entry zr = add(slice_axis(n, xt, 1, 0, 2 * hidden), fc(h, r_zr, std::nullopt, 2 * hidden));
+        ir::Entry z = activate(n, act[0], clipped(slice_axis(n, zr, 1, 0, hidden)));
+        ir::Entry rg = activate(n, act[0], clipped(slice_axis(n, zr, 1, hidden, 2 * hidden)));
         ir::Entry hr =
             linear_before_reset ? mul(rg, fc(h, r_h, rb_h, hidden)) : fc(mul(rg, h), r_h, std::nullopt, hidden);
-        ir::Entry cand = activate(n, act[1], clipped(add(slice(n, xt, 1, 2 * hidden, gh), hr)));
+        ir::Entry cand = activate(n, act[1], clipped(add(slice_axis(n, xt, 1, 2 * hidden, gh), hr)));
         h = add(mul(scalar_op(n, OpId::kRMinusScalar, z, 1.0), cand), mul(z, h));
       } else {
         ir::Entry g = add(xt, fc(h, r, std::nullopt, gh));  // i, o, f, c
-        ir::Entry i = activate(n, act[0], clipped(peep(slice(n, g, 1, 0, hidden), p_i, c)));
+        ir::Entry i = activate(n, act[0], clipped(peep(slice_axis(n, g, 1, 0, hidden), p_i, c)));
         ir::Entry f = input_forget ? scalar_op(n, OpId::kRMinusScalar, i, 1.0)
-                                   : activate(n, act[0], clipped(peep(slice(n, g, 1, 2 * hidden, 3 * hidden), p_f, c)));
-        ir::Entry cand = activate(n, act[1], clipped(slice(n, g, 1, 3 * hidden, gh)));
+                                   : activate(n, act[0], clipped(peep(slice_axis(n, g, 1, 2 * hidden, 3 * hidden), p_f, c)));
+        ir::Entry cand = activate(n, act[1], clipped(slice_axis(n, g, 1, 3 * hidden, gh)));
         c = add(mul(f, c), mul(i, cand));
-        ir::Entry o = activate(n, act[0], clipped(peep(slice(n, g, 1, hidden, 2 * hidden), p_o, c)));
+        ir::Entry o = activate(n, act[0], clipped(peep(slice_axis(n, g, 1, hidden, 2 * hidden), p_o, c)));
         h = mul(o, activate(n, act[2], c));
       }
       ir::Entry y_t = h;

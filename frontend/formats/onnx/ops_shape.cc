@@ -32,6 +32,22 @@ ir::Entry reshape_to(NodeContext& n, ir::Entry e, const std::vector<int64_t>& di
   return n.op1(OpId::kReshape, {e}, ReshapeAttrs{.shape = IntTuple(dims)});
 }
 
+ir::Entry cast_to(NodeContext& n, ir::Entry e, DType t) {
+  return n.entry_type(e).dtype == t ? e : n.op1(OpId::kCast, {e}, CastAttrs{.dtype = t});
+}
+
+ir::Entry scalar_op(NodeContext& n, OpId id, ir::Entry e, double s) { return n.op1(id, {e}, ScalarAttrs{.scalar = s}); }
+
+ir::Entry slice_axis(NodeContext& n, ir::Entry e, int axis, int64_t begin, int64_t end) {
+  return n.op1(OpId::kSliceAxis, {e}, SliceAxisAttrs{.axis = axis, .begin = begin, .end = end});
+}
+
+ir::Entry concat(NodeContext& n, const std::vector<ir::Entry>& parts, int axis) {
+  if (parts.size() == 1) return parts[0];
+  return n.op(OpId::kConcat, parts, OpAttrs::make(ConcatAttrs{.num_args = static_cast<int>(parts.size()), .dim = axis}))
+      .front();
+}
+
 std::optional<std::vector<int64_t>> axes_of(NodeContext& n, int input_since_opset, size_t input) {
   if (n.opset() < input_since_opset) {
     if (!n.has_attr("axes")) return std::nullopt;
@@ -154,11 +170,7 @@ void convert_concat(NodeContext& n) {
   for (size_t i = 0; i < n.num_inputs(); ++i)
     if (n.has_input(i)) in.push_back(n.input(i));
   int axis = normalize_onnx_axis(n, n.attr_int("axis", 0), n.shape(0).ndim());
-  if (in.size() == 1) {
-    n.set_output(0, in[0]);
-    return;
-  }
-  n.set_output(0, n.op(OpId::kConcat, in, OpAttrs::make(ConcatAttrs{.num_args = static_cast<int>(in.size()), .dim = axis})).front());
+  n.set_output(0, concat(n, in, axis));
 }
 
 void convert_squeeze(NodeContext& n) {
@@ -299,7 +311,7 @@ void convert_range(NodeContext& n) {
 
 void convert_cast_like(NodeContext& n) {
   DType to = n.type(1).dtype;
-  n.set_output(0, to == n.type(0).dtype ? n.input(0) : n.op1(OpId::kCast, {n.input(0)}, CastAttrs{.dtype = to}));
+  n.set_output(0, cast_to(n, n.input(0), to));
 }
 
 // DepthToSpace / SpaceToDepth on [N, C, H, W]: Reshape, Transpose, Reshape.
