@@ -352,6 +352,45 @@ TEST(OnnxImportErrors, OpsOfOtherDomainsAreNamed) {
                   "custom.onnx: ONNX node 'node0' (FancyOp, opset 13): op domain 'com.example' is not supported");
 }
 
+// Composed ops build constants from the shapes and attributes of untrusted
+// files: each is bounded before anything is allocated.
+TEST(OnnxImportErrors, ComposedOpsBoundTheConstantsTheyBuild) {
+  using TP = ::onnx::TensorProto;
+  auto import = [](const ::onnx::ModelProto& m, const std::vector<TensorType>& types) {
+    onnx::Model::parse(m.SerializeAsString(), "big.onnx").to_graph(types);
+  };
+  // CumSum over 2^13 elements would need a 2^13 x 2^13 matrix.
+  ::onnx::ModelProto cumsum = node_model("CumSum", 14, {{"x", TP::FLOAT, {1, 8192}}},
+                                         {tensor<int64_t>("axis", TP::INT64, {}, {1})}, {"x", "axis"},
+                                         {{"y", TP::FLOAT, {1, 8192}}});
+  EXPECT_CONTAINS(error_of<ValueError>([&] { import(cumsum, {{Shape{1, 8192}, DType::kFloat32}}); }),
+                  "needs a 8192x8192 matrix, too large");
+  // An Einsum diagonal over 2^13 needs the same mask.
+  ::onnx::ModelProto einsum =
+      node_model("Einsum", 12, {{"a", TP::FLOAT, {8192, 8192}}}, {}, {"a"}, {{"y", TP::FLOAT, {8192}}});
+  set_attr(einsum.mutable_graph()->mutable_node(0), "equation", "ii->i");
+  EXPECT_CONTAINS(error_of<ValueError>([&] { import(einsum, {{Shape{8192, 8192}, DType::kFloat32}}); }),
+                  "the diagonal of 'i' needs a 8192x8192 mask, too large");
+  // MaxUnpool's geometry from attributes: a zero stride is refused.
+  ::onnx::ModelProto unpool = node_model("MaxUnpool", 11, {{"x", TP::FLOAT, {1, 1, 2, 2}}, {"i", TP::INT64, {1, 1, 2, 2}}},
+                                         {}, {"x", "i"}, {{"y", TP::FLOAT, {1, 1, 4, 4}}});
+  auto* node = unpool.mutable_graph()->mutable_node(0);
+  auto* kernel = node->add_attribute();
+  kernel->set_name("kernel_shape");
+  kernel->set_type(::onnx::AttributeProto::INTS);
+  kernel->add_ints(2);
+  kernel->add_ints(2);
+  auto* strides = node->add_attribute();
+  strides->set_name("strides");
+  strides->set_type(::onnx::AttributeProto::INTS);
+  strides->add_ints(0);
+  strides->add_ints(2);
+  EXPECT_CONTAINS(error_of<ValueError>([&] {
+                    import(unpool, {{Shape{1, 1, 2, 2}, DType::kFloat32}, {Shape{1, 1, 2, 2}, DType::kInt64}});
+                  }),
+                  "strides [0,2] must lie in [1,");
+}
+
 TEST(OnnxImportErrors, TheCheckerRejectsDanglingInputs) {
   ::onnx::ModelProto m = one_node_model("Relu", 13);
   m.mutable_graph()->mutable_node(0)->set_input(0, "nothing");

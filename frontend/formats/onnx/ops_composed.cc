@@ -10,9 +10,10 @@
 #include <fmt/ranges.h>
 
 #include <cctype>
+#include <algorithm>
 #include <cmath>
-#include <map>
 #include <limits>
+#include <map>
 #include <numeric>
 
 #include "frontend/formats/onnx/node_context.h"
@@ -129,7 +130,7 @@ void convert_cumsum(NodeContext& n) {
   const int axis = normalize_onnx_axis(n, axis_v[0], x.ndim());
   const bool exclusive = n.attr_int("exclusive", 0) != 0, reverse = n.attr_int("reverse", 0) != 0;
   const int64_t len = x[axis];
-  KILN_CHECK(len * len <= kMaxImportElements, ValueError, "a CumSum over {} elements needs a {}x{} matrix, too large",
+  KILN_CHECK(len <= kMaxImportElements / std::max<int64_t>(len, 1), ValueError, "a CumSum over {} elements needs a {}x{} matrix, too large",
              len, len, len);
   // y[j] = sum of x[i] over i <= j (< j exclusive; >= j, > j reversed): column j of the matrix.
   std::vector<float> tri(static_cast<size_t>(len * len), 0.0f);
@@ -341,6 +342,15 @@ void convert_max_unpool(NodeContext& n) {
   KILN_CHECK(kernel.size() == nsp && stride.size() == nsp && pads.size() == 2 * nsp, ValueError,
              "kernel_shape [{}], strides [{}] and pads [{}] for {} spatial axes", fmt::join(kernel, ","),
              fmt::join(stride, ","), fmt::join(pads, ","), nsp);
+  auto within = [](int64_t v, int64_t lo) { return v >= lo && v <= kMaxImportElements; };
+  KILN_CHECK(std::all_of(x.begin() + 2, x.end(), [&](int64_t v) { return within(v, 0); }), ValueError,
+             "X {} has a spatial axis above {}", x, kMaxImportElements);
+  KILN_CHECK(std::ranges::all_of(kernel, [&](int64_t v) { return within(v, 1); }) &&
+                 std::ranges::all_of(stride, [&](int64_t v) { return within(v, 1); }) &&
+                 std::ranges::all_of(pads, [&](int64_t v) { return within(v, 0); }),
+             ValueError, "kernel_shape [{}] and strides [{}] must lie in [1, {}], pads [{}] in [0, {}]",
+             fmt::join(kernel, ","), fmt::join(stride, ","), kMaxImportElements, fmt::join(pads, ","),
+             kMaxImportElements);
   std::vector<int64_t> unpooled{x[0], x[1]};
   for (size_t i = 0; i < nsp; ++i)
     unpooled.push_back((x[2 + static_cast<int>(i)] - 1) * stride[i] - pads[i] - pads[i + nsp] + kernel[i]);
@@ -493,6 +503,8 @@ void convert_einsum(NodeContext& n) {
       KILN_CHECK(cur[static_cast<int>(p)] == cur[static_cast<int>(q)], ShapeError, "operand {} {}: '{}' has extents {} and {}",
                  i, s, t[q], cur[static_cast<int>(p)], cur[static_cast<int>(q)]);
       const int64_t len = cur[static_cast<int>(p)];
+      KILN_CHECK(len <= kMaxImportElements / std::max<int64_t>(len, 1), ValueError,
+                 "equation '{}': the diagonal of '{}' needs a {}x{} mask, too large", eq, t[q], len, len);
       std::vector<float> eye(static_cast<size_t>(len * len), 0.0f);
       for (int64_t j = 0; j < len; ++j) eye[static_cast<size_t>(j * len + j)] = 1.0f;
       std::vector<int64_t> eye_shape(static_cast<size_t>(cur.ndim()), 1);

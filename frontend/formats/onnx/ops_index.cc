@@ -2,6 +2,8 @@
 // (picks), OneHot and Hardmax (Kiln's one_hot), Trilu (a mask made at import).
 #include <fmt/ranges.h>
 
+#include <algorithm>
+
 #include "frontend/formats/onnx/node_context.h"
 #include "frontend/nd_init.h"
 #include "ir/ops/elemwise.h"
@@ -103,7 +105,7 @@ void convert_trilu(NodeContext& n) {
   int64_t k = n.has_input(1) ? n.known_ints(1, "k").at(0) : 0;
   bool upper = n.attr_int("upper", 1) != 0;
   const int64_t rows = x[x.ndim() - 2], cols = x[x.ndim() - 1];
-  KILN_CHECK(rows * cols <= kMaxImportElements, ValueError, "a {}x{} mask is too large", rows, cols);
+  KILN_CHECK(rows <= kMaxImportElements / std::max<int64_t>(cols, 1), ValueError, "a {}x{} mask is too large", rows, cols);
   std::vector<uint8_t> mask(static_cast<size_t>(rows * cols));
   for (int64_t i = 0; i < rows; ++i)
     for (int64_t j = 0; j < cols; ++j) mask[static_cast<size_t>(i * cols + j)] = upper ? j - i >= k : j - i <= k;

@@ -132,7 +132,7 @@ ir::Entry resample_axis(NodeContext& n, ir::Entry y, int axis, int64_t out, doub
   const int last = s.ndim() - 1;
   const int64_t in = s[axis];
   KILN_CHECK(in > 0, ShapeError, "resizing the empty axis {} of {}", axis, s);
-  KILN_CHECK(in * out <= kMaxImportElements, ValueError, "the {}x{} interpolation matrix of axis {} is too large", in,
+  KILN_CHECK(in <= kMaxImportElements / std::max<int64_t>(out, 1), ValueError, "the {}x{} interpolation matrix of axis {} is too large", in,
              out, axis);
   std::vector<float> w(static_cast<size_t>(in * out), 0.0f), outside(static_cast<size_t>(out), 0.0f);
   bool extrapolates = false;
