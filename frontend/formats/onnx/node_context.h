@@ -139,6 +139,15 @@ ir::Entry scalar_op(NodeContext& n, OpId id, ir::Entry e, double s);
 ir::Entry slice_axis(NodeContext& n, ir::Entry e, int axis, int64_t begin, int64_t end);
 // `parts` joined along `axis` (the part itself when there is one).
 ir::Entry concat(NodeContext& n, const std::vector<ir::Entry>& parts, int axis);
+// Shared by converters (frontend/formats/onnx/ops_nn.cc): x normalized by its
+// mean and biased variance over `axes` (kept as length 1), then scaled by
+// `scale` and shifted by `bias`, both [C] and applied along axis 1 of x
+// (BatchNormalization in training mode, InstanceNormalization).
+struct Normalized {
+  ir::Entry y, mean, var;
+};
+Normalized normalize_channels(NodeContext& n, ir::Entry x, const IntTuple& axes, double eps, ir::Entry scale,
+                              ir::Entry bias);
 // Shared by converters: axes from the attribute (before `input_since_opset`)
 // or from the optional input `input` (known at import); nullopt when absent.
 std::optional<std::vector<int64_t>> axes_of(NodeContext& n, int input_since_opset, size_t input = 1);

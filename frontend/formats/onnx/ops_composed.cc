@@ -72,16 +72,8 @@ void convert_instance_norm(NodeContext& n) {
   KILN_CHECK(n.shape(1) == Shape{x[1]} && n.shape(2) == Shape{x[1]}, ShapeError,
              "scale {} and B {} must be [{}] (the channels of {})", n.shape(1), n.shape(2), x[1], x);
   IntTuple axes;
-  std::vector<int64_t> channel_shape(static_cast<size_t>(x.ndim()), 1);
-  channel_shape[1] = x[1];
   for (int d = 2; d < x.ndim(); ++d) axes.push_back(d);
-  ir::Entry mean = n.op1(OpId::kMean, {n.input(0)}, ReduceAttrs{.axis = axes, .keepdims = true});
-  ir::Entry centered = n.op1(OpId::kBroadcastSub, {n.input(0), mean});
-  ir::Entry var = n.op1(OpId::kMean, {n.op1(OpId::kSquare, {centered})}, ReduceAttrs{.axis = axes, .keepdims = true});
-  ir::Entry std = n.op1(OpId::kSqrt, {scalar_op(n, OpId::kPlusScalar, var, n.attr_float("epsilon", 1e-5))});
-  ir::Entry y = n.op1(OpId::kBroadcastDiv, {centered, std});
-  y = n.op1(OpId::kBroadcastMul, {y, reshape_to(n, n.input(1), channel_shape)});
-  n.set_output(0, n.op1(OpId::kBroadcastAdd, {y, reshape_to(n, n.input(2), channel_shape)}));
+  n.set_output(0, normalize_channels(n, n.input(0), axes, n.attr_float("epsilon", 1e-5), n.input(1), n.input(2)).y);
 }
 
 // MeanVarianceNormalization, as ONNX's function defines it:

@@ -177,27 +177,19 @@ void batch_norm_training(NodeContext& n) {
   const Shape& x = n.shape(0);
   KILN_CHECK(x.ndim() >= 2, ShapeError, "expected data [N,C,...], got {}", x);
   IntTuple axes;
-  std::vector<int64_t> channel_shape(static_cast<size_t>(x.ndim()), 1);
-  channel_shape[1] = x[1];
   for (int d = 0; d < x.ndim(); ++d) {
     if (d != 1) axes.push_back(d);
   }
   const double eps = n.attr_float("epsilon", 1e-5), momentum = n.attr_float("momentum", 0.9);
-  ir::Entry mean = n.op1(OpId::kMean, {n.input(0)}, ReduceAttrs{.axis = axes, .keepdims = true});
-  ir::Entry centered = n.op1(OpId::kBroadcastSub, {n.input(0), mean});
-  ir::Entry var = n.op1(OpId::kMean, {n.op1(OpId::kSquare, {centered})}, ReduceAttrs{.axis = axes, .keepdims = true});
-  ir::Entry std = n.op1(OpId::kSqrt, {n.op1(OpId::kPlusScalar, {var}, ScalarAttrs{.scalar = eps})});
-  ir::Entry y = n.op1(OpId::kBroadcastDiv, {centered, std});
-  y = n.op1(OpId::kBroadcastMul, {y, reshape_to(n, n.input(1), channel_shape)});
-  y = n.op1(OpId::kBroadcastAdd, {y, reshape_to(n, n.input(2), channel_shape)});
-  n.set_output(0, y);
+  Normalized r = normalize_channels(n, n.input(0), axes, eps, n.input(1), n.input(2));
+  n.set_output(0, r.y);
   auto running = [&](size_t input, ir::Entry batch) {
-    ir::Entry old = n.op1(OpId::kMulScalar, {n.input(input)}, ScalarAttrs{.scalar = momentum});
-    ir::Entry now = n.op1(OpId::kMulScalar, {reshape_to(n, batch, {x[1]})}, ScalarAttrs{.scalar = 1 - momentum});
+    ir::Entry old = scalar_op(n, OpId::kMulScalar, n.input(input), momentum);
+    ir::Entry now = scalar_op(n, OpId::kMulScalar, reshape_to(n, batch, {x[1]}), 1 - momentum);
     return n.op1(OpId::kBroadcastAdd, {old, now});
   };
-  if (n.has_output(1)) n.set_output(1, running(3, mean));
-  if (n.has_output(2)) n.set_output(2, running(4, var));
+  if (n.has_output(1)) n.set_output(1, running(3, r.mean));
+  if (n.has_output(2)) n.set_output(2, running(4, r.var));
 }
 
 void convert_batch_norm(NodeContext& n) {
@@ -220,6 +212,9 @@ void convert_batch_norm(NodeContext& n) {
 // argmax picks the first maximum, and constant tables turn (output position,
 // tap) into the input's index. Taps in the padding hold the lowest value, so
 // they never win unless the whole window equals it.
+// One slice per window tap: a bound on the graph a file can make.
+constexpr int64_t kMaxIndexTaps = 1024;
+
 ir::Entry max_pool_indices(NodeContext& n, ir::Entry x, const PoolingAttrs& a, const std::vector<int64_t>& pads) {
   const Shape& in = n.entry_type(x).shape;
   const int nsp = in.ndim() - 2, rank = in.ndim();
@@ -248,6 +243,9 @@ ir::Entry max_pool_indices(NodeContext& n, ir::Entry x, const PoolingAttrs& a, c
   for (int i = 0; i < nsp; ++i) {
     taps *= a.kernel[i];
     positions *= out[static_cast<size_t>(i)];
+    KILN_CHECK(taps <= kMaxIndexTaps && positions <= kMaxImportElements && in[0] <= kMaxImportElements / std::max<int64_t>(in[1], 1),
+               NotSupported, "the Indices output of a {} window over {} (at most {} taps and {} positions)", a.kernel,
+               in, kMaxIndexTaps, kMaxImportElements);
   }
   std::vector<ir::Entry> tap_values;
   std::vector<int64_t> tap_offset;
@@ -627,4 +625,20 @@ KILN_ONNX_CONVERTER("Dropout", convert_dropout);
 KILN_ONNX_CONVERTER("LayerNormalization", convert_layer_norm);
 
 }  // namespace
+
+Normalized normalize_channels(NodeContext& n, ir::Entry x, const IntTuple& axes, double eps, ir::Entry scale,
+                              ir::Entry bias) {
+  const Shape s = n.entry_type(x).shape;
+  std::vector<int64_t> channel_shape(static_cast<size_t>(s.ndim()), 1);
+  channel_shape[1] = s[1];
+  const ReduceAttrs over{.axis = axes, .keepdims = true};
+  ir::Entry mean = n.op1(OpId::kMean, {x}, over);
+  ir::Entry centered = n.op1(OpId::kBroadcastSub, {x, mean});
+  ir::Entry var = n.op1(OpId::kMean, {n.op1(OpId::kSquare, {centered})}, over);
+  ir::Entry std = n.op1(OpId::kSqrt, {scalar_op(n, OpId::kPlusScalar, var, eps)});
+  ir::Entry y = n.op1(OpId::kBroadcastDiv, {centered, std});
+  y = n.op1(OpId::kBroadcastMul, {y, reshape_to(n, scale, channel_shape)});
+  return {n.op1(OpId::kBroadcastAdd, {y, reshape_to(n, bias, channel_shape)}), mean, var};
+}
+
 }  // namespace kiln::onnx
