@@ -271,6 +271,11 @@ std::vector<double> NodeContext::attr_floats(std::string_view name, std::vector<
   return a ? std::vector<double>(a->floats().begin(), a->floats().end()) : dflt;
 }
 
+std::vector<std::string> NodeContext::attr_strings(std::string_view name, std::vector<std::string> dflt) const {
+  const auto* a = typed_attr(node_, name, pb::AttributeProto::STRINGS);
+  return a ? std::vector<std::string>(a->strings().begin(), a->strings().end()) : dflt;
+}
+
 NDArray NodeContext::attr_tensor(std::string_view name) const {
   const auto* a = typed_attr(node_, name, pb::AttributeProto::TENSOR);
   KILN_CHECK(a != nullptr, ValueError, "attribute '{}' is required", name);

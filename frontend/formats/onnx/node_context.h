@@ -75,6 +75,7 @@ class NodeContext {
   std::string attr_string(std::string_view name, std::string dflt) const;
   std::vector<int64_t> attr_ints(std::string_view name, std::vector<int64_t> dflt = {}) const;
   std::vector<double> attr_floats(std::string_view name, std::vector<double> dflt = {}) const;
+  std::vector<std::string> attr_strings(std::string_view name, std::vector<std::string> dflt = {}) const;
   NDArray attr_tensor(std::string_view name) const;  // ValueError when absent
   // Attributes the converter does not read must be absent or have these values.
   void require_attr_int(std::string_view name, int64_t allowed, std::string_view why) const;
@@ -139,6 +140,12 @@ ir::Entry scalar_op(NodeContext& n, OpId id, ir::Entry e, double s);
 ir::Entry slice_axis(NodeContext& n, ir::Entry e, int axis, int64_t begin, int64_t end);
 // `parts` joined along `axis` (the part itself when there is one).
 ir::Entry concat(NodeContext& n, const std::vector<ir::Entry>& parts, int axis);
+// Shared by converters (frontend/formats/onnx/ops_nn.cc), ONNX activations
+// also used inside other ops (RNN/GRU/LSTM): clip(alpha x + beta, 0, 1); x
+// where x > alpha, else 0 (a where, so that -inf gives 0, not NaN).
+ir::Entry hard_sigmoid(NodeContext& n, ir::Entry x, double alpha, double beta);
+ir::Entry thresholded_relu(NodeContext& n, ir::Entry x, double alpha);
+
 // Shared by converters (frontend/formats/onnx/ops_nn.cc): x normalized by its
 // mean and biased variance over `axes` (kept as length 1), then scaled by
 // `scale` and shifted by `bias`, both [C] and applied along axis 1 of x

@@ -438,9 +438,7 @@ ir::Entry zero_like(NodeContext& n, size_t i) { return n.constant(nd::zeros(Shap
 
 // ThresholdedRelu: x where x > alpha, else 0.
 void convert_thresholded_relu(NodeContext& n) {
-  ir::Entry x = n.input(0);
-  ir::Entry above = n.op1(OpId::kGreaterScalar, {x}, ScalarAttrs{.scalar = n.attr_float("alpha", 1.0)});
-  n.set_output(0, n.op1(OpId::kWhere, {above, x, zero_like(n, 0)}));
+  n.set_output(0, thresholded_relu(n, n.input(0), n.attr_float("alpha", 1.0)));
 }
 
 // Shrink: x + bias below -lambd, x - bias above lambd, 0 between.
@@ -501,12 +499,6 @@ void convert_gelu(NodeContext& n) {
 }
 
 // HardSigmoid: max(0, min(1, alpha x + beta)).
-ir::Entry hard_sigmoid(NodeContext& n, ir::Entry x, double alpha, double beta) {
-  ir::Entry y = n.op1(OpId::kMulScalar, {x}, ScalarAttrs{.scalar = alpha});
-  y = n.op1(OpId::kPlusScalar, {y}, ScalarAttrs{.scalar = beta});
-  return n.op1(OpId::kClip, {y}, ClipAttrs{.a_min = 0, .a_max = 1});
-}
-
 void convert_hard_sigmoid(NodeContext& n) {
   n.set_output(0, hard_sigmoid(n, n.input(0), n.attr_float("alpha", 0.2), n.attr_float("beta", 0.5)));
 }
@@ -625,6 +617,16 @@ KILN_ONNX_CONVERTER("Dropout", convert_dropout);
 KILN_ONNX_CONVERTER("LayerNormalization", convert_layer_norm);
 
 }  // namespace
+
+ir::Entry hard_sigmoid(NodeContext& n, ir::Entry x, double alpha, double beta) {
+  ir::Entry y = scalar_op(n, OpId::kPlusScalar, scalar_op(n, OpId::kMulScalar, x, alpha), beta);
+  return n.op1(OpId::kClip, {y}, ClipAttrs{.a_min = 0, .a_max = 1});
+}
+
+ir::Entry thresholded_relu(NodeContext& n, ir::Entry x, double alpha) {
+  ir::Entry above = scalar_op(n, OpId::kGreaterScalar, x, alpha);
+  return n.op1(OpId::kWhere, {above, x, n.constant(nd::zeros(Shape{}, {.dtype = n.entry_type(x).dtype}))});
+}
 
 Normalized normalize_channels(NodeContext& n, ir::Entry x, const IntTuple& axes, double eps, ir::Entry scale,
                               ir::Entry bias) {

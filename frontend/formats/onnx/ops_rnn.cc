@@ -49,17 +49,6 @@ struct Activation {
   double alpha = 0, beta = 0;
 };
 
-// The attribute's strings (none when absent).
-std::vector<std::string> attr_strings(const NodeContext& n, std::string_view name) {
-  for (const pb::AttributeProto& a : n.node().attribute()) {
-    if (a.name() != name) continue;
-    KILN_CHECK(a.type() == pb::AttributeProto::STRINGS, ValueError, "attribute '{}' is {}, expected STRINGS", name,
-               pb::AttributeProto_AttributeType_Name(a.type()));
-    return {a.strings().begin(), a.strings().end()};
-  }
-  return {};
-}
-
 // Per activation (lower-case name): its alpha and beta defaults, none for a
 // parameter it does not take.
 const std::map<std::string, std::pair<std::optional<double>, std::optional<double>>, std::less<>> kActivationParams = {
@@ -79,7 +68,7 @@ const std::map<std::string, std::pair<std::optional<double>, std::optional<doubl
 // The activations of all directions (as many per direction as `defaults`
 // lists; one direction's list serves both of a bidirectional op).
 std::vector<Activation> activations_of(const NodeContext& n, const std::vector<std::string>& defaults, int dirs) {
-  std::vector<std::string> names = attr_strings(n, "activations");
+  std::vector<std::string> names = n.attr_strings("activations");
   if (names.empty()) names = defaults;
   const size_t per_dir = defaults.size();
   if (dirs == 2 && names.size() == per_dir) {
@@ -119,18 +108,10 @@ ir::Entry activate(NodeContext& n, const Activation& a, ir::Entry x) {
   if (f == "leakyrelu")
     return n.op1(OpId::kLeakyReLU, {x}, LeakyReLUAttrs{.act_type = LeakyType::kLeaky, .slope = a.alpha});
   if (f == "elu") return n.op1(OpId::kLeakyReLU, {x}, LeakyReLUAttrs{.act_type = LeakyType::kElu, .slope = a.alpha});
-  if (f == "thresholdedrelu") {
-    ir::Entry above = scalar_op(n, OpId::kGreaterScalar, x, a.alpha);
-    if (n.entry_type(above).dtype != n.entry_type(x).dtype)
-      above = cast_to(n, above, n.entry_type(x).dtype);
-    return n.op1(OpId::kElemwiseMul, {x, above});
-  }
+  if (f == "thresholdedrelu") return thresholded_relu(n, x, a.alpha);
   if (f == "scaledtanh")
     return scalar_op(n, OpId::kMulScalar, n.op1(OpId::kTanh, {scalar_op(n, OpId::kMulScalar, x, a.beta)}), a.alpha);
-  if (f == "hardsigmoid") {
-    ir::Entry y = scalar_op(n, OpId::kPlusScalar, scalar_op(n, OpId::kMulScalar, x, a.alpha), a.beta);
-    return n.op1(OpId::kClip, {y}, ClipAttrs{.a_min = 0.0, .a_max = 1.0});
-  }
+  if (f == "hardsigmoid") return hard_sigmoid(n, x, a.alpha, a.beta);
   if (f == "softsign") return n.op1(OpId::kActivation, {x}, ActivationAttrs{.act_type = ActType::kSoftsign});
   KILN_ASSERT(f == "softplus");
   return n.op1(OpId::kActivation, {x}, ActivationAttrs{.act_type = ActType::kSoftrelu});
