@@ -257,7 +257,8 @@ void gather_output_grad(const Im2colConv& s, int64_t p1, int threads, const T* d
 template <typename T>
 void gemm_weight_typed(const engine::RunContext& run, const Im2colConv& s, memory::data_type dt, const T* x,
                        const T* dy, T* dw) {
-  const int64_t K = s.out_channels, ckk = s.channels * s.kernel_h * s.kernel_w, p1 = s.out_height * s.out_width;
+  const Geometry g(s);
+  const int64_t K = s.out_channels, ckk = g.ckk, p1 = g.p1;
   const int64_t chunk =
       std::clamp<int64_t>(kGemmColBytes / std::max<int64_t>(1, ckk * p1 * static_cast<int64_t>(sizeof(T))), 1,
                           s.batch);
@@ -267,7 +268,6 @@ void gemm_weight_typed(const engine::RunContext& run, const Im2colConv& s, memor
   T* a = static_cast<T*>(call.temp(dn::plain_desc({K, chunk * p1}, dt)).get_data_handle());
   float* acc = std::is_same_v<T, float> ? reinterpret_cast<float*>(dw)
                                         : static_cast<float*>(call.temp(dn::plain_desc({K, ckk})).get_data_handle());
-  Geometry g(s);
   for (int64_t n0 = 0; n0 < s.batch; n0 += chunk) {
     const int64_t count = std::min(chunk, s.batch - n0);
     unfold(s, g, threads, x, n0, count, col);

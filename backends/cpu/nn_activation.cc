@@ -26,6 +26,7 @@
 #include "backends/cpu/nn_kernels.h"
 #include "backends/cpu/onednn_eltwise.h"
 #include "backends/cpu/parallel.h"
+#include "ir/amp.h"
 #include "ir/ops/gelu_tanh.h"
 #include "ir/ops/nn.h"
 
@@ -273,8 +274,6 @@ void prelu_forward(int threads, const TensorView& x, const T* gamma, int64_t cha
   });
 }
 
-bool is_16bit(DType t) { return t == DType::kBfloat16 || t == DType::kFloat16; }
-
 // oneDNN's algorithm for the GELU forms; nullopt for the others.
 std::optional<dnnl::algorithm> gelu_algorithm(LeakyType t) {
   if (t == LeakyType::kGelu) return dnnl::algorithm::eltwise_gelu_erf;
@@ -285,7 +284,7 @@ std::optional<dnnl::algorithm> gelu_algorithm(LeakyType t) {
 void leaky_relu_kernel(const KernelContext& ctx, std::span<const TensorView> in, std::span<const TensorView> out) {
   const auto& a = ctx.attrs.as<LeakyReLUAttrs>();
   if (auto alg = gelu_algorithm(a.act_type);
-      alg && is_16bit(in[0].dtype) && onednn::eltwise_forward(ctx.run, *alg, in[0].dtype, in[0].data, out[0].data, in[0].size()))
+      alg && is_16bit_float(in[0].dtype) && onednn::eltwise_forward(ctx.run, *alg, in[0].dtype, in[0].data, out[0].data, in[0].size()))
     return;
   if (a.act_type == LeakyType::kPrelu) {
     return dispatch_floating(in[0].dtype, [&](auto tag) {
@@ -303,7 +302,7 @@ void leaky_relu_backward_kernel(const KernelContext& ctx, std::span<const Tensor
                                 std::span<const TensorView> out) {
   const auto& a = ctx.attrs.as<LeakyReLUAttrs>();
   if (auto alg = gelu_algorithm(a.act_type);
-      alg && is_16bit(in[0].dtype) && onednn::eltwise_backward(ctx.run, *alg, in[0].dtype, in[0].data, in[1].data, out[0].data, in[0].size()))
+      alg && is_16bit_float(in[0].dtype) && onednn::eltwise_backward(ctx.run, *alg, in[0].dtype, in[0].data, in[1].data, out[0].data, in[0].size()))
     return;
   dispatch_floating(in[0].dtype, [&](auto tag) {
     using T = decltype(tag);

@@ -117,13 +117,13 @@ struct AdamStep {
 
 template <typename T, bool kDecoupled>
 void adam_family(const KernelContext& ctx, std::span<const TensorView> in, const TensorView& out,
-                 const AdamStep<T>& step, double clip_gradient) {
+                 const AdamStep<T>& step) {
   const T* w = in[0].ptr<T>();
   const T* g = in[1].ptr<T>();
   T* mean = in[2].ptr<T>();
   T* var = in[3].ptr<T>();
   T* y = out.ptr<T>();
-  run_update(ctx, clip_gradient, out.size(), [&](auto clip_on, int64_t b, int64_t e) {
+  run_update(ctx, static_cast<double>(step.c), out.size(), [&](auto clip_on, int64_t b, int64_t e) {
     constexpr bool kClip = decltype(clip_on)::value;
     int64_t i = b;
     if constexpr (std::is_same_v<T, float>) {
@@ -145,7 +145,7 @@ void adam(const KernelContext& ctx, std::span<const TensorView> in, const Tensor
   const auto& a = ctx.attrs.as<AdamAttrs>();
   const AdamStep<T> step{T(a.lr), T(1), T(a.wd), T(a.beta1), T(a.beta2), T(a.epsilon), T(a.rescale_grad),
                          T(a.clip_gradient)};
-  adam_family<T, false>(ctx, in, out, step, a.clip_gradient);
+  adam_family<T, false>(ctx, in, out, step);
 }
 
 template <typename T>
@@ -153,7 +153,7 @@ void adamw(const KernelContext& ctx, std::span<const TensorView> in, const Tenso
   const auto& a = ctx.attrs.as<AdamWAttrs>();
   const AdamStep<T> step{T(a.lr), T(a.eta), T(a.wd), T(a.beta1), T(a.beta2), T(a.epsilon), T(a.rescale_grad),
                          T(a.clip_gradient)};
-  adam_family<T, true>(ctx, in, out, step, a.clip_gradient);
+  adam_family<T, true>(ctx, in, out, step);
 }
 
 template <void (*kF32)(const KernelContext&, std::span<const TensorView>, const TensorView&),

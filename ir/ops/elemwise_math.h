@@ -102,8 +102,7 @@
 // hyperbolic, rounding, sign) and of floating-point mod/fmod: one function
 // each, `FN T op_<name>(T a)` or `(T a, T b)`, expanded for host C++ (the CPU
 // kernels' scalar forms, constant folding) and for nvcc (the CUDA elementwise
-// kernels). Not part
-// of kFusedMathSource: these ops do not fuse. Same rules for the body as
+// kernels). Not part of kFusedMathSource: these ops do not fuse. Same rules for the body as
 // KILN_FUSED_MATH. Semantics: round is half away from zero, rint half to even
 // (the default rounding mode); sign keeps +-0 and NaN; mod's result has the
 // divisor's sign (NumPy's mod, zero as +-0 after the divisor), fmod the
