@@ -3,6 +3,7 @@
 #include <array>
 #include <mutex>
 
+#include "ir/amp.h"
 #include "runtime/device_backend.h"
 
 namespace kiln {
@@ -27,8 +28,6 @@ std::array<KernelFn, kNumDeviceKinds>& widening_storage() {
   static std::array<KernelFn, kNumDeviceKinds> t{};
   return t;
 }
-
-bool is_half(DType t) { return t == DType::kFloat16 || t == DType::kBfloat16; }
 
 PrepareTable& prepare_storage() {
   static PrepareTable t{};
@@ -65,8 +64,8 @@ KernelFn find_kernel(const OpDef& op, Device device, std::span<const TensorType>
   KernelFn fn = find_kernel(op, device);
   if (half_support(op.id, device.kind) == HalfSupport::kAny) return fn;
   bool half = false;
-  for (const TensorType& t : in) half = half || is_half(t.dtype);
-  for (const TensorType& t : out) half = half || is_half(t.dtype);
+  for (const TensorType& t : in) half = half || is_16bit_float(t.dtype);
+  for (const TensorType& t : out) half = half || is_16bit_float(t.dtype);
   if (!half) return fn;
   KernelFn adaptor = widening_storage()[static_cast<size_t>(device.kind)];
   KILN_CHECK(adaptor != nullptr, NotSupported, "{}: no float16/bfloat16 kernel for {} in this build", op.name,

@@ -3,12 +3,11 @@
 #include <algorithm>
 #include <vector>
 
+#include "ir/amp.h"
 #include "ir/ops/elemwise.h"
 
 namespace kiln {
 namespace {
-
-bool is_half(DType t) { return t == DType::kFloat16 || t == DType::kBfloat16; }
 
 const OpAttrs& cast_attrs(DType to) {
   // Leaked: adaptor calls may run during exit().
@@ -33,7 +32,7 @@ void run_widened(const KernelContext& ctx, std::span<const TensorView> in, std::
   KernelFn kernel = find_kernel(def, device);
   KernelFn cast_kernel = find_kernel(op_def(OpId::kCast), device);
   auto widen = [&](const TensorView& v) {
-    if (!is_half(v.dtype)) return v;
+    if (!is_16bit_float(v.dtype)) return v;
     TensorView w{temps.alloc(static_cast<size_t>(v.size()) * sizeof(float)), v.shape, DType::kFloat32};
     return w;
   };
@@ -42,16 +41,16 @@ void run_widened(const KernelContext& ctx, std::span<const TensorView> in, std::
   wide_out.reserve(out.size());
   for (const TensorView& v : in) {
     wide_in.push_back(widen(v));
-    if (is_half(v.dtype)) cast(ctx, cast_kernel, v, wide_in.back());
+    if (is_16bit_float(v.dtype)) cast(ctx, cast_kernel, v, wide_in.back());
   }
   for (const TensorView& v : out) wide_out.push_back(widen(v));
   KernelContext c{ctx.run, ctx.attrs, ctx.is_train, ctx.op};
   kernel(c, wide_in, wide_out);
   for (size_t i = 0; i < out.size(); ++i)
-    if (is_half(out[i].dtype)) cast(ctx, cast_kernel, wide_out[i], out[i]);
+    if (is_16bit_float(out[i].dtype)) cast(ctx, cast_kernel, wide_out[i], out[i]);
   for (int m : def.mutate_inputs) {
     const auto k = static_cast<size_t>(m);
-    if (k < in.size() && is_half(in[k].dtype)) cast(ctx, cast_kernel, wide_in[k], in[k]);
+    if (k < in.size() && is_16bit_float(in[k].dtype)) cast(ctx, cast_kernel, wide_in[k], in[k]);
   }
 }
 

@@ -16,6 +16,7 @@
 
 #include "backends/cuda/device_runtime.h"
 #include "backends/cuda/kernel_util.h"
+#include "ir/amp.h"
 #include "ir/ops/conv.h"
 #include "ir/ops/fused_layers.h"
 
@@ -39,8 +40,6 @@ void check_cudnn(cudnnStatus_t st, const char* call, Device device) {
 cudnnDataType_t cudnn_type(DType t) {
   return t == DType::kBfloat16 ? CUDNN_DATA_BFLOAT16 : t == DType::kFloat16 ? CUDNN_DATA_HALF : CUDNN_DATA_FLOAT;
 }
-
-bool is_16bit(DType t) { return t == DType::kBfloat16 || t == DType::kFloat16; }
 
 struct TensorDesc {
   cudnnTensorDescriptor_t d = nullptr;
@@ -118,7 +117,7 @@ struct ConvDesc {
     KILN_CUDNN_CHECK(cudnnSetConvolutionGroupCount(d, groups), device);
     // FMA math forbids TF32; the default allows it (KILN_CUDA_TF32=0 forbids).
     cudnnMathType_t math = cuda::tf32_allowed() ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
-    if (is_16bit(dtype)) math = CUDNN_TENSOR_OP_MATH;
+    if (is_16bit_float(dtype)) math = CUDNN_TENSOR_OP_MATH;
     KILN_CUDNN_CHECK(cudnnSetConvolutionMathType(d, math), device);
   }
   ~ConvDesc() { cudnnDestroyConvolutionDescriptor(d); }
@@ -203,7 +202,7 @@ void convolution_forward_into(const KernelContext& ctx, const ConvolutionAttrs& 
 
 // out[n, c, ...] += bias[c]
 void add_channel_bias(const KernelContext& ctx, const TensorView& out, const TensorView& bias) {
-  if (is_16bit(out.dtype)) {
+  if (is_16bit_float(out.dtype)) {
     const int64_t inner = out.size() / std::max<int64_t>(1, out.shape[0] * bias.size());
     KILN_CUDA_LAUNCH(cuda::launch_add_channel_bias(out.data, static_cast<int>(out.dtype), bias.data,
                                                    static_cast<int>(bias.dtype), out.size(), bias.size(), inner,
@@ -220,7 +219,7 @@ void add_channel_bias(const KernelContext& ctx, const TensorView& out, const Ten
 }
 
 void convolution_native(const KernelContext& ctx, std::span<const TensorView> in, std::span<const TensorView> out) {
-  if (!is_16bit(in[0].dtype)) cuda::require_f32(in, out);
+  if (!is_16bit_float(in[0].dtype)) cuda::require_f32(in, out);
   const auto& a = ctx.attrs.as<ConvolutionAttrs>();
   if (out[0].size() == 0) return;
   convolution_forward_into(ctx, a, in[0], in[1], out[0]);
@@ -249,7 +248,7 @@ void conv_act(const KernelContext& ctx, std::span<const TensorView> in, std::spa
 // (out_grad, weight) -> d_data
 void convolution_backward_data_native(const KernelContext& ctx, std::span<const TensorView> in,
                                std::span<const TensorView> out) {
-  if (!is_16bit(in[0].dtype)) cuda::require_f32(in, out);
+  if (!is_16bit_float(in[0].dtype)) cuda::require_f32(in, out);
   const auto& a = ctx.attrs.as<ConvolutionBackwardDataAttrs>();
   const Device dev = ctx.run.device;
   if (out[0].size() == 0) return;
@@ -277,7 +276,7 @@ void convolution_backward_data_native(const KernelContext& ctx, std::span<const 
 // (out_grad, data) -> d_weight
 void convolution_backward_weight_native(const KernelContext& ctx, std::span<const TensorView> in,
                                  std::span<const TensorView> out) {
-  if (!is_16bit(in[0].dtype)) cuda::require_f32(in, out);
+  if (!is_16bit_float(in[0].dtype)) cuda::require_f32(in, out);
   const auto& a = ctx.attrs.as<ConvolutionAttrs>();
   const Device dev = ctx.run.device;
   if (out[0].size() == 0) return;
@@ -306,7 +305,7 @@ void convolution_backward_weight_native(const KernelContext& ctx, std::span<cons
 // run on float32 copies instead.
 template <void (*kNative)(const KernelContext&, std::span<const TensorView>, std::span<const TensorView>)>
 void or_widened(const KernelContext& ctx, std::span<const TensorView> in, std::span<const TensorView> out) {
-  if (!is_16bit(in[0].dtype)) return kNative(ctx, in, out);
+  if (!is_16bit_float(in[0].dtype)) return kNative(ctx, in, out);
   try {
     kNative(ctx, in, out);
   } catch (const Error& e) {
@@ -355,7 +354,7 @@ struct PoolSetup {
 // pooling, float32 arithmetic inside), or NotSupported.
 DType pool_dtype(std::span<const TensorView> in, std::span<const TensorView> out) {
   const DType t = in[0].dtype;
-  if (!is_16bit(t)) {
+  if (!is_16bit_float(t)) {
     cuda::require_f32(in, out);
     return t;
   }
@@ -417,7 +416,7 @@ cuda::BatchNormArgs batch_norm_args(const KernelContext& ctx, const BatchNormAtt
 // `data_inputs` inputs and output 0 hold the data (dtype t), the rest float32.
 bool batch_norm_native(std::span<const TensorView> in, std::span<const TensorView> out, size_t data_inputs) {
   const DType t = in[0].dtype;
-  if (t != DType::kFloat32 && !is_16bit(t)) return false;
+  if (t != DType::kFloat32 && !is_16bit_float(t)) return false;
   for (size_t i = 0; i < in.size(); ++i) {
     if (in[i].dtype != (i < data_inputs ? t : DType::kFloat32)) return false;
   }
@@ -430,7 +429,7 @@ bool batch_norm_native(std::span<const TensorView> in, std::span<const TensorVie
 // (data, gamma, beta, moving_mean, moving_var) -> (out, mean, var)
 void batch_norm(const KernelContext& ctx, std::span<const TensorView> in, std::span<const TensorView> out) {
   if (!batch_norm_native(in, out, 1)) {
-    if (is_16bit(in[0].dtype)) return cuda::widen(ctx, in, out);
+    if (is_16bit_float(in[0].dtype)) return cuda::widen(ctx, in, out);
     cuda::require_f32(in, out);
   }
   cuda::BatchNormArgs args = batch_norm_args(ctx, ctx.attrs.as<BatchNormAttrs>(), in[0].shape);
@@ -445,7 +444,7 @@ void batch_norm(const KernelContext& ctx, std::span<const TensorView> in, std::s
 // (out_grad, data, gamma, mean, var) -> (d_data, d_gamma, d_beta); out_grad and d_data in data's dtype.
 void batch_norm_backward(const KernelContext& ctx, std::span<const TensorView> in, std::span<const TensorView> out) {
   if (!batch_norm_native(in, out, 2)) {
-    if (is_16bit(in[1].dtype)) return cuda::widen(ctx, in, out);
+    if (is_16bit_float(in[1].dtype)) return cuda::widen(ctx, in, out);
     cuda::require_f32(in, out);
   }
   cuda::BatchNormArgs args = batch_norm_args(ctx, ctx.attrs.as<BatchNormAttrs>(), in[1].shape);

@@ -12,6 +12,7 @@
 #include "backends/cuda/device_runtime.h"
 #include "backends/cuda/kernel_util.h"
 #include "backends/cuda/lt_dense.h"
+#include "ir/amp.h"
 #include "ir/ops/fused_layers.h"
 #include "ir/ops/linalg.h"
 #include "ir/ops/nn.h"
@@ -33,8 +34,6 @@ cudaDataType_t cuda_type(DType t) {
       return CUDA_R_32F;
   }
 }
-
-bool is_16bit(DType t) { return t == DType::kFloat16 || t == DType::kBfloat16; }
 
 // out[b] = op(A[b]) . op(B[b]), dims as MatmulDims (A [m,k] or [k,m] when ta;
 // B [k,n] or [n,k] when tb). A and B in `ab`, C in `c_type`: float32 (Sgemm,
@@ -100,14 +99,14 @@ void gemm(const KernelContext& ctx, const MatmulDims& d, DType ab, const void* a
 template <MatmulDims (*kDims)(const Shape&, const Shape&, const DotAttrs&)>
 void product_kernel(const KernelContext& ctx, std::span<const TensorView> in, std::span<const TensorView> out) {
   MatmulDims d = kDims(in[0].shape, in[1].shape, ctx.attrs.as<DotAttrs>());
-  if (!is_16bit(in[0].dtype)) cuda::require_f32(in, out);
+  if (!is_16bit_float(in[0].dtype)) cuda::require_f32(in, out);
   gemm(ctx, d, in[0].dtype, in[0].data, in[1].data, out[0].dtype, out[0].data);
 }
 
 // out = data . weight^T (+ bias), then act when given.
 void dense(const KernelContext& ctx, const FullyConnectedAttrs& a, std::optional<ActType> act,
            std::span<const TensorView> in, const TensorView& out) {
-  const bool half = is_16bit(out.dtype);
+  const bool half = is_16bit_float(out.dtype);
   if (!half) cuda::require_f32(in, std::span<const TensorView>(&out, 1));
   FullyConnectedDims fc = fully_connected_dims(in[0].shape, in[1].shape, a);
   if (cuda::lt_dense(ctx, fc, in[0], in[1], a.no_bias ? nullptr : &in[2], act, out)) return;
