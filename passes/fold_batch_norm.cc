@@ -3,6 +3,7 @@
 #include <map>
 
 #include "ir/ops/conv.h"
+#include "ir/ops/conv_layout.h"
 #include "ir/ops/elemwise.h"
 #include "ir/ops/nn.h"
 #include "passes/graph_copy.h"
@@ -40,6 +41,7 @@ ir::NodeId foldable_layer(const ir::Graph& g, const Uses& uses, ir::NodeId bn, b
   if (!layer.is_op() || x.index != 0 || g.type(x).dtype != DType::kFloat32) return -1;
   if (layer.op != OpId::kConvolution && layer.op != OpId::kFullyConnected) return -1;
   if (layer.op == OpId::kFullyConnected && g.type(x).shape.ndim() != 2) return -1;
+  if (layer.op == OpId::kConvolution && channels_last(layer.attrs.as<ConvolutionAttrs>().layout)) return -1;
   if (uses.count(x.node, 0) != 1 || uses.output(x.node, 0)) return -1;
   return x.node;
 }

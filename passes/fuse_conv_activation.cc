@@ -4,6 +4,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "ir/ops/conv_layout.h"
 #include "ir/ops/fused_layers.h"
 #include "passes/graph_copy.h"
 
@@ -127,6 +128,7 @@ class Matcher {
       if (!fusable_value(conv)) continue;
       const ir::Node& cn = g_.node(conv.node);
       if (cn.op != OpId::kConvolution || cn.types[0].dtype != DType::kFloat32) continue;
+      if (channels_last(cn.attrs.as<ConvolutionAttrs>().layout)) continue;  // is_channel_vector is channel-first
       if (!is_channel_vector(g_.type(bias), cn.types[0]) || n.types[0] != cn.types[0]) continue;
       c.layer = conv.node;
       c.channel_bias = bias;

@@ -15,8 +15,12 @@
 // weight gradients of layers with small outputs (4x4) run as unfolded matrix
 // products (gemm_backward_weight, conv_im2col.h says why).
 //
-// User arrays stay NCHW, so each call reorders its operands into the chosen
-// layouts and the result back. Weights are reordered on every
+// User arrays are NCHW (weights OIHW), so each call reorders its operands
+// into the chosen layouts and the result back -- or channel-last (layout
+// NHWC, weights OHWI: ir/ops/conv_layout.h), which the primitives then use as
+// they are, with no reorder of the activations (the layout oneDNN's 16-bit
+// kernels want; the channels-last pass puts 16-bit graphs in it). Winograd
+// and im2col are channel-first only. Weights are reordered on every
 // call in training (they change every step); inference (KernelContext::is_train
 // false) takes the reordered weights from the weight cache
 // (backends/cpu/weight_cache.h), which compares the weights' bytes with the
@@ -46,6 +50,7 @@
 #include "backends/cpu/weight_cache.h"
 #include "backends/cpu/widen.h"
 #include "ir/ops/conv.h"
+#include "ir/ops/conv_layout.h"
 #include "ir/ops/fused_layers.h"
 #include "runtime/kernel.h"
 
@@ -61,14 +66,23 @@ struct ConvProblem {
   bool has_bias = false;
   bool with_sum = false;           // forward post-ops (_kiln_conv_act)
   std::optional<ActType> act;
-  bool nhwc = false;  // activations in nhwc rather than a layout oneDNN chooses
+  bool channels_last = false;  // the user's arrays: data NHWC, weights OHWI (layout attribute)
+  bool nhwc = false;           // activations in nhwc rather than a layout oneDNN chooses
   memory::data_type dt = memory::data_type::f32;  // of every operand (f32, bf16 or f16)
   int64_t macs = 0;   // multiply-adds
   std::string key;    // everything above
 
   // The layout of src or dst (`dims`) the primitives use.
   memory::desc activation_desc(const memory::dims& dims) const {
-    return nhwc ? memory::desc(dims, dt, memory::format_tag::nhwc) : dn::any_desc(dims, dt);
+    return nhwc ? dn::channels_last_desc(dims, dt) : dn::any_desc(dims, dt);
+  }
+  // The layouts of the user's arrays.
+  memory::desc user_activation(const memory::dims& dims) const {
+    return channels_last ? dn::channels_last_desc(dims, dt) : dn::plain_desc(dims, dt);
+  }
+  memory::desc user_weights() const {
+    return channels_last ? dn::channels_last_desc(weights, dt, weights.size() - src.size() + 1)
+                         : dn::plain_desc(weights, dt);
   }
 
   dnnl::convolution_forward::desc forward_desc() const {
@@ -85,13 +99,17 @@ ConvProblem make_problem(const ConvolutionAttrs& a, const Shape& data, DType dty
                          std::optional<ActType> act = std::nullopt) {
   WindowGeometry g = convolution_geometry(a, data);
   ConvProblem p;
+  p.channels_last = channels_last(a.layout);
+  const int64_t channels = data_channels(data, p.channels_last);
   p.dt = dn::data_type(dtype);
   p.key = fmt::format("{}|", dtype_short_name(dtype));
-  p.src = dn::to_dims(data);
+  // oneDNN's dims are channel-first whatever the memory layout.
+  p.src = {data[0], channels};
+  for (int i = 0; i < g.nsp; ++i) p.src.push_back(g.in[i]);
   p.dst = dn::to_dims(g.out_shape(data[0], a.num_filter));
   // MXNet's [num_filter, C / groups, k...] is oneDNN's goihw with the group split off.
-  if (a.num_group > 1) p.weights = {a.num_group, a.num_filter / a.num_group, data[1] / a.num_group};
-  else p.weights = {a.num_filter, data[1]};
+  if (a.num_group > 1) p.weights = {a.num_group, a.num_filter / a.num_group, channels / a.num_group};
+  else p.weights = {a.num_filter, channels};
   for (int i = 0; i < g.nsp; ++i) {
     p.weights.push_back(g.kernel[i]);
     p.strides.push_back(g.stride[i]);
@@ -107,10 +125,11 @@ ConvProblem make_problem(const ConvolutionAttrs& a, const Shape& data, DType dty
   p.with_sum = with_sum;
   p.act = act;
   p.key += dn::post_ops_key(with_sum, act);
-  // Blocked layouts would pad these channels to a multiple of 16 (see the top of this file).
-  p.nhwc = p.src.size() == 4 && p.src[1] % 16 != 0;
-  p.key += p.nhwc ? "nhwc|" : "|";
-  p.macs = g.out_shape(data[0], a.num_filter).size() * (data[1] / a.num_group) * g.kernel_size();
+  // Blocked layouts would pad these channels to a multiple of 16 (see the top
+  // of this file); channel-last arrays are used as they are.
+  p.nhwc = p.channels_last || (p.src.size() == 4 && channels % 16 != 0);
+  p.key += p.channels_last ? "last|" : p.nhwc ? "nhwc|" : "|";
+  p.macs = g.out_shape(data[0], a.num_filter).size() * (channels / a.num_group) * g.kernel_size();
   return p;
 }
 
@@ -143,10 +162,10 @@ ForwardPlan make_forward_plan(const ConvProblem& p) {
   ForwardPlan plan;
   plan.prim = dnnl::convolution_forward(pd);
   plan.scratchpad = dn::scratchpad_bytes(pd);
-  plan.src = {dn::plain_desc(p.src, p.dt), pd.src_desc()};
-  plan.weights = {dn::plain_desc(p.weights, p.dt), pd.weights_desc()};
-  plan.dst = {pd.dst_desc(), dn::plain_desc(p.dst, p.dt)};
-  if (p.with_sum) plan.sum = {dn::plain_desc(p.dst, p.dt), pd.dst_desc()};
+  plan.src = {p.user_activation(p.src), pd.src_desc()};
+  plan.weights = {p.user_weights(), pd.weights_desc()};
+  plan.dst = {pd.dst_desc(), p.user_activation(p.dst)};
+  if (p.with_sum) plan.sum = {p.user_activation(p.dst), pd.dst_desc()};
   if (p.has_bias) plan.bias = dn::plain_desc(p.bias, p.dt);
   return plan;
 }
@@ -159,9 +178,9 @@ BackwardDataPlan make_backward_data_plan(const ConvProblem& p) {
   BackwardDataPlan plan;
   plan.prim = dnnl::convolution_backward_data(pd);
   plan.scratchpad = dn::scratchpad_bytes(pd);
-  plan.diff_dst = {dn::plain_desc(p.dst, p.dt), pd.diff_dst_desc()};
-  plan.weights = {dn::plain_desc(p.weights, p.dt), pd.weights_desc()};
-  plan.diff_src = {pd.diff_src_desc(), dn::plain_desc(p.src, p.dt)};
+  plan.diff_dst = {p.user_activation(p.dst), pd.diff_dst_desc()};
+  plan.weights = {p.user_weights(), pd.weights_desc()};
+  plan.diff_src = {pd.diff_src_desc(), p.user_activation(p.src)};
   return plan;
 }
 
@@ -173,9 +192,9 @@ BackwardWeightsPlan make_backward_weights_plan(const ConvProblem& p) {
   BackwardWeightsPlan plan;
   plan.prim = dnnl::convolution_backward_weights(pd);
   plan.scratchpad = dn::scratchpad_bytes(pd);
-  plan.src = {dn::plain_desc(p.src, p.dt), pd.src_desc()};
-  plan.diff_dst = {dn::plain_desc(p.dst, p.dt), pd.diff_dst_desc()};
-  plan.diff_weights = {pd.diff_weights_desc(), dn::plain_desc(p.weights, p.dt)};
+  plan.src = {p.user_activation(p.src), pd.src_desc()};
+  plan.diff_dst = {p.user_activation(p.dst), pd.diff_dst_desc()};
+  plan.diff_weights = {pd.diff_weights_desc(), p.user_weights()};
   return plan;
 }
 
@@ -220,7 +239,7 @@ struct WinogradChoice {
 };
 
 std::optional<WinogradChoice> choose_winograd(const ConvProblem& p, bool backward_data) {
-  if (p.dt != memory::data_type::f32) return std::nullopt;
+  if (p.dt != memory::data_type::f32 || p.channels_last) return std::nullopt;
   if (p.src.size() != 4 || p.weights.size() != 4 || p.weights[2] != 3 || p.weights[3] != 3) return std::nullopt;
   if (p.strides != memory::dims{1, 1} || p.dilates != memory::dims{0, 0}) return std::nullopt;
   if (p.act && *p.act != ActType::kRelu) return std::nullopt;
@@ -241,7 +260,7 @@ std::optional<WinogradChoice> choose_winograd(const ConvProblem& p, bool backwar
 // `p` as an im2col problem (backends/cpu/conv_im2col.h): ungrouped 2-D
 // without post-ops; nullopt otherwise.
 std::optional<cpu::Im2colConv> im2col_problem(const ConvProblem& p) {
-  if (p.src.size() != 4 || p.weights.size() != 4 || p.with_sum || p.act) return std::nullopt;
+  if (p.src.size() != 4 || p.weights.size() != 4 || p.with_sum || p.act || p.channels_last) return std::nullopt;
   cpu::Im2colConv s{.batch = p.src[0], .channels = p.src[1], .height = p.src[2], .width = p.src[3],
                     .out_channels = p.dst[1], .out_height = p.dst[2], .out_width = p.dst[3],
                     .kernel_h = p.weights[2], .kernel_w = p.weights[3], .stride_h = p.strides[0],

@@ -10,7 +10,11 @@
 // (count_include_pad) or by its valid elements; sum divides by nothing.
 //
 // 1-D and 3-D pooling run oneDNN's pooling primitives over the user's
-// channel-first arrays (no reorders).
+// channel-first arrays (no reorders), and so does channel-last data (layout
+// NWC/NHWC/NDHWC: ir/ops/conv_layout.h) of any rank, without MXNet's
+// output rescaling (NotSupported where it is needed: sum pooling, or an
+// average over windows cut by the "full" convention's padding) and without
+// dilation.
 //
 // float16 and bfloat16: the direct loops load 16-bit elements into float32,
 // accumulate in float32 (a row of outputs, or for the backward a plane of
@@ -47,6 +51,7 @@
 #include "backends/cpu/parallel.h"
 #include "backends/cpu/widen.h"
 #include "ir/ops/conv.h"
+#include "ir/ops/conv_layout.h"
 #include "runtime/kernel.h"
 
 namespace kiln {
@@ -70,8 +75,14 @@ struct PoolProblem {
   dnnl::algorithm alg = dnnl::algorithm::pooling_max;
   memory::dims src, dst, strides, kernel, pad_l, pad_r;
   memory::data_type dt = memory::data_type::f32;  // of data, output and their gradients
+  bool channels_last = false;                     // the user's arrays (dims stay channel-first)
   int64_t work = 0;
   std::string key;  // everything above
+
+  // The layout of the user's data or output (`dims`).
+  memory::desc user_desc(const memory::dims& dims) const {
+    return channels_last ? dn::channels_last_desc(dims, dt) : dn::plain_desc(dims, dt);
+  }
 };
 
 PoolProblem make_problem(const PoolingAttrs& a, const Shape& data, DType dtype) {
@@ -86,8 +97,11 @@ PoolProblem make_problem(const PoolingAttrs& a, const Shape& data, DType dtype) 
   } else {
     p.alg = dnnl::algorithm::pooling_avg_include_padding;
   }
-  p.src = dn::to_dims(data);
-  p.dst = dn::to_dims(p.g.out_shape(data[0], data[1]));
+  p.channels_last = channels_last(a.layout);
+  const int64_t channels = data_channels(data, p.channels_last);
+  p.src = {data[0], channels};
+  for (int i = 0; i < p.g.nsp; ++i) p.src.push_back(p.g.in[i]);
+  p.dst = dn::to_dims(p.g.out_shape(data[0], channels));
   for (int i = 0; i < p.g.nsp; ++i) {
     p.strides.push_back(p.g.stride[i]);
     p.kernel.push_back(p.g.kernel[i]);
@@ -95,8 +109,9 @@ PoolProblem make_problem(const PoolingAttrs& a, const Shape& data, DType dtype) 
     p.pad_r.push_back(p.g.pad_r[i]);
   }
   for (const auto* d : {&p.src, &p.dst, &p.strides, &p.kernel, &p.pad_l, &p.pad_r}) dn::append_key(p.key, *d);
-  p.key += fmt::format("{}|{}|{}|", static_cast<int>(p.type), static_cast<int>(p.alg), static_cast<int>(p.dt));
-  p.work = data.size() + p.g.out_shape(data[0], data[1]).size() * p.g.kernel_size();
+  p.key += fmt::format("{}|{}|{}|{}|", static_cast<int>(p.type), static_cast<int>(p.alg), static_cast<int>(p.dt),
+                       p.channels_last ? "last" : "");
+  p.work = data.size() + p.g.out_shape(data[0], channels).size() * p.g.kernel_size();
   return p;
 }
 
@@ -171,8 +186,8 @@ struct BackwardPlan {
 };
 
 dnnl::pooling_forward::primitive_desc forward_pd(const PoolProblem& p, dnnl::prop_kind prop) {
-  dnnl::pooling_forward::desc desc(prop, p.alg, dn::plain_desc(p.src, p.dt), dn::plain_desc(p.dst, p.dt), p.strides,
-                                   p.kernel, p.pad_l, p.pad_r);
+  dnnl::pooling_forward::desc desc(prop, p.alg, p.user_desc(p.src), p.user_desc(p.dst), p.strides, p.kernel,
+                                   p.pad_l, p.pad_r);
   return {desc, dn::scratchpad_attr(), dn::engine()};
 }
 
@@ -202,8 +217,8 @@ ForwardPlan make_forward_plan(const PoolProblem& p) {
 
 BackwardPlan make_backward_plan(const PoolProblem& p) {
   auto fwd = forward_pd(p, dnnl::prop_kind::forward_training);
-  dnnl::pooling_backward::desc desc(p.alg, dn::plain_desc(p.src, p.dt), dn::plain_desc(p.dst, p.dt), p.strides,
-                                    p.kernel, p.pad_l, p.pad_r);
+  dnnl::pooling_backward::desc desc(p.alg, p.user_desc(p.src), p.user_desc(p.dst), p.strides, p.kernel, p.pad_l,
+                                    p.pad_r);
   dnnl::pooling_backward::primitive_desc pd(desc, dn::scratchpad_attr(), dn::engine(), fwd);
   BackwardPlan plan;
   if (p.type == PoolType::kMax) {
@@ -557,6 +572,14 @@ bool onednn_direct(const PoolProblem& p, DType t) {
   return t == DType::kFloat32 || (onednn_pools_in(t) && !output_scales(p).needed);
 }
 
+// Channel-last pooling runs on oneDNN only (see the file comment).
+void check_channels_last(const PoolProblem& p) {
+  KILN_CHECK(!dilated(p), NotSupported, "Pooling: dilated windows need a channel-first layout");
+  KILN_CHECK(!output_scales(p).needed, NotSupported,
+             "Pooling: {} with a channel-last layout is not supported (needs a channel-first layout)",
+             p.type == PoolType::kSum ? "sum pooling" : "averaging windows cut by the 'full' convention's padding");
+}
+
 // f(T{}) for the pooled dtypes: float32, float16, bfloat16 (inference admits no float64).
 template <typename F>
 void dispatch_pooled(DType t, F&& f) {
@@ -573,13 +596,14 @@ void pooling_forward(const KernelContext& ctx, std::span<const TensorView> in, s
   if (out[0].size() == 0) return;
   const DType t = in[0].dtype;
   PoolProblem p = make_problem(ctx.attrs.as<PoolingAttrs>(), in[0].shape, t);
+  if (p.channels_last) check_channels_last(p);
   if (dilated(p)) {
     return dispatch_pooled(t, [&](auto tag) {
       using T = decltype(tag);
       dilated_max<T>(ctx, p, in[0].ptr<T>(), nullptr, out[0].ptr<T>());
     });
   }
-  if (p.g.nsp == 2) {
+  if (p.g.nsp == 2 && !p.channels_last) {
     return dispatch_pooled(t, [&](auto tag) {
       using T = decltype(tag);
       pooling_forward_2d<T>(ctx, p, in[0].ptr<T>(), out[0].ptr<T>());
@@ -589,8 +613,8 @@ void pooling_forward(const KernelContext& ctx, std::span<const TensorView> in, s
   dn::Call call(ctx.run, p.work);
   auto plan = dn::cached<ForwardPlan>(fmt::format("pool_fwd|{}{}", p.key, call.threads()), [&] { return make_forward_plan(p); });
   call.run(plan->prim, plan->scratchpad,
-           {{DNNL_ARG_SRC, call.wrap(dn::plain_desc(p.src, p.dt), in[0].data)},
-            {DNNL_ARG_DST, call.wrap(dn::plain_desc(p.dst, p.dt), out[0].data)}});
+           {{DNNL_ARG_SRC, call.wrap(p.user_desc(p.src), in[0].data)},
+            {DNNL_ARG_DST, call.wrap(p.user_desc(p.dst), out[0].data)}});
   call.finish();
   if (plan->scales.needed) {
     float* y = out[0].ptr<float>();
@@ -607,13 +631,14 @@ void pooling_backward(const KernelContext& ctx, std::span<const TensorView> in, 
   }
   const DType t = in[1].dtype;
   PoolProblem p = make_problem(ctx.attrs.as<PoolingAttrs>(), in[1].shape, t);
+  if (p.channels_last) check_channels_last(p);
   if (dilated(p)) {
     return dispatch_pooled(t, [&](auto tag) {
       using T = decltype(tag);
       dilated_max<T>(ctx, p, in[1].ptr<T>(), in[0].ptr<T>(), out[0].ptr<T>());
     });
   }
-  if (p.g.nsp == 2) {
+  if (p.g.nsp == 2 && !p.channels_last) {
     return dispatch_pooled(t, [&](auto tag) {
       using T = decltype(tag);
       pooling_backward_2d<T>(ctx, p, in[0].ptr<T>(), in[1].ptr<T>(), out[0].ptr<T>());
@@ -622,7 +647,7 @@ void pooling_backward(const KernelContext& ctx, std::span<const TensorView> in, 
   if (!onednn_direct(p, t)) return cpu::widen(ctx, in, out);
   dn::Call call(ctx.run, p.work);
   auto plan = dn::cached<BackwardPlan>(fmt::format("pool_bwd|{}{}", p.key, call.threads()), [&] { return make_backward_plan(p); });
-  const memory::desc src = dn::plain_desc(p.src, p.dt), dst = dn::plain_desc(p.dst, p.dt);
+  const memory::desc src = p.user_desc(p.src), dst = p.user_desc(p.dst);
   std::unordered_map<int, memory> args{{DNNL_ARG_DIFF_SRC, call.wrap(src, out[0].data)}};
   if (p.type == PoolType::kMax) {
     memory workspace = call.temp(plan->workspace);

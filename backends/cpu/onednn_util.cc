@@ -36,6 +36,17 @@ memory::desc plain_desc(const memory::dims& dims, memory::data_type dt) {
   return memory::desc(dims, dt, row_major_strides(dims));
 }
 
+memory::desc channels_last_desc(const memory::dims& dims, memory::data_type dt, size_t innermost) {
+  memory::dims strides(dims.size(), 1);
+  memory::dim step = std::max<memory::dim>(dims[innermost], 1);
+  for (size_t i = dims.size(); i-- > 0;) {
+    if (i == innermost) continue;
+    strides[i] = step;
+    step *= std::max<memory::dim>(dims[i], 1);
+  }
+  return memory::desc(dims, dt, strides);
+}
+
 memory::desc any_desc(const memory::dims& dims, memory::data_type dt) {
   return memory::desc(dims, dt, memory::format_tag::any);
 }

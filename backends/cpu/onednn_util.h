@@ -46,6 +46,11 @@ const dnnl::engine& engine();
 // format_tag::any (the primitive chooses).
 memory::desc plain_desc(const memory::dims& dims, memory::data_type dt = memory::data_type::f32);
 memory::desc any_desc(const memory::dims& dims, memory::data_type dt = memory::data_type::f32);
+// Dense `dims` whose axis `innermost` varies fastest and the others row-major
+// in their order: channel-last data ({N, C, H, W} stored as NHWC: axis 1) and
+// channel-last convolution weights ({O, I, kh, kw} as OHWI: axis 1; grouped
+// {G, O/G, I/G, kh, kw} as G, O/G, kh, kw, I/G: axis 2).
+memory::desc channels_last_desc(const memory::dims& dims, memory::data_type dt, size_t innermost = 1);
 memory::data_type data_type(DType t);  // float32, bfloat16 or float16
 // Whether oneDNN computes convolutions and matrix products with `t` data on
 // this CPU (float32 always; bfloat16 on AVX-512 machines, natively where the

@@ -18,6 +18,7 @@
 #include "backends/cuda/kernel_util.h"
 #include "ir/amp.h"
 #include "ir/ops/conv.h"
+#include "ir/ops/conv_layout.h"
 #include "ir/ops/fused_layers.h"
 
 #if defined(KILN_HAVE_CUDNN)
@@ -43,10 +44,16 @@ cudnnDataType_t cudnn_type(DType t) {
 
 struct TensorDesc {
   cudnnTensorDescriptor_t d = nullptr;
-  TensorDesc(const std::vector<int>& dims, Device device, DType dtype = DType::kFloat32) {
+  // `dims` channel-first ([N, C, spatial...]); `last`: stored channel-last.
+  TensorDesc(const std::vector<int>& dims, Device device, DType dtype = DType::kFloat32, bool last = false) {
     KILN_CUDNN_CHECK(cudnnCreateTensorDescriptor(&d), device);
     std::vector<int> strides(dims.size(), 1);
-    for (int i = static_cast<int>(dims.size()) - 2; i >= 0; --i) strides[i] = strides[i + 1] * dims[i + 1];
+    int step = last ? dims[1] : 1;
+    for (size_t i = dims.size(); i-- > 0;) {
+      if (last && i == 1) continue;  // channels innermost (stride 1)
+      strides[i] = step;
+      step *= dims[i];
+    }
     KILN_CUDNN_CHECK(cudnnSetTensorNdDescriptor(d, cudnn_type(dtype), static_cast<int>(dims.size()), dims.data(),
                                                 strides.data()),
                      device);
@@ -58,10 +65,11 @@ struct TensorDesc {
 
 struct FilterDesc {
   cudnnFilterDescriptor_t d = nullptr;
-  FilterDesc(const std::vector<int>& dims, Device device, DType dtype) {
+  // `dims` [K, C / groups, spatial...] whatever the layout; `last`: stored [K, spatial..., C / groups].
+  FilterDesc(const std::vector<int>& dims, Device device, DType dtype, bool last = false) {
     KILN_CUDNN_CHECK(cudnnCreateFilterDescriptor(&d), device);
-    KILN_CUDNN_CHECK(cudnnSetFilterNdDescriptor(d, cudnn_type(dtype), CUDNN_TENSOR_NCHW, static_cast<int>(dims.size()),
-                                                dims.data()),
+    KILN_CUDNN_CHECK(cudnnSetFilterNdDescriptor(d, cudnn_type(dtype), last ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW,
+                                                static_cast<int>(dims.size()), dims.data()),
                      device);
   }
   ~FilterDesc() { cudnnDestroyFilterDescriptor(d); }
@@ -69,13 +77,15 @@ struct FilterDesc {
   FilterDesc& operator=(const FilterDesc&) = delete;
 };
 
-// Dims of an array with the spatial axes padded to at least two (1-D as 2-D).
-std::vector<int> dims_of(const Shape& s) {
+// Dims of an array, channel-first ([N, C, spatial...], from [N, spatial...,
+// C] when `last`), with the spatial axes padded to at least two (1-D as 2-D).
+std::vector<int> dims_of(const Shape& s, bool last = false) {
   std::vector<int> dims;
   for (int i = 0; i < s.ndim(); ++i) {
     KILN_CHECK(s[i] < (int64_t{1} << 31), NotSupported, "axis {} of {} is too long for cuDNN", i, s);
     dims.push_back(static_cast<int>(s[i]));
   }
+  if (last && dims.size() >= 3) std::rotate(dims.begin() + 1, dims.end() - 1, dims.end());
   if (dims.size() == 3) dims.push_back(1);
   return dims;
 }
@@ -136,12 +146,12 @@ struct ConvSetup {
   ConvSetup(const ConvolutionAttrs& a, const Shape& data, const Shape& weight, const Shape& out, Device dev,
             DType dtype)
       : device(dev),
-        x(dims_of(data), dev, dtype),
-        y(dims_of(out), dev, dtype),
-        w(dims_of(weight), dev, dtype),
+        x(dims_of(data, channels_last(a.layout)), dev, dtype, channels_last(a.layout)),
+        y(dims_of(out, channels_last(a.layout)), dev, dtype, channels_last(a.layout)),
+        w(dims_of(weight, channels_last(a.layout)), dev, dtype, channels_last(a.layout)),
         conv(window_of(convolution_geometry(a, data)), a.num_group, dev, dtype) {
-    key = fmt::format("{}|{}|{}|{}|{}|{}|{}|{}|{}|{}", dev, dtype_short_name(dtype), data, weight, out, a.stride,
-                      a.dilate, a.pad, a.num_group, cuda::tf32_allowed());
+    key = fmt::format("{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}", dev, dtype_short_name(dtype), data, weight, out, a.stride,
+                      a.dilate, a.pad, a.num_group, cuda::tf32_allowed(), channels_last(a.layout) ? "last" : "");
   }
 };
 
@@ -200,10 +210,10 @@ void convolution_forward_into(const KernelContext& ctx, const ConvolutionAttrs& 
                    dev);
 }
 
-// out[n, c, ...] += bias[c]
-void add_channel_bias(const KernelContext& ctx, const TensorView& out, const TensorView& bias) {
+// out[n, c, ...] += bias[c] (out[n, ..., c] when `last`)
+void add_channel_bias(const KernelContext& ctx, const TensorView& out, const TensorView& bias, bool last) {
   if (is_16bit_float(out.dtype)) {
-    const int64_t inner = out.size() / std::max<int64_t>(1, out.shape[0] * bias.size());
+    const int64_t inner = last ? 1 : out.size() / std::max<int64_t>(1, out.shape[0] * bias.size());
     KILN_CUDA_LAUNCH(cuda::launch_add_channel_bias(out.data, static_cast<int>(out.dtype), bias.data,
                                                    static_cast<int>(bias.dtype), out.size(), bias.size(), inner,
                                                    cuda::stream_of(ctx)),
@@ -211,7 +221,7 @@ void add_channel_bias(const KernelContext& ctx, const TensorView& out, const Ten
     return;
   }
   std::vector<int64_t> dims(static_cast<size_t>(out.shape.ndim() - 1), 1);
-  dims[0] = bias.size();
+  (last ? dims.back() : dims[0]) = bias.size();
   auto ix = cuda::make_broadcast_index(out.shape, Shape(dims), out.shape);
   KILN_CUDA_LAUNCH(cuda::launch_binary(cuda::BinaryOp::kAdd, out.ptr<float>(), bias.ptr<float>(), out.ptr<float>(),
                                        out.size(), ix, 0, 0.0f, 0.0f, cuda::stream_of(ctx)),
@@ -223,7 +233,7 @@ void convolution_native(const KernelContext& ctx, std::span<const TensorView> in
   const auto& a = ctx.attrs.as<ConvolutionAttrs>();
   if (out[0].size() == 0) return;
   convolution_forward_into(ctx, a, in[0], in[1], out[0]);
-  if (!a.no_bias) add_channel_bias(ctx, out[0], in[2]);
+  if (!a.no_bias) add_channel_bias(ctx, out[0], in[2], channels_last(a.layout));
 }
 
 // _kiln_conv_act(data, weight[, bias][, sum]) = act(conv + bias + sum)
@@ -233,7 +243,7 @@ void conv_act(const KernelContext& ctx, std::span<const TensorView> in, std::spa
   if (out[0].size() == 0) return;
   convolution_forward_into(ctx, a, in[0], in[1], out[0]);
   size_t next = 2;
-  if (!a.no_bias) add_channel_bias(ctx, out[0], in[next++]);
+  if (!a.no_bias) add_channel_bias(ctx, out[0], in[next++], channels_last(a.layout));
   cudaStream_t s = cuda::stream_of(ctx);
   if (a.with_sum) {
     KILN_CUDA_LAUNCH(cuda::launch_binary(cuda::BinaryOp::kAdd, out[0].ptr<float>(), in[next].ptr<float>(),
@@ -367,8 +377,10 @@ void pooling(const KernelContext& ctx, std::span<const TensorView> in, std::span
   const DType t = pool_dtype(in, out);
   const Device dev = ctx.run.device;
   if (out[0].size() == 0) return;
-  PoolSetup p(ctx.attrs.as<PoolingAttrs>(), in[0].shape, dev);
-  TensorDesc x(dims_of(in[0].shape), dev, t), y(dims_of(out[0].shape), dev, t);
+  const auto& a = ctx.attrs.as<PoolingAttrs>();
+  const bool last = channels_last(a.layout);
+  PoolSetup p(a, in[0].shape, dev);
+  TensorDesc x(dims_of(in[0].shape, last), dev, t, last), y(dims_of(out[0].shape, last), dev, t, last);
   const float zero = 0.0f;
   KILN_CUDNN_CHECK(cudnnPoolingForward(cuda::cudnn_handle(dev.id, cuda::stream_of(ctx)), p.d, &p.alpha, x.d,
                                        in[0].data, &zero, y.d, out[0].data),
@@ -384,8 +396,10 @@ void pooling_backward(const KernelContext& ctx, std::span<const TensorView> in, 
     KILN_CUDA_CHECK(cudaMemsetAsync(out[0].data, 0, out[0].bytes(), cuda::stream_of(ctx)), dev);
     return;
   }
-  PoolSetup p(ctx.attrs.as<PoolingAttrs>(), in[1].shape, dev);
-  TensorDesc x(dims_of(in[1].shape), dev, t), y(dims_of(in[2].shape), dev, t);
+  const auto& a = ctx.attrs.as<PoolingAttrs>();
+  const bool last = channels_last(a.layout);
+  PoolSetup p(a, in[1].shape, dev);
+  TensorDesc x(dims_of(in[1].shape, last), dev, t, last), y(dims_of(in[2].shape, last), dev, t, last);
   const float zero = 0.0f;
   KILN_CUDNN_CHECK(cudnnPoolingBackward(cuda::cudnn_handle(dev.id, cuda::stream_of(ctx)), p.d, &p.alpha, y.d,
                                         in[2].data, y.d, in[0].data, x.d, in[1].data, &zero, x.d, out[0].data),

@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "ir/ops/conv_layout.h"
+
 #include "ir/grad.h"
 #include "ir/op.h"
 #include "ir/ops/reduce.h"
@@ -17,14 +19,29 @@ int64_t WindowGeometry::kernel_size() const {
 }
 
 Shape WindowGeometry::out_shape(int64_t batch, int64_t channels) const {
-  Shape s{batch, channels};
-  for (int i = 0; i < nsp; ++i) s.push_back(out[i]);
+  return window_out_shape(*this, batch, channels, false);
+}
+
+Shape window_out_shape(const WindowGeometry& g, int64_t batch, int64_t channels, bool last) {
+  Shape s{batch};
+  if (!last) s.push_back(channels);
+  for (int i = 0; i < g.nsp; ++i) s.push_back(g.out[i]);
+  if (last) s.push_back(channels);
   return s;
+}
+
+Shape convolution_weight_shape(const ConvolutionAttrs& a, const WindowGeometry& g, int64_t channels, bool last) {
+  Shape w{a.num_filter};
+  if (!last) w.push_back(channels / a.num_group);
+  for (int i = 0; i < g.nsp; ++i) w.push_back(g.kernel[i]);
+  if (last) w.push_back(channels / a.num_group);
+  return w;
 }
 
 namespace {
 
 constexpr std::array<std::string_view, 4> kLayouts = {"", "NCW", "NCHW", "NCDHW"};
+constexpr std::array<std::string_view, 4> kChannelsLast = {"", "NWC", "NHWC", "NDHWC"};
 
 // Fills `dst` from `given` (empty: `fallback` on every axis).
 void resolve(std::array<int64_t, 3>& dst, const Shape& given, int nsp, int64_t fallback, int64_t min,
@@ -37,12 +54,13 @@ void resolve(std::array<int64_t, 3>& dst, const Shape& given, int nsp, int64_t f
   }
 }
 
-void check_layout(const std::optional<std::string>& layout, int nsp) {
-  if (!layout) return;
-  KILN_CHECK(*layout == kLayouts[nsp], ValueError,
-             "layout='{}' is not supported: this build computes channel-first layouts only ({} for {} spatial "
-             "axes)",
-             *layout, kLayouts[nsp], nsp);
+// The offset of the first spatial axis in the data's shape (1 channel-last, 2 channel-first).
+int check_layout(const std::optional<std::string>& layout, int nsp) {
+  if (!layout || *layout == kLayouts[nsp]) return 2;
+  KILN_CHECK(*layout == kChannelsLast[nsp], ValueError,
+             "layout='{}' does not fit {} spatial axes: expected {} (channels first) or {} (channels last)", *layout,
+             nsp, kLayouts[nsp], kChannelsLast[nsp]);
+  return 1;
 }
 
 void check_spatial(int nsp, const Shape& data, const Shape& kernel) {
@@ -60,7 +78,7 @@ WindowGeometry convolution_geometry(const ConvolutionAttrs& a, const Shape& data
   WindowGeometry g;
   g.nsp = a.kernel.ndim();
   check_spatial(g.nsp, data, a.kernel);
-  check_layout(a.layout, g.nsp);
+  const int first = check_layout(a.layout, g.nsp);
   resolve(g.kernel, a.kernel, g.nsp, 1, 1, "kernel");
   resolve(g.stride, a.stride, g.nsp, 1, 1, "stride");
   resolve(g.dilate, a.dilate, g.nsp, 1, 1, "dilate");
@@ -68,11 +86,12 @@ WindowGeometry convolution_geometry(const ConvolutionAttrs& a, const Shape& data
   g.pad_r = g.pad_l;
   KILN_CHECK(a.num_filter >= 1, ValueError, "num_filter must be >= 1, got {}", a.num_filter);
   KILN_CHECK(a.num_group >= 1, ValueError, "num_group must be >= 1, got {}", a.num_group);
-  KILN_CHECK(data[1] % a.num_group == 0 && a.num_filter % a.num_group == 0, ShapeError,
+  const int64_t channels = data_channels(data, first == 1);
+  KILN_CHECK(channels % a.num_group == 0 && a.num_filter % a.num_group == 0, ShapeError,
              "num_group={} must divide both the data channels ({}, data {}) and num_filter ({})", a.num_group,
-             data[1], data, a.num_filter);
+             channels, data, a.num_filter);
   for (int i = 0; i < g.nsp; ++i) {
-    g.in[i] = data[i + 2];
+    g.in[i] = data[i + first];
     int64_t span = (g.kernel[i] - 1) * g.dilate[i] + 1;
     int64_t padded = g.in[i] + 2 * g.pad_l[i];
     KILN_CHECK(span <= padded, ShapeError,
@@ -105,9 +124,9 @@ WindowGeometry pooling_geometry(const PoolingAttrs& a, const Shape& data) {
     g.nsp = data.ndim() - 2;
     KILN_CHECK(g.nsp >= 1 && g.nsp <= WindowGeometry::kMaxSpatial, ShapeError,
                "global pooling needs data with 3 to 5 axes (batch, channel, spatial...), got data {}", data);
-    check_layout(a.layout, g.nsp);
+    const int first = check_layout(a.layout, g.nsp);
     for (int i = 0; i < g.nsp; ++i) {
-      g.in[i] = g.kernel[i] = data[i + 2];
+      g.in[i] = g.kernel[i] = data[i + first];
       g.stride[i] = g.dilate[i] = g.out[i] = 1;
     }
     return g;
@@ -115,7 +134,7 @@ WindowGeometry pooling_geometry(const PoolingAttrs& a, const Shape& data) {
   KILN_CHECK(a.kernel.ndim() > 0, ValueError, "kernel is required unless global_pool is true");
   g.nsp = a.kernel.ndim();
   check_spatial(g.nsp, data, a.kernel);
-  check_layout(a.layout, g.nsp);
+  const int first = check_layout(a.layout, g.nsp);
   resolve(g.kernel, a.kernel, g.nsp, 1, 1, "kernel");
   resolve(g.stride, a.stride, g.nsp, 1, 1, "stride");
   resolve(g.pad_l, a.pad, g.nsp, 0, 0, "pad");
@@ -124,7 +143,7 @@ WindowGeometry pooling_geometry(const PoolingAttrs& a, const Shape& data) {
     KILN_CHECK(g.dilate[i] == 1 || pool_type(a) == PoolType::kMax, NotSupported,
                "dilate={} with pool_type='{}': dilated windows are supported for max pooling only",
                a.dilate.to_mxnet_string(), a.pool_type);
-    g.in[i] = data[i + 2];
+    g.in[i] = data[i + first];
     const int64_t span = (g.kernel[i] - 1) * g.dilate[i] + 1;
     int64_t padded = g.in[i] + 2 * g.pad_l[i];
     KILN_CHECK(span <= padded, ShapeError,
@@ -172,14 +191,9 @@ void check_float32_from(std::span<const TensorType> in, size_t first) {
                in[i].dtype);
 }
 
-Shape weight_shape(const ConvolutionAttrs& a, const WindowGeometry& g, int64_t channels) {
-  Shape w{a.num_filter, channels / a.num_group};
-  for (int i = 0; i < g.nsp; ++i) w.push_back(g.kernel[i]);
-  return w;
-}
-
 void check_weight(const ConvolutionAttrs& a, const WindowGeometry& g, const Shape& data, const Shape& weight) {
-  Shape want = weight_shape(a, g, data[1]);
+  const bool last = channels_last(a.layout);
+  Shape want = convolution_weight_shape(a, g, data_channels(data, last), last);
   KILN_CHECK(weight == want, ShapeError,
              "weight has shape {} but data {} with num_filter={}, num_group={}, kernel={} needs weight {}", weight,
              data, a.num_filter, a.num_group, a.kernel.to_mxnet_string(), want);
@@ -196,7 +210,7 @@ void infer_convolution(const OpAttrs& attrs, std::span<const TensorType> in, std
   if (!a.no_bias)
     KILN_CHECK(in[2].shape == Shape{a.num_filter}, ShapeError, "bias has shape {} but num_filter={} needs [{}]",
                in[2].shape, a.num_filter, a.num_filter);
-  out.push_back({g.out_shape(in[0].shape[0], a.num_filter), t});
+  out.push_back({window_out_shape(g, in[0].shape[0], a.num_filter, channels_last(a.layout)), t});
 }
 
 void check_out_grad(const Shape& out_grad, const Shape& want) {
@@ -210,7 +224,7 @@ void infer_convolution_backward_data(const OpAttrs& attrs, std::span<const Tenso
   const DType t = check_data_dtypes(in, in.size());
   WindowGeometry g = convolution_geometry(a, a.data_shape);
   check_weight(a, g, a.data_shape, in[1].shape);
-  check_out_grad(in[0].shape, g.out_shape(a.data_shape[0], a.num_filter));
+  check_out_grad(in[0].shape, window_out_shape(g, a.data_shape[0], a.num_filter, channels_last(a.layout)));
   out.push_back({a.data_shape, t});
 }
 
@@ -220,21 +234,26 @@ void infer_convolution_backward_weight(const OpAttrs& attrs, std::span<const Ten
   const auto& a = attrs.as<ConvolutionAttrs>();
   const DType t = check_data_dtypes(in, in.size());
   WindowGeometry g = convolution_geometry(a, in[1].shape);
-  check_out_grad(in[0].shape, g.out_shape(in[1].shape[0], a.num_filter));
-  out.push_back({weight_shape(a, g, in[1].shape[1]), t});
+  const bool last = channels_last(a.layout);
+  check_out_grad(in[0].shape, window_out_shape(g, in[1].shape[0], a.num_filter, last));
+  out.push_back({convolution_weight_shape(a, g, data_channels(in[1].shape, last), last), t});
 }
 
 void infer_pooling(const OpAttrs& attrs, std::span<const TensorType> in, std::vector<TensorType>& out) {
   const DType t = check_data_dtypes(in, in.size());
-  WindowGeometry g = pooling_geometry(attrs.as<PoolingAttrs>(), in[0].shape);
-  out.push_back({g.out_shape(in[0].shape[0], in[0].shape[1]), t});
+  const auto& a = attrs.as<PoolingAttrs>();
+  WindowGeometry g = pooling_geometry(a, in[0].shape);
+  const bool last = channels_last(a.layout);
+  out.push_back({window_out_shape(g, in[0].shape[0], data_channels(in[0].shape, last), last), t});
 }
 
 // (out_grad, data, output) -> d_data
 void infer_pooling_backward(const OpAttrs& attrs, std::span<const TensorType> in, std::vector<TensorType>& out) {
   const DType t = check_data_dtypes(in, in.size());
-  WindowGeometry g = pooling_geometry(attrs.as<PoolingAttrs>(), in[1].shape);
-  Shape y = g.out_shape(in[1].shape[0], in[1].shape[1]);
+  const auto& a = attrs.as<PoolingAttrs>();
+  WindowGeometry g = pooling_geometry(a, in[1].shape);
+  const bool last = channels_last(a.layout);
+  Shape y = window_out_shape(g, in[1].shape[0], data_channels(in[1].shape, last), last);
   check_out_grad(in[0].shape, y);
   KILN_CHECK(in[2].shape == y, ShapeError, "output has shape {} but the forward output is {}", in[2].shape, y);
   out.push_back({in[1].shape, t});
@@ -290,8 +309,10 @@ void convolution_grad(GradBuilder& b, const GradArgs& args, std::span<GradValue>
     in_grads[1] = b.op(OpId::kConvolutionBackwardWeight, {dy, args.inputs[0]}, args.attrs);
   if (!a.no_bias && args.needs_grad[2]) {
     ReduceAttrs sum;  // every axis but the channel axis
-    sum.axis = IntTuple{0};
-    for (int i = 2; i < b.type(dy).shape.ndim(); ++i) sum.axis->push_back(i);
+    const int ndim = b.type(dy).shape.ndim(), channel = channel_axis(ndim, channels_last(a.layout));
+    sum.axis = IntTuple{};
+    for (int i = 0; i < ndim; ++i)
+      if (i != channel) sum.axis->push_back(i);
     in_grads[2] = b.op(OpId::kSum, {dy}, OpAttrs::make(std::move(sum)));
   }
 }

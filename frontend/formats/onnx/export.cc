@@ -18,6 +18,7 @@
 #include "frontend/nd_init.h"
 #include "ir/ops/attention.h"
 #include "ir/ops/conv.h"
+#include "ir/ops/conv_layout.h"
 #include "ir/ops/elemwise.h"
 #include "ir/ops/layer_norm.h"
 #include "ir/ops/linalg.h"
@@ -228,6 +229,7 @@ void write_clip(Writer& w, const ir::Node& n) {
 
 void write_convolution(Writer& w, const ir::Node& n) {
   const auto& a = n.attrs.as<ConvolutionAttrs>();
+  if (channels_last(a.layout)) unsupported(n, fmt::format("layout '{}' (ONNX's Conv is channel-first)", *a.layout));
   WindowGeometry geo = convolution_geometry(a, w.in_type(n, 0).shape);
   std::vector<std::string> in{w.in(n, 0), w.in(n, 1)};
   if (!a.no_bias) in.push_back(w.in(n, 2));
@@ -251,6 +253,7 @@ void write_pooling(Writer& w, const ir::Node& n) {
   const auto& a = n.attrs.as<PoolingAttrs>();
   PoolType type = pool_type(a);
   if (type == PoolType::kSum) unsupported(n, "sum pooling");
+  if (channels_last(a.layout)) unsupported(n, fmt::format("layout '{}' (ONNX's pooling is channel-first)", *a.layout));
   if (a.global_pool) {
     w.node(type == PoolType::kMax ? "GlobalMaxPool" : "GlobalAveragePool", {w.in(n, 0)}, {w.out(n)}, n.name);
     return;
