@@ -621,7 +621,7 @@ TEST(ConvErrors, ShapesDtypesAndAttributes) {
   EXPECT_NE(msg.find("larger than the input 5 padded to 5"), std::string::npos) << msg;
   EXPECT_THROW(nd::convolution(x, nd::zeros({8, 3, 3, 3}), nd::zeros({7})), ShapeError);
   EXPECT_THROW(nd::convolution(x, nd::zeros({8, 3, 3, 3}), NDArray(), {.num_group = 2}), ShapeError);
-  EXPECT_THROW(nd::convolution(x, nd::zeros({8, 3, 3, 3}), NDArray(), {.layout = "NHWC"}), ValueError);
+  EXPECT_THROW(nd::convolution(x, nd::zeros({8, 3, 3, 3}), NDArray(), {.layout = "HWCN"}), ValueError);
   EXPECT_THROW(nd::convolution(x, nd::zeros({8, 3, 3, 3}), NDArray(), {.stride = {1, 1, 1}}), ValueError);
   EXPECT_THROW(nd::convolution(x.astype(DType::kFloat64), nd::zeros({8, 3, 3, 3}, {.dtype = DType::kFloat64}),
                                NDArray()),
