@@ -83,15 +83,23 @@ std::string_view pipeline(bool amp) {
   return amp ? kAmpPipeline : kPipeline;
 }
 
-// Then, for the graph the inference executor runs only: fusions, whose nodes
-// have no gradient (autograd differentiates the graph above, and
-// TrainProgram fuses its forward and backward graphs after the split).
-// Fusions of layers with their activations (fuse-conv-activation) go before
-// fuse-elementwise. KILN_FUSE=0 leaves this out (for measuring); so does a
-// graph on a GPU without NVRTC-generated fused kernels
-// (passes::fuse_elementwise_on).
-std::string_view executor_pipeline(Device device) {
-  return passes::fuse_elementwise_on(device) ? "fuse-elementwise,eliminate-dead-code" : "";
+// Then, for the graph the inference executor runs only: on the CPU,
+// channels-last (16-bit convolutions on NHWC data: oneDNN's 16-bit kernels'
+// layout; KILN_CHANNELS_LAST=0 leaves it out), and fusions, whose nodes have
+// no gradient (autograd differentiates the graph above, and TrainProgram
+// fuses its forward and backward graphs after the split). Fusions of layers
+// with their activations (fuse-conv-activation) go before fuse-elementwise.
+// KILN_FUSE=0 leaves fusion out (for measuring); so does a graph on a GPU
+// without NVRTC-generated fused kernels (passes::fuse_elementwise_on).
+// GPUs keep channel-first data until cuDNN's NHWC path has run on one.
+std::string executor_pipeline(Device device) {
+  static const bool channels_last = [] {
+    const char* env = std::getenv("KILN_CHANNELS_LAST");
+    return env == nullptr || std::string_view(env) != "0";
+  }();
+  std::string p = channels_last && device.kind == DeviceKind::kCPU ? "channels-last," : "";
+  if (passes::fuse_elementwise_on(device)) p += "fuse-elementwise,";
+  return p.empty() ? p : p + "eliminate-dead-code";
 }
 
 std::string inference_pipeline(Device device) {

@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "frontend/graph_eval.h"
+#include "frontend/static_values.h"
 #include "ir/error.h"
 #include "ir/ops/nn.h"
 #include "passes/memory_plan.h"
@@ -116,6 +117,9 @@ struct GraphExecutor::Program {
   std::string label;
   // Shared by the programs of one training step (share_arena): one line per cache entry.
   std::shared_ptr<std::atomic<bool>> logged = std::make_shared<std::atomic<bool>>(false);
+  // The values that depend only on parameters and constants, computed before
+  // the steps when a parameter changed (plain executors only: frontend/static_values.h).
+  std::unique_ptr<StaticValues> statics;
 };
 
 bool GraphExecutor::supports(const ir::Graph& g) {
@@ -126,8 +130,15 @@ bool GraphExecutor::supports(const ir::Graph& g) {
   return true;
 }
 
-GraphExecutor::GraphExecutor(std::shared_ptr<const trace::TracedGraph> traced)
-    : GraphExecutor(std::move(traced), BlockLayout{}) {}
+// Without a block layout (inference), the values that depend only on
+// parameters and constants move to a static part computed when they change.
+GraphExecutor::GraphExecutor(std::shared_ptr<const trace::TracedGraph> traced) {
+  auto [main, statics] = StaticValues::split(std::move(traced));
+  GraphExecutor built(std::move(main), BlockLayout{});
+  traced_ = std::move(built.traced_);
+  program_ = std::move(built.program_);
+  program_->statics = std::move(statics);
+}
 
 GraphExecutor::GraphExecutor(std::shared_ptr<const trace::TracedGraph> traced, BlockLayout layout)
     : traced_(std::move(traced)), program_(std::make_shared<Program>()) {
@@ -632,6 +643,7 @@ void GraphExecutor::Call::run_segment(engine::RunContext rc, size_t segment) con
 
 std::vector<NDArray> GraphExecutor::run(std::span<const NDArray> inputs, bool is_train, const RunArgs& args) {
   const Program& p = *program_;
+  if (p.statics) p.statics->refresh(is_train);
   const trace::TracedGraph& t = *traced_;
   using Source = Program::Source;
   KILN_CHECK(inputs.size() == t.inputs.size(), ValueError, "compiled graph: {} inputs given, the graph takes {}",

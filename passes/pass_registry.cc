@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "passes/amp_cast.h"
+#include "passes/channels_last.h"
 #include "passes/dot.h"
 #include "passes/eliminate_common_expr.h"
 #include "passes/eliminate_dead_code.h"

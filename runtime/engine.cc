@@ -13,6 +13,8 @@
 #include "ir/error.h"
 #include "runtime/device_backend.h"
 #include "runtime/engine_impl.h"
+#include "runtime/engine_var.h"
+#include "runtime/engine_writes.h"
 #include "runtime/profiler.h"
 
 namespace kiln::engine {
@@ -134,5 +136,16 @@ Engine& get() {
 void wait_all() { get().wait_all(); }
 
 void drain_device(Device device) { device_backend(device.kind).drain(); }
+
+namespace detail {
+
+uint64_t next_write_seq() {
+  static std::atomic<uint64_t> counter{0};
+  return counter.fetch_add(1, std::memory_order_relaxed) + 1;
+}
+
+}  // namespace detail
+
+uint64_t last_write(const Var* var) { return var ? var->last_write.load(std::memory_order_acquire) : 0; }
 
 }  // namespace kiln::engine

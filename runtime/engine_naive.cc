@@ -23,11 +23,16 @@ class NaiveEngine final : public Engine {
   using Engine::delete_var;
   using Engine::push;
 
-  Var* new_var() override { return RecordPool<Var>::alloc(); }
+  Var* new_var() override {
+    Var* v = RecordPool<Var>::alloc();
+    v->last_write.store(detail::next_write_seq(), std::memory_order_release);
+    return v;
+  }
 
   void push(Fn fn, std::span<Var* const> reads, std::span<Var* const> writes,
             const PushOptions& options) override {
     check_engine_device(options.device);
+    detail::stamp_writes(writes);
     std::lock_guard<std::recursive_mutex> lock(mutex_);
     pending_.fetch_add(1, std::memory_order_relaxed);
     bytes_.fetch_add(options.bytes, std::memory_order_relaxed);

@@ -156,7 +156,11 @@ class ThreadedEngine final : public Engine {
   using Engine::delete_var;
   using Engine::push;
 
-  Var* new_var() override { return RecordPool<Var>::alloc(); }
+  Var* new_var() override {
+    Var* v = RecordPool<Var>::alloc();
+    v->last_write.store(detail::next_write_seq(), std::memory_order_release);
+    return v;
+  }
 
   void push(Fn fn, std::span<Var* const> reads, std::span<Var* const> writes,
             const PushOptions& options) override {
@@ -175,6 +179,7 @@ class ThreadedEngine final : public Engine {
     op->rendezvous = options.rendezvous;
     op->worker = worker;
     op->set_uses(reads, writes);
+    detail::stamp_writes(writes);
     submit(op);
   }
 

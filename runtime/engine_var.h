@@ -61,6 +61,9 @@ struct Var {
   // release store when the last write finishes, so the poller that sees 0
   // sees the writes).
   std::atomic<int32_t> writes_pending{0};
+  // The write sequence number (runtime/engine_writes.h): set by new_var and
+  // by every push that writes the variable.
+  std::atomic<uint64_t> last_write{0};
   detail::VarUse* head = nullptr;     // waiting uses, oldest first
   detail::VarUse* tail = nullptr;
   std::exception_ptr error;           // poison: the error of the last write
@@ -184,6 +187,14 @@ struct Op {
 };
 
 using kiln::RecordPool;
+
+// The next write sequence number (runtime/engine_writes.h); engines stamp
+// new variables and the variables each push writes.
+uint64_t next_write_seq();
+inline void stamp_writes(std::span<Var* const> writes) {
+  for (Var* v : writes)
+    if (v) v->last_write.store(next_write_seq(), std::memory_order_release);
+}
 
 // Frees a deleted variable that has become idle: runs its on_idle, then
 // recycles the record.
