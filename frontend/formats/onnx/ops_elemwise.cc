@@ -30,12 +30,13 @@ void convert_reciprocal(NodeContext& n) {
 // Mod: fmod 0 is mod with the divisor's sign (integers only in ONNX;
 // floating-point inputs are accepted too), fmod 1 C's fmod. int16, uint16
 // and uint32 (dtypes Kiln stores but does not compute in) run in int64, which
-// holds every value and every remainder, and cast back; uint64 does not fit.
+// holds every value and every remainder, and cast back; uint64 (which int64
+// does not hold) runs in Kiln's mod, which takes uint64.
 void convert_mod(NodeContext& n) {
   const DType t = n.type(0).dtype;
   KILN_CHECK(t == n.type(1).dtype, TypeError, "inputs of different dtypes: {} and {}", dtype_name(t),
              dtype_name(n.type(1).dtype));
-  if (t == DType::kUint64 || t == DType::kBool) n.unsupported(fmt::format("Mod of {}", dtype_name(t)));
+  if (t == DType::kBool) n.unsupported(fmt::format("Mod of {}", dtype_name(t)));
   const OpId id = n.attr_int("fmod", 0) != 0 ? OpId::kBroadcastFmod : OpId::kBroadcastMod;
   const bool widen = t == DType::kInt16 || t == DType::kUint16 || t == DType::kUint32;
   auto in = [&](size_t i) {
