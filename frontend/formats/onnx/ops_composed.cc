@@ -247,39 +247,30 @@ void convert_gather_nd(NodeContext& n) {
 // data + that); "none" takes the added updates where a row received any
 // (exact when no row is indexed twice: ONNX leaves duplicates undefined for
 // ScatterND and reports the last for ScatterElements, where Kiln gives their
-// sum). "mul", "max" and "min" combine each row with all of its updates, as
-// ONNX's reference does for duplicates too: a one-hot [count, rows, 1] picks
-// update i for row flat[i] and the reduction's identity (1, -inf, +inf)
-// elsewhere, reduced over the updates and combined with data; the
-// [count, rows, rest] block is bounded by kMaxImportElements. Floating data
-// only (the scatter-add's types).
+// sum). "mul" multiplies each row by all of its updates, as ONNX's reference
+// does for duplicates too: a one-hot [count, rows, 1] picks update i for row
+// flat[i] and 1 elsewhere, the product over the updates multiplies data; the
+// [count, rows, rest] block is bounded by kMaxImportElements. The other
+// reductions are NotSupported. Floating data only (the scatter-add's types).
 ir::Entry scatter_rows(NodeContext& n, ir::Entry data2d, ir::Entry flat, ir::Entry updates2d, const std::string& reduction) {
   const Shape rows = n.entry_type(data2d).shape;
   const DType dtype = n.entry_type(data2d).dtype;
   if (!is_floating(dtype)) n.unsupported(fmt::format("scattering {} data (floating types only)", dtype_name(dtype)));
   const int64_t count = n.entry_type(flat).shape.size();
-  if (reduction == "mul" || reduction == "max" || reduction == "min") {
+  if (reduction == "mul") {
     const int64_t r = std::max<int64_t>(rows[0], 1), c = std::max<int64_t>(rows[1], 1);
     KILN_CHECK(count <= kMaxImportElements / r && count * r <= kMaxImportElements / c, ValueError,
-               "reduction '{}' of {} updates into {} rows of {} needs a block of more than {} elements", reduction,
+               "reduction 'mul' of {} updates into {} rows of {} needs a block of more than {} elements, too large",
                count, rows[0], rows[1], kMaxImportElements);
     ir::Entry at = n.op1(OpId::kClip, {reshape_to(n, flat, {count, 1})},
                          ClipAttrs{.a_min = 0, .a_max = static_cast<double>(std::max<int64_t>(rows[0] - 1, 0))});
     std::vector<int64_t> row_ids(static_cast<size_t>(rows[0]));
     std::iota(row_ids.begin(), row_ids.end(), int64_t{0});
     ir::Entry hot = n.op1(OpId::kBroadcastEqual, {at, n.constant(nd::array(row_ids, Shape{1, rows[0]}))});
-    const double identity = reduction == "mul" ? 1.0
-                            : reduction == "max" ? -std::numeric_limits<double>::infinity()
-                                                 : std::numeric_limits<double>::infinity();
-    ir::Entry fill = n.constant(nd::full(Shape{1, 1, 1}, identity, {.dtype = dtype}));
-    ir::Entry picked = n.op1(OpId::kWhere, {reshape_to(n, hot, {count, rows[0], 1}),
-                                            reshape_to(n, updates2d, {count, 1, rows[1]}), fill});
-    const OpId reduce = reduction == "mul" ? OpId::kProd : reduction == "max" ? OpId::kMax : OpId::kMin;
-    ir::Entry combined = n.op1(reduce, {picked}, ReduceAttrs{.axis = IntTuple{0}});
-    const OpId with = reduction == "mul" ? OpId::kBroadcastMul
-                      : reduction == "max" ? OpId::kBroadcastMaximum
-                                           : OpId::kBroadcastMinimum;
-    return n.op1(with, {data2d, combined});
+    ir::Entry picked = n.op1(OpId::kWhere, {reshape_to(n, hot, {count, rows[0], 1}), reshape_to(n, updates2d, {count, 1, rows[1]}),
+                                            n.constant(nd::ones(Shape{1, 1, 1}).astype(dtype))});
+    ir::Entry product = n.op1(OpId::kProd, {picked}, ReduceAttrs{.axis = IntTuple{0}});
+    return n.op1(OpId::kBroadcastMul, {data2d, product});
   }
   if (reduction != "none" && reduction != "add") n.unsupported(fmt::format("reduction '{}'", reduction));
   TakeBackwardAttrs a{.axis = 0, .mode = TakeMode::kClip, .data_shape = rows};
@@ -446,8 +437,8 @@ void convert_dequantize_linear(NodeContext& n) {
   n.set_output(0, n.op1(OpId::kBroadcastMul, {y, quantize_param(n, 1, DType::kFloat32)}));
 }
 
-// The integer range that QuantizeLinear saturates to, for the dtypes Kiln
-// stores (8- and 16-bit); nullopt for the others (float8, 4-bit, 32-bit).
+// The integer range that QuantizeLinear saturates to (ONNX's 8-bit outputs
+// and the 16-bit ones of later opsets); nullopt for the others.
 std::optional<std::pair<double, double>> quantized_range(DType t) {
   switch (t) {
     case DType::kUint8: return std::pair{0.0, 255.0};
@@ -476,26 +467,17 @@ ir::Entry quantize(NodeContext& n, ir::Entry x, ir::Entry scale, std::optional<i
   return cast_to(n, q, out);
 }
 
-// QuantizeLinear (opsets 10 to 21): the scale (and zero point) per tensor or
-// per slice along `axis`; the output has the zero point's dtype, else
-// output_dtype's (opset 21), else uint8. Blocked quantization (block_size)
-// and the float8 / 4-bit outputs are not supported.
+// QuantizeLinear (opsets 10 and 13): the scale (and zero point) per tensor
+// or per slice along `axis`; the output has the zero point's dtype, else
+// uint8.
 void convert_quantize_linear(NodeContext& n) {
   const DType in = n.type(0).dtype;
   KILN_CHECK(is_floating(in) || in == DType::kInt32, TypeError, "x must be floating or int32, got {}", dtype_name(in));
-  if (n.attr_int("block_size", 0) != 0) n.unsupported("blocked quantization (block_size)");
-  DType out = DType::kUint8;
-  if (n.has_input(2)) {
-    out = n.type(2).dtype;
-  } else if (const int64_t to = n.attr_int("output_dtype", 0); to != 0) {
-    std::optional<DType> t = dtype_from_onnx(static_cast<int32_t>(to));
-    if (!t) n.unsupported(fmt::format("quantizing to {}", onnx_dtype_name(static_cast<int32_t>(to))));
-    out = *t;
-  }
   std::optional<ir::Entry> zero_point;
   if (n.has_input(2)) zero_point = quantize_param(n, 2, DType::kFloat64);
   const DType compute = is_floating(in) ? in : DType::kFloat64;
-  n.set_output(0, quantize(n, n.input(0), quantize_param(n, 1, compute), zero_point, out));
+  n.set_output(0, quantize(n, n.input(0), quantize_param(n, 1, compute), zero_point,
+                           n.has_input(2) ? n.type(2).dtype : DType::kUint8));
 }
 
 // DynamicQuantizeLinear (float32 to uint8), ONNX's reference: the range
