@@ -310,8 +310,8 @@ void check_bitshift(int onnx_type, DType dtype) {
       want[i] = s[i] >= bits ? T{0} : static_cast<T>(left ? x[i] << s[i] : x[i] >> s[i]);
     }
     const int64_t count = static_cast<int64_t>(x.size());
-    ::onnx::ModelProto m = node_model("BitShift", 11, {{"x", onnx_type, {count}}, {"s", onnx_type, {count}}}, {}, {"x", "s"},
-                                      {{"y", onnx_type, {count}}});
+    ::onnx::ModelProto m = node_model("BitShift", 11, {{"x", onnx_type, {count}}, {"s", onnx_type, {count}}}, {},
+                                      {"x", "s"}, {{"y", onnx_type, {count}}});
     set_attr(m.mutable_graph()->mutable_node(0), "direction", direction);
     std::vector<NDArray> y = onnx::Model::parse(m.SerializeAsString(), "bitshift.onnx")
                                  .run(std::vector<NDArray>{raw_array(x, dtype), raw_array(s, dtype)});
@@ -337,9 +337,10 @@ TEST(OnnxImport, ScatterMulMultipliesDuplicateIndices) {
                                      {tensor<int64_t>("idx", TP::INT64, {3, 1}, {1, -1, 1})}, {"data", "idx", "u"},
                                      {{"y", TP::FLOAT, {4, 2}}});
   set_attr(nd.mutable_graph()->mutable_node(0), "reduction", "mul");
-  std::vector<NDArray> y = onnx::Model::parse(nd.SerializeAsString(), "scatternd.onnx")
-                               .run(std::vector<NDArray>{nd::array(std::vector<float>{1, 2, 3, 4, 5, 6, 7, 8}, Shape{4, 2}),
-                                                         nd::array(std::vector<float>{2, 3, 4, 5, 6, 7}, Shape{3, 2})});
+  std::vector<NDArray> y =
+      onnx::Model::parse(nd.SerializeAsString(), "scatternd.onnx")
+          .run(std::vector<NDArray>{nd::array(std::vector<float>{1, 2, 3, 4, 5, 6, 7, 8}, Shape{4, 2}),
+                                    nd::array(std::vector<float>{2, 3, 4, 5, 6, 7}, Shape{3, 2})});
   EXPECT_EQ(y[0].to_vector<float>(), (std::vector<float>{1, 2, 3 * 2 * 6, 4 * 3 * 7, 5, 6, 7 * 4, 8 * 5}));
 
   ::onnx::ModelProto el = node_model("ScatterElements", 16, {{"data", TP::FLOAT, {2, 3}}, {"u", TP::FLOAT, {2, 2}}},
@@ -361,16 +362,18 @@ TEST(OnnxImport, QuantizeLinearRoundsHalvesToEvenAndSaturates) {
   auto run = [](const ::onnx::ModelProto& m, NDArray x) {
     return onnx::Model::parse(m.SerializeAsString(), "quantize.onnx").run(std::vector<NDArray>{std::move(x)});
   };
-  ::onnx::ModelProto u8 = node_model("QuantizeLinear", 13, {{"x", TP::FLOAT, {7}}},
-                                     {tensor<float>("scale", TP::FLOAT, {}, {2}), tensor<uint8_t>("zp", TP::UINT8, {}, {128})},
-                                     {"x", "scale", "zp"}, {{"y", TP::UINT8, {7}}});
+  ::onnx::ModelProto u8 =
+      node_model("QuantizeLinear", 13, {{"x", TP::FLOAT, {7}}},
+                 {tensor<float>("scale", TP::FLOAT, {}, {2}), tensor<uint8_t>("zp", TP::UINT8, {}, {128})},
+                 {"x", "scale", "zp"}, {{"y", TP::UINT8, {7}}});
   std::vector<NDArray> y = run(u8, nd::array(std::vector<float>{1, 3, 5, -1, -3, 600, -600}, Shape{7}));
   ASSERT_EQ(y[0].dtype(), DType::kUint8);
   EXPECT_EQ(raw_values<uint8_t>(y[0]), (std::vector<uint8_t>{128, 130, 130, 128, 126, 255, 0}));
 
-  ::onnx::ModelProto s8 = node_model("QuantizeLinear", 13, {{"x", TP::INT32, {5}}},
-                                     {tensor<float>("scale", TP::FLOAT, {}, {2}), tensor<int8_t>("zp", TP::INT8, {}, {-1})},
-                                     {"x", "scale", "zp"}, {{"y", TP::INT8, {5}}});
+  ::onnx::ModelProto s8 =
+      node_model("QuantizeLinear", 13, {{"x", TP::INT32, {5}}},
+                 {tensor<float>("scale", TP::FLOAT, {}, {2}), tensor<int8_t>("zp", TP::INT8, {}, {-1})},
+                 {"x", "scale", "zp"}, {{"y", TP::INT8, {5}}});
   y = run(s8, nd::array(std::vector<int32_t>{3, 5, -3, 1000, -1000}, Shape{5}).astype(DType::kInt32));
   ASSERT_EQ(y[0].dtype(), DType::kInt8);
   EXPECT_EQ(raw_values<int8_t>(y[0]), (std::vector<int8_t>{1, 1, -3, 127, -128}));
@@ -535,9 +538,9 @@ TEST(OnnxImportErrors, ComposedOpsNameWhatTheyRefuse) {
     onnx::Model::parse(m.SerializeAsString(), "op.onnx").to_graph(types);
   };
   // ScatterND 'mul' builds a [updates, rows, row length] block: 2 x 4096 x 4096 is too many.
-  ::onnx::ModelProto scatter = node_model("ScatterND", 16, {{"data", TP::FLOAT, {4096, 4096}}, {"u", TP::FLOAT, {2, 4096}}},
-                                          {tensor<int64_t>("idx", TP::INT64, {2, 1}, {0, 1})}, {"data", "idx", "u"},
-                                          {{"y", TP::FLOAT, {4096, 4096}}});
+  ::onnx::ModelProto scatter = node_model(
+      "ScatterND", 16, {{"data", TP::FLOAT, {4096, 4096}}, {"u", TP::FLOAT, {2, 4096}}},
+      {tensor<int64_t>("idx", TP::INT64, {2, 1}, {0, 1})}, {"data", "idx", "u"}, {{"y", TP::FLOAT, {4096, 4096}}});
   set_attr(scatter.mutable_graph()->mutable_node(0), "reduction", "mul");
   EXPECT_CONTAINS(error_of<ValueError>([&] {
                     import(scatter, {{Shape{4096, 4096}, DType::kFloat32}, {Shape{2, 4096}, DType::kFloat32}});
@@ -553,7 +556,8 @@ TEST(OnnxImportErrors, ComposedOpsNameWhatTheyRefuse) {
                   }),
                   "quantizing to int32 is not supported");
   EXPECT_CONTAINS(error_of<NotSupported>([&] {
-                    import(quantize(TP::INT8, TP::UINT8), {{Shape{2}, DType::kInt8}, {Shape{}, DType::kFloat32}, {Shape{}, DType::kUint8}});
+                    import(quantize(TP::INT8, TP::UINT8),
+                           {{Shape{2}, DType::kInt8}, {Shape{}, DType::kFloat32}, {Shape{}, DType::kUint8}});
                   }),
                   "x must be floating or int32, got int8");
   ::onnx::ModelProto dynamic = node_model("DynamicQuantizeLinear", 11, {{"x", TP::DOUBLE, {3}}}, {}, {"x"},
@@ -561,7 +565,8 @@ TEST(OnnxImportErrors, ComposedOpsNameWhatTheyRefuse) {
   EXPECT_CONTAINS(error_of<NotSupported>([&] { import(dynamic, {{Shape{3}, DType::kFloat64}}); }),
                   "x must be float32, got float64");
   auto shift = [](int type, const std::string& direction) {
-    ::onnx::ModelProto m = node_model("BitShift", 11, {{"x", type, {2}}, {"s", type, {2}}}, {}, {"x", "s"}, {{"y", type, {2}}});
+    ::onnx::ModelProto m =
+        node_model("BitShift", 11, {{"x", type, {2}}, {"s", type, {2}}}, {}, {"x", "s"}, {{"y", type, {2}}});
     set_attr(m.mutable_graph()->mutable_node(0), "direction", direction);
     return m;
   };

@@ -208,10 +208,13 @@ TEST(ElemwiseBinary, ModAndFmodOfUint64) {
       EXPECT_EQ(got, want) << fmt::format("{} on {}", name, d);
     }
   }
-  EXPECT_CONTAINS(test::error_of<TypeError>([&] { nd::mod(u64(b, Shape{3}, Device::cpu(0)), nd::zeros(Shape{3}, {.dtype = DType::kInt64})); }),
+  EXPECT_CONTAINS(test::error_of<TypeError>([&] {
+                    nd::mod(u64(b, Shape{3}, Device::cpu(0)), nd::zeros(Shape{3}, {.dtype = DType::kInt64}));
+                  }),
                   "lhs and rhs must have the same dtype, got uint64 and int64");
-  EXPECT_CONTAINS(test::error_of<TypeError>([&] { return u64(b, Shape{3}, Device::cpu(0)) + u64(b, Shape{3}, Device::cpu(0)); }),
-                  "dtype uint64 is not supported");
+  EXPECT_CONTAINS(
+      test::error_of<TypeError>([&] { return u64(b, Shape{3}, Device::cpu(0)) + u64(b, Shape{3}, Device::cpu(0)); }),
+      "dtype uint64 is not supported");
 }
 
 TEST(ElemwiseBinary, NaNPropagatesThroughMaximumAndMinimum) {

@@ -267,8 +267,9 @@ ir::Entry scatter_rows(NodeContext& n, ir::Entry data2d, ir::Entry flat, ir::Ent
     std::vector<int64_t> row_ids(static_cast<size_t>(rows[0]));
     std::iota(row_ids.begin(), row_ids.end(), int64_t{0});
     ir::Entry hot = n.op1(OpId::kBroadcastEqual, {at, n.constant(nd::array(row_ids, Shape{1, rows[0]}))});
-    ir::Entry picked = n.op1(OpId::kWhere, {reshape_to(n, hot, {count, rows[0], 1}), reshape_to(n, updates2d, {count, 1, rows[1]}),
-                                            n.constant(nd::ones(Shape{1, 1, 1}).astype(dtype))});
+    ir::Entry picked =
+        n.op1(OpId::kWhere, {reshape_to(n, hot, {count, rows[0], 1}), reshape_to(n, updates2d, {count, 1, rows[1]}),
+                             n.constant(nd::ones(Shape{1, 1, 1}).astype(dtype))});
     ir::Entry product = n.op1(OpId::kProd, {picked}, ReduceAttrs{.axis = IntTuple{0}});
     return n.op1(OpId::kBroadcastMul, {data2d, product});
   }
@@ -441,11 +442,16 @@ void convert_dequantize_linear(NodeContext& n) {
 // and the 16-bit ones of later opsets); nullopt for the others.
 std::optional<std::pair<double, double>> quantized_range(DType t) {
   switch (t) {
-    case DType::kUint8: return std::pair{0.0, 255.0};
-    case DType::kInt8: return std::pair{-128.0, 127.0};
-    case DType::kUint16: return std::pair{0.0, 65535.0};
-    case DType::kInt16: return std::pair{-32768.0, 32767.0};
-    default: return std::nullopt;
+    case DType::kUint8:
+      return std::pair{0.0, 255.0};
+    case DType::kInt8:
+      return std::pair{-128.0, 127.0};
+    case DType::kUint16:
+      return std::pair{0.0, 65535.0};
+    case DType::kInt16:
+      return std::pair{-32768.0, 32767.0};
+    default:
+      return std::nullopt;
   }
 }
 

@@ -74,11 +74,14 @@ void convert_bitshift(NodeContext& n) {
   } else if (t != DType::kUint64) {
     y = n.op1(OpId::kBroadcastDiv, {x, scalar_op(n, OpId::kRPowerScalar, s, 2.0)});
   } else {
-    ir::Entry even = n.op1(OpId::kBroadcastSub, {x, n.op1(OpId::kBroadcastMod, {x, n.constant(nd::full(Shape{}, 2, {.dtype = DType::kInt64}))})});
+    ir::Entry even =
+        n.op1(OpId::kBroadcastSub,
+              {x, n.op1(OpId::kBroadcastMod, {x, n.constant(nd::full(Shape{}, 2, {.dtype = DType::kInt64}))})});
     ir::Entry half = scalar_op(n, OpId::kDivScalar, even, 2.0);
     ir::Entry negative = scalar_op(n, OpId::kLesserScalar, x, 0.0);
     half = n.op1(OpId::kWhere, {negative, scalar_op(n, OpId::kMinusScalar, half, -0x1p63), half});  // + 2^63, wrapping
-    ir::Entry shifted = n.op1(OpId::kBroadcastDiv, {half, scalar_op(n, OpId::kRPowerScalar, scalar_op(n, OpId::kMinusScalar, s, 1.0), 2.0)});
+    ir::Entry shifted = n.op1(OpId::kBroadcastDiv,
+                              {half, scalar_op(n, OpId::kRPowerScalar, scalar_op(n, OpId::kMinusScalar, s, 1.0), 2.0)});
     y = n.op1(OpId::kWhere, {scalar_op(n, OpId::kEqualScalar, s, 0.0), x, shifted});
   }
   n.set_output(0, cast_to(n, y, t));
