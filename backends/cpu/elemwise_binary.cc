@@ -141,6 +141,13 @@ void binary(const KernelContext& ctx, std::span<const TensorView> in, std::span<
   });
 }
 
+// broadcast_mod and broadcast_fmod: the numeric dtypes and uint64.
+template <typename Op>
+void binary_mod(const KernelContext& ctx, std::span<const TensorView> in, std::span<const TensorView> out) {
+  if (in[0].dtype == DType::kUint64) return cpu::binary_kernel<uint64_t>(ctx, in[0], in[1], out[0], Op{});
+  binary<Op>(ctx, in, out);
+}
+
 // _<op>_scalar: out = op(x, scalar), or op(scalar, x) when kReversed.
 template <typename Op, bool kReversed = false>
 void scalar(const KernelContext& ctx, std::span<const TensorView> in, std::span<const TensorView> out) {
@@ -248,8 +255,8 @@ void register_cpu_elemwise_binary_kernels() {
   register_kernel(OpId::kBroadcastPower, kCPU, binary<PowerOp>, HalfSupport::kAny);
   register_kernel(OpId::kBroadcastMaximum, kCPU, binary<MaximumOp>, HalfSupport::kAny);
   register_kernel(OpId::kBroadcastMinimum, kCPU, binary<MinimumOp>, HalfSupport::kAny);
-  register_kernel(OpId::kBroadcastMod, kCPU, binary<ModOp>, HalfSupport::kAny);
-  register_kernel(OpId::kBroadcastFmod, kCPU, binary<FmodOp>, HalfSupport::kAny);
+  register_kernel(OpId::kBroadcastMod, kCPU, binary_mod<ModOp>, HalfSupport::kAny);
+  register_kernel(OpId::kBroadcastFmod, kCPU, binary_mod<FmodOp>, HalfSupport::kAny);
   register_kernel(OpId::kBroadcastEqual, kCPU, binary<EqualOp>, HalfSupport::kAny);
   register_kernel(OpId::kBroadcastNotEqual, kCPU, binary<NotEqualOp>, HalfSupport::kAny);
   register_kernel(OpId::kBroadcastGreater, kCPU, binary<GreaterOp>, HalfSupport::kAny);

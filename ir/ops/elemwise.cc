@@ -49,6 +49,13 @@ void infer_broadcast(const OpAttrs&, std::span<const TensorType> in, std::vector
   out.push_back({broadcast_shapes(in[0].shape, in[1].shape, "lhs and rhs"), in[0].dtype});
 }
 
+// broadcast_mod and broadcast_fmod: the numeric dtypes and uint64 (whose
+// remainders no other dtype holds exactly).
+void infer_broadcast_mod(const OpAttrs& attrs, std::span<const TensorType> in, std::vector<TensorType>& out) {
+  if (in[0].dtype != DType::kUint64 || in[1].dtype != DType::kUint64) return infer_broadcast(attrs, in, out);
+  out.push_back({broadcast_shapes(in[0].shape, in[1].shape, "lhs and rhs"), in[0].dtype});
+}
+
 void infer_numeric_unary(const OpAttrs&, std::span<const TensorType> in, std::vector<TensorType>& out) {
   check_numeric(in[0].dtype);
   out.push_back(in[0]);
@@ -115,14 +122,16 @@ void define_elemwise_binary(OpRegistry& r) {
       {OpId::kBroadcastPower, "lhs ** rhs with NumPy broadcasting."},
       {OpId::kBroadcastMaximum, "Elementwise maximum with NumPy broadcasting (NaN propagates)."},
       {OpId::kBroadcastMinimum, "Elementwise minimum with NumPy broadcasting (NaN propagates)."},
-      {OpId::kBroadcastMod,
-       "lhs mod rhs with NumPy broadcasting: the remainder of floor division, with the sign of "
-       "rhs (NumPy's mod; integer rhs 0 gives 0, floating-point rhs 0 gives NaN)."},
-      {OpId::kBroadcastFmod,
-       "C's fmod(lhs, rhs) with NumPy broadcasting: the remainder of truncated division, with the "
-       "sign of lhs (integer rhs 0 gives 0, floating-point rhs 0 gives NaN)."},
   };
   for (auto [id, doc] : arithmetic) define_binary(r, id, doc, infer_broadcast);
+  define_binary(r, OpId::kBroadcastMod,
+                "lhs mod rhs with NumPy broadcasting: the remainder of floor division, with the sign of "
+                "rhs (NumPy's mod; integer rhs 0 gives 0, floating-point rhs 0 gives NaN). Also takes uint64.",
+                infer_broadcast_mod);
+  define_binary(r, OpId::kBroadcastFmod,
+                "C's fmod(lhs, rhs) with NumPy broadcasting: the remainder of truncated division, with the "
+                "sign of lhs (integer rhs 0 gives 0, floating-point rhs 0 gives NaN). Also takes uint64.",
+                infer_broadcast_mod);
 
   const std::pair<OpId, std::string_view> comparisons[] = {
       {OpId::kBroadcastEqual, "1 where lhs == rhs, else 0, in the input dtype, with broadcasting."},

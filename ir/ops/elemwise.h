@@ -10,7 +10,8 @@
 //   - binary ops need equal input dtypes; comparisons return the input dtype
 //     holding 1 or 0 (MXNet's legacy semantics);
 //   - arithmetic, comparison, relu, abs, negative, square and clip take
-//     float32/64, float16, bfloat16, uint8, int8, int32 and int64;
+//     float32/64, float16, bfloat16, uint8, int8, int32 and int64
+//     (broadcast_mod and broadcast_fmod uint64 too);
 //   - exp, log, sqrt, tanh and sigmoid take floating-point dtypes only;
 //   - _copy, Cast and where take every dtype (where's x and y must match).
 // Integer arithmetic wraps around; integer division by zero gives 0.

@@ -25,6 +25,7 @@ using test::error_of;
 using test::node_model;
 using test::read_bytes;
 using test::set_attr;
+using test::set_attr_int;
 using test::tensor;
 using test::TempDir;
 using test::ValueSpec;
@@ -255,6 +256,144 @@ TEST(OnnxImport, MaxMinOfUint64AreExactOverTheWholeRange) {
   }
 }
 
+// An array of `dtype` holding `v`'s bytes (T has the dtype's size), and back.
+template <typename T>
+NDArray raw_array(const std::vector<T>& v, DType dtype) {
+  NDArray t = NDArray::empty(Shape{static_cast<int64_t>(v.size())}, {dtype, Device::cpu(0)});
+  std::memcpy(t.data(), v.data(), v.size() * sizeof(T));
+  return t;
+}
+template <typename T>
+std::vector<T> raw_values(const NDArray& a) {
+  a.wait_to_read();
+  EXPECT_EQ(dtype_size(a.dtype()), sizeof(T));
+  std::vector<T> v(static_cast<size_t>(a.size()));
+  std::memcpy(v.data(), a.data(), v.size() * sizeof(T));
+  return v;
+}
+
+// uint64 Mod (fmod 0 and 1 agree for unsigned values) of dividends and
+// divisors >= 2^63 and of neighbours float64 would round together; a zero
+// divisor gives 0.
+TEST(OnnxImport, ModOfUint64IsExactOverTheWholeRange) {
+  using TP = ::onnx::TensorProto;
+  const uint64_t top = ~uint64_t{0}, half = uint64_t{1} << 63;
+  std::vector<uint64_t> a{top, half + 5, half, (uint64_t{1} << 53) + 1, 7, 123, top - 1};
+  std::vector<uint64_t> b{3, half - 1, top, 2, 0, top - 1, half + 1};
+  std::vector<uint64_t> want(a.size());
+  for (size_t i = 0; i < a.size(); ++i) want[i] = b[i] == 0 ? 0 : a[i] % b[i];
+  for (int fmod : {0, 1}) {
+    ::onnx::ModelProto m = node_model("Mod", 13, {{"a", TP::UINT64, {7}}, {"b", TP::UINT64, {7}}}, {}, {"a", "b"},
+                                      {{"y", TP::UINT64, {7}}});
+    set_attr_int(m.mutable_graph()->mutable_node(0), "fmod", fmod);
+    std::vector<NDArray> y = onnx::Model::parse(m.SerializeAsString(), "mod.onnx")
+                                 .run(std::vector<NDArray>{raw_array(a, DType::kUint64), raw_array(b, DType::kUint64)});
+    ASSERT_EQ(y[0].dtype(), DType::kUint64);
+    EXPECT_EQ(raw_values<uint64_t>(y[0]), want) << "fmod " << fmod;
+  }
+}
+
+// BitShift of each unsigned width, both directions, against C++'s shifts:
+// amounts of 0, inside the width, the width itself and beyond (0 then),
+// and for uint64 values and amounts of 2^63 and more.
+template <typename T>
+void check_bitshift(int onnx_type, DType dtype) {
+  const T top = static_cast<T>(~T{0}), high = static_cast<T>(T{1} << (sizeof(T) * 8 - 1));
+  const uint64_t bits = sizeof(T) * 8;
+  std::vector<T> x{top, high, static_cast<T>(high + 5), 1, 0x5a, top, 200, 77, top, top};
+  std::vector<T> s{0, 1, 3, static_cast<T>(bits - 1), 4, static_cast<T>(bits), 2, static_cast<T>(bits + 1), 63, top};
+  if constexpr (sizeof(T) == 8) s.back() = high + 7;
+  for (const char* direction : {"LEFT", "RIGHT"}) {
+    std::vector<T> want(x.size());
+    for (size_t i = 0; i < x.size(); ++i) {
+      const bool left = std::string_view(direction) == "LEFT";
+      want[i] = s[i] >= bits ? T{0} : static_cast<T>(left ? x[i] << s[i] : x[i] >> s[i]);
+    }
+    const int64_t count = static_cast<int64_t>(x.size());
+    ::onnx::ModelProto m = node_model("BitShift", 11, {{"x", onnx_type, {count}}, {"s", onnx_type, {count}}}, {},
+                                      {"x", "s"}, {{"y", onnx_type, {count}}});
+    set_attr(m.mutable_graph()->mutable_node(0), "direction", direction);
+    std::vector<NDArray> y = onnx::Model::parse(m.SerializeAsString(), "bitshift.onnx")
+                                 .run(std::vector<NDArray>{raw_array(x, dtype), raw_array(s, dtype)});
+    ASSERT_EQ(y[0].dtype(), dtype);
+    EXPECT_EQ(raw_values<T>(y[0]), want) << dtype_name(dtype) << " " << direction;
+  }
+}
+
+TEST(OnnxImport, BitShiftIsExactForEveryUnsignedWidth) {
+  using TP = ::onnx::TensorProto;
+  check_bitshift<uint8_t>(TP::UINT8, DType::kUint8);
+  check_bitshift<uint16_t>(TP::UINT16, DType::kUint16);
+  check_bitshift<uint32_t>(TP::UINT32, DType::kUint32);
+  check_bitshift<uint64_t>(TP::UINT64, DType::kUint64);
+}
+
+// Reduction 'mul' multiplies every update into its cell, duplicates included
+// (ONNX's node test has none), for ScatterND (a negative index too) and
+// ScatterElements.
+TEST(OnnxImport, ScatterMulMultipliesDuplicateIndices) {
+  using TP = ::onnx::TensorProto;
+  ::onnx::ModelProto nd = node_model("ScatterND", 16, {{"data", TP::FLOAT, {4, 2}}, {"u", TP::FLOAT, {3, 2}}},
+                                     {tensor<int64_t>("idx", TP::INT64, {3, 1}, {1, -1, 1})}, {"data", "idx", "u"},
+                                     {{"y", TP::FLOAT, {4, 2}}});
+  set_attr(nd.mutable_graph()->mutable_node(0), "reduction", "mul");
+  std::vector<NDArray> y =
+      onnx::Model::parse(nd.SerializeAsString(), "scatternd.onnx")
+          .run(std::vector<NDArray>{nd::array(std::vector<float>{1, 2, 3, 4, 5, 6, 7, 8}, Shape{4, 2}),
+                                    nd::array(std::vector<float>{2, 3, 4, 5, 6, 7}, Shape{3, 2})});
+  EXPECT_EQ(y[0].to_vector<float>(), (std::vector<float>{1, 2, 3 * 2 * 6, 4 * 3 * 7, 5, 6, 7 * 4, 8 * 5}));
+
+  ::onnx::ModelProto el = node_model("ScatterElements", 16, {{"data", TP::FLOAT, {2, 3}}, {"u", TP::FLOAT, {2, 2}}},
+                                     {tensor<int64_t>("idx", TP::INT64, {2, 2}, {0, 0, 2, -2})}, {"data", "idx", "u"},
+                                     {{"y", TP::FLOAT, {2, 3}}});
+  auto* node = el.mutable_graph()->mutable_node(0);
+  set_attr(node, "reduction", "mul");
+  set_attr_int(node, "axis", 1);
+  y = onnx::Model::parse(el.SerializeAsString(), "scatterelements.onnx")
+          .run(std::vector<NDArray>{nd::array(std::vector<float>{1, 2, 3, 4, 5, 6}, Shape{2, 3}),
+                                    nd::array(std::vector<float>{2, -3, 4, 0.5f}, Shape{2, 2})});
+  EXPECT_EQ(y[0].to_vector<float>(), (std::vector<float>{1 * 2 * -3, 2, 3, 4, 5 * 0.5f, 6 * 4}));
+}
+
+// QuantizeLinear rounds halves to even and saturates, per tensor (float32
+// and int32 x) and per axis; DynamicQuantizeLinear of zeros has scale 1/255.
+TEST(OnnxImport, QuantizeLinearRoundsHalvesToEvenAndSaturates) {
+  using TP = ::onnx::TensorProto;
+  auto run = [](const ::onnx::ModelProto& m, NDArray x) {
+    return onnx::Model::parse(m.SerializeAsString(), "quantize.onnx").run(std::vector<NDArray>{std::move(x)});
+  };
+  ::onnx::ModelProto u8 =
+      node_model("QuantizeLinear", 13, {{"x", TP::FLOAT, {7}}},
+                 {tensor<float>("scale", TP::FLOAT, {}, {2}), tensor<uint8_t>("zp", TP::UINT8, {}, {128})},
+                 {"x", "scale", "zp"}, {{"y", TP::UINT8, {7}}});
+  std::vector<NDArray> y = run(u8, nd::array(std::vector<float>{1, 3, 5, -1, -3, 600, -600}, Shape{7}));
+  ASSERT_EQ(y[0].dtype(), DType::kUint8);
+  EXPECT_EQ(raw_values<uint8_t>(y[0]), (std::vector<uint8_t>{128, 130, 130, 128, 126, 255, 0}));
+
+  ::onnx::ModelProto s8 =
+      node_model("QuantizeLinear", 13, {{"x", TP::INT32, {5}}},
+                 {tensor<float>("scale", TP::FLOAT, {}, {2}), tensor<int8_t>("zp", TP::INT8, {}, {-1})},
+                 {"x", "scale", "zp"}, {{"y", TP::INT8, {5}}});
+  y = run(s8, nd::array(std::vector<int32_t>{3, 5, -3, 1000, -1000}, Shape{5}).astype(DType::kInt32));
+  ASSERT_EQ(y[0].dtype(), DType::kInt8);
+  EXPECT_EQ(raw_values<int8_t>(y[0]), (std::vector<int8_t>{1, 1, -3, 127, -128}));
+
+  ::onnx::ModelProto axis = node_model("QuantizeLinear", 13, {{"x", TP::FLOAT, {2, 3}}},
+                                       {tensor<float>("scale", TP::FLOAT, {3}, {1, 2, 4}),
+                                        tensor<uint8_t>("zp", TP::UINT8, {3}, {0, 10, 250})},
+                                       {"x", "scale", "zp"}, {{"y", TP::UINT8, {2, 3}}});
+  y = run(axis, nd::array(std::vector<float>{2.5f, 5, 10, -7, 9, 40}, Shape{2, 3}));
+  EXPECT_EQ(raw_values<uint8_t>(y[0]), (std::vector<uint8_t>{2, 12, 252, 0, 14, 255}));
+
+  ::onnx::ModelProto dynamic = node_model("DynamicQuantizeLinear", 11, {{"x", TP::FLOAT, {3}}}, {}, {"x"},
+                                          {{"y", TP::UINT8, {3}}, {"scale", TP::FLOAT, {}}, {"zp", TP::UINT8, {}}});
+  y = run(dynamic, nd::array(std::vector<float>{0, 0, 0}, Shape{3}));
+  ASSERT_EQ(y.size(), 3u);
+  EXPECT_EQ(raw_values<uint8_t>(y[0]), (std::vector<uint8_t>{0, 0, 0}));
+  EXPECT_EQ(y[1].to_vector<float>(), (std::vector<float>{1.0f / 255.0f}));
+  EXPECT_EQ(raw_values<uint8_t>(y[2]), (std::vector<uint8_t>{0}));
+}
+
 // training_mode true: every output element is 0 or x / (1 - ratio), the mask
 // says which, and each run draws a new mask.
 TEST(OnnxImport, DropoutInTrainingModeDrawsAMaskPerRun) {
@@ -389,6 +528,56 @@ TEST(OnnxImportErrors, ComposedOpsBoundTheConstantsTheyBuild) {
                     import(unpool, {{Shape{1, 1, 2, 2}, DType::kFloat32}, {Shape{1, 1, 2, 2}, DType::kInt64}});
                   }),
                   "strides [0,2] must lie in [1,");
+}
+
+// The conversions composed for ScatterND 'mul', QuantizeLinear,
+// DynamicQuantizeLinear and BitShift refuse what they do not handle, naming it.
+TEST(OnnxImportErrors, ComposedOpsNameWhatTheyRefuse) {
+  using TP = ::onnx::TensorProto;
+  auto import = [](const ::onnx::ModelProto& m, const std::vector<TensorType>& types) {
+    onnx::Model::parse(m.SerializeAsString(), "op.onnx").to_graph(types);
+  };
+  // ScatterND 'mul' builds a [updates, rows, row length] block: 2 x 4096 x 4096 is too many.
+  ::onnx::ModelProto scatter = node_model(
+      "ScatterND", 16, {{"data", TP::FLOAT, {4096, 4096}}, {"u", TP::FLOAT, {2, 4096}}},
+      {tensor<int64_t>("idx", TP::INT64, {2, 1}, {0, 1})}, {"data", "idx", "u"}, {{"y", TP::FLOAT, {4096, 4096}}});
+  set_attr(scatter.mutable_graph()->mutable_node(0), "reduction", "mul");
+  EXPECT_CONTAINS(error_of<ValueError>([&] {
+                    import(scatter, {{Shape{4096, 4096}, DType::kFloat32}, {Shape{2, 4096}, DType::kFloat32}});
+                  }),
+                  "reduction 'mul' of 2 updates into 4096 rows of 4096 needs a block of more than 16777216 elements");
+  auto quantize = [](int x_type, int zp_type) {
+    return node_model("QuantizeLinear", 13, {{"x", x_type, {2}}, {"s", TP::FLOAT, {}}, {"zp", zp_type, {}}}, {},
+                      {"x", "s", "zp"}, {{"y", zp_type, {2}}});
+  };
+  EXPECT_CONTAINS(error_of<NotSupported>([&] {
+                    import(quantize(TP::FLOAT, TP::INT32),
+                           {{Shape{2}, DType::kFloat32}, {Shape{}, DType::kFloat32}, {Shape{}, DType::kInt32}});
+                  }),
+                  "quantizing to int32 is not supported");
+  EXPECT_CONTAINS(error_of<NotSupported>([&] {
+                    import(quantize(TP::INT8, TP::UINT8),
+                           {{Shape{2}, DType::kInt8}, {Shape{}, DType::kFloat32}, {Shape{}, DType::kUint8}});
+                  }),
+                  "x must be floating or int32, got int8");
+  ::onnx::ModelProto dynamic = node_model("DynamicQuantizeLinear", 11, {{"x", TP::DOUBLE, {3}}}, {}, {"x"},
+                                          {{"y", TP::UINT8, {3}}, {"scale", TP::FLOAT, {}}, {"zp", TP::UINT8, {}}});
+  EXPECT_CONTAINS(error_of<NotSupported>([&] { import(dynamic, {{Shape{3}, DType::kFloat64}}); }),
+                  "x must be float32, got float64");
+  auto shift = [](int type, const std::string& direction) {
+    ::onnx::ModelProto m =
+        node_model("BitShift", 11, {{"x", type, {2}}, {"s", type, {2}}}, {}, {"x", "s"}, {{"y", type, {2}}});
+    set_attr(m.mutable_graph()->mutable_node(0), "direction", direction);
+    return m;
+  };
+  EXPECT_CONTAINS(error_of<ValueError>([&] {
+                    import(shift(TP::UINT8, "UP"), {{Shape{2}, DType::kUint8}, {Shape{2}, DType::kUint8}});
+                  }),
+                  "direction must be LEFT or RIGHT, got 'UP'");
+  EXPECT_CONTAINS(error_of<NotSupported>([&] {
+                    import(shift(TP::INT8, "LEFT"), {{Shape{2}, DType::kInt8}, {Shape{2}, DType::kInt8}});
+                  }),
+                  "BitShift takes uint8, uint16, uint32 or uint64, got int8");
 }
 
 TEST(OnnxImportErrors, TheCheckerRejectsDanglingInputs) {

@@ -38,7 +38,7 @@
 namespace kiln::test {
 
 // One graph input or output: name, ONNX element type (TensorProto::FLOAT,
-// ...), dims.
+// ...), dims (none: a scalar).
 struct ValueSpec {
   std::string name;
   int type;
@@ -64,7 +64,8 @@ inline ::onnx::ModelProto node_model(const std::string& op, int opset, const std
     v->set_name(s.name);
     auto* t = v->mutable_type()->mutable_tensor_type();
     t->set_elem_type(s.type);
-    for (int64_t d : s.dims) t->mutable_shape()->add_dim()->set_dim_value(d);
+    auto* shape = t->mutable_shape();  // no dims: a scalar
+    for (int64_t d : s.dims) shape->add_dim()->set_dim_value(d);
   };
   for (const ValueSpec& s : inputs) add(g->add_input(), s);
   for (const ValueSpec& s : outputs) add(g->add_output(), s);

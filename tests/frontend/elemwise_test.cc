@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "frontend/invoke.h"
@@ -181,6 +182,39 @@ TEST(ElemwiseBinary, ModAndFmodSignsAndZeroDivisors) {
       {"_Mod", OpId::kBroadcastMod},
   };
   for (auto [name, id] : mxnet) EXPECT_EQ(find_op(name), &op_def(id)) << name;
+}
+
+// mod and fmod also take uint64 (the only arithmetic that does), exactly
+// for values of 2^63 and more, with broadcasting; a zero divisor gives 0.
+// Mixed with another dtype it is refused like every binary op.
+TEST(ElemwiseBinary, ModAndFmodOfUint64) {
+  const uint64_t top = ~uint64_t{0}, half = uint64_t{1} << 63;
+  const std::vector<uint64_t> a{top, half + 5, 7, top - 1, half, 0}, b{half - 1, 10, 0};
+  auto u64 = [](const std::vector<uint64_t>& v, Shape shape, Device d) {
+    NDArray t = NDArray::empty(shape, {DType::kUint64, d});
+    std::memcpy(t.data(), v.data(), v.size() * sizeof(uint64_t));
+    return t;
+  };
+  std::vector<uint64_t> want(a.size());
+  for (size_t i = 0; i < a.size(); ++i) want[i] = b[i % 3] == 0 ? 0 : a[i] % b[i % 3];
+  for (Device d : kDevices) {
+    for (auto [op, name] : {std::pair{OpId::kBroadcastMod, "mod"}, std::pair{OpId::kBroadcastFmod, "fmod"}}) {
+      NDArray y = invoke1(op, {u64(a, Shape{2, 3}, d), u64(b, Shape{3}, d)});
+      ASSERT_EQ(y.dtype(), DType::kUint64);
+      ASSERT_EQ(y.shape(), (Shape{2, 3}));
+      y.wait_to_read();
+      std::vector<uint64_t> got(a.size());
+      std::memcpy(got.data(), y.data(), got.size() * sizeof(uint64_t));
+      EXPECT_EQ(got, want) << fmt::format("{} on {}", name, d);
+    }
+  }
+  EXPECT_CONTAINS(test::error_of<TypeError>([&] {
+                    nd::mod(u64(b, Shape{3}, Device::cpu(0)), nd::zeros(Shape{3}, {.dtype = DType::kInt64}));
+                  }),
+                  "lhs and rhs must have the same dtype, got uint64 and int64");
+  EXPECT_CONTAINS(
+      test::error_of<TypeError>([&] { return u64(b, Shape{3}, Device::cpu(0)) + u64(b, Shape{3}, Device::cpu(0)); }),
+      "dtype uint64 is not supported");
 }
 
 TEST(ElemwiseBinary, NaNPropagatesThroughMaximumAndMinimum) {

@@ -4,7 +4,8 @@
 // product), TopK (repeated argmax), GatherND (take of flat indices),
 // ScatterND, ScatterElements and Scatter (the scatter-add of take's gradient),
 // MaxUnpool (the same scatter), the window functions (constants),
-// DequantizeLinear and MatMulInteger (exact in float32 / float64), Einsum
+// DequantizeLinear, QuantizeLinear, DynamicQuantizeLinear and MatMulInteger
+// (exact in float32 / float64), Einsum
 // (diagonals by an identity mask, then one broadcast product and a sum),
 // ReverseSequence (take of per-position source rows).
 #include <fmt/ranges.h>
@@ -241,21 +242,41 @@ void convert_gather_nd(NodeContext& n) {
 }
 
 // ---- Scatters: rows of `updates` [count, rest] written into data seen as
-// [rows, rest] at flat row indices `flat` [count]. _backward_take adds every
-// update into its row (so "add" is data + that); "none" takes the added
-// updates where a row received any (exact when no row is indexed twice:
-// ONNX leaves duplicates undefined for ScatterND and reports the last for
-// ScatterElements, where Kiln gives their sum). "mul" and the others are
-// NotSupported. Floating data only (the scatter-add's types).
+// [rows, rest] at flat row indices `flat` [count] (clipped to the rows, as
+// take's are). _backward_take adds every update into its row (so "add" is
+// data + that); "none" takes the added updates where a row received any
+// (exact when no row is indexed twice: ONNX leaves duplicates undefined for
+// ScatterND and reports the last for ScatterElements, where Kiln gives their
+// sum). "mul" multiplies each row by all of its updates, as ONNX's reference
+// does for duplicates too: a one-hot [count, rows, 1] picks update i for row
+// flat[i] and 1 elsewhere, the product over the updates multiplies data; the
+// [count, rows, rest] block is bounded by kMaxImportElements. The other
+// reductions are NotSupported. Floating data only (the scatter-add's types).
 ir::Entry scatter_rows(NodeContext& n, ir::Entry data2d, ir::Entry flat, ir::Entry updates2d, const std::string& reduction) {
   const Shape rows = n.entry_type(data2d).shape;
   const DType dtype = n.entry_type(data2d).dtype;
   if (!is_floating(dtype)) n.unsupported(fmt::format("scattering {} data (floating types only)", dtype_name(dtype)));
+  const int64_t count = n.entry_type(flat).shape.size();
+  if (reduction == "mul") {
+    const int64_t r = std::max<int64_t>(rows[0], 1), c = std::max<int64_t>(rows[1], 1);
+    KILN_CHECK(count <= kMaxImportElements / r && count * r <= kMaxImportElements / c, ValueError,
+               "reduction 'mul' of {} updates into {} rows of {} needs a block of more than {} elements, too large",
+               count, rows[0], rows[1], kMaxImportElements);
+    ir::Entry at = n.op1(OpId::kClip, {reshape_to(n, flat, {count, 1})},
+                         ClipAttrs{.a_min = 0, .a_max = static_cast<double>(std::max<int64_t>(rows[0] - 1, 0))});
+    std::vector<int64_t> row_ids(static_cast<size_t>(rows[0]));
+    std::iota(row_ids.begin(), row_ids.end(), int64_t{0});
+    ir::Entry hot = n.op1(OpId::kBroadcastEqual, {at, n.constant(nd::array(row_ids, Shape{1, rows[0]}))});
+    ir::Entry picked =
+        n.op1(OpId::kWhere, {reshape_to(n, hot, {count, rows[0], 1}), reshape_to(n, updates2d, {count, 1, rows[1]}),
+                             n.constant(nd::ones(Shape{1, 1, 1}).astype(dtype))});
+    ir::Entry product = n.op1(OpId::kProd, {picked}, ReduceAttrs{.axis = IntTuple{0}});
+    return n.op1(OpId::kBroadcastMul, {data2d, product});
+  }
   if (reduction != "none" && reduction != "add") n.unsupported(fmt::format("reduction '{}'", reduction));
   TakeBackwardAttrs a{.axis = 0, .mode = TakeMode::kClip, .data_shape = rows};
   ir::Entry added = n.op1(OpId::kTakeBackward, {updates2d, flat}, a);
   if (reduction == "add") return n.op1(OpId::kBroadcastAdd, {data2d, added});
-  const int64_t count = n.entry_type(flat).shape.size();
   ir::Entry ones = n.constant(nd::ones(Shape{count, 1}).astype(dtype));
   ir::Entry hits = n.op1(OpId::kTakeBackward, {ones, flat}, TakeBackwardAttrs{.axis = 0, .mode = TakeMode::kClip, .data_shape = Shape{rows[0], 1}});
   return n.op1(OpId::kWhere, {n.op1(OpId::kBroadcastTo, {hits}, BroadcastToAttrs{.shape = rows}), added, data2d});
@@ -392,25 +413,96 @@ void convert_window(NodeContext& n) {
   n.set_output(0, n.constant(nd::array(w, Shape{size}).astype(*dtype)));
 }
 
+// A scale or zero point (input i) of DequantizeLinear / QuantizeLinear as `t`:
+// a scalar per tensor, or a 1-D one per slice of x along `axis` (shaped to
+// broadcast against x).
+ir::Entry quantize_param(NodeContext& n, size_t i, DType t) {
+  const Shape& x = n.shape(0);
+  ir::Entry e = cast_to(n, n.input(i), t);
+  const Shape& s = n.shape(i);
+  if (s.ndim() == 0 || s.size() == 1) return reshape_to(n, e, {});
+  KILN_CHECK(s.ndim() == 1 && x.ndim() >= 1, ShapeError, "input {} must be a scalar or 1-D, got {}", i, s);
+  const int axis = normalize_onnx_axis(n, n.attr_int("axis", 1), x.ndim());
+  KILN_CHECK(s[0] == x[axis], ShapeError, "input {} {} must match axis {} of x {}", i, s, axis, x);
+  std::vector<int64_t> dims(static_cast<size_t>(x.ndim()), 1);
+  dims[static_cast<size_t>(axis)] = s[0];
+  return reshape_to(n, e, dims);
+}
+
 // DequantizeLinear: (x - zero_point) * scale in float32, the scale (and
 // zero point) per tensor or per slice along `axis`; x and the zero point
 // converted to float32 first, as ONNX's reference does.
 void convert_dequantize_linear(NodeContext& n) {
-  const Shape& x = n.shape(0);
   ir::Entry y = cast_to(n, n.input(0), DType::kFloat32);
-  auto per_axis = [&](size_t i) {
-    ir::Entry e = cast_to(n, n.input(i), DType::kFloat32);
-    const Shape& s = n.shape(i);
-    if (s.ndim() == 0 || s.size() == 1) return reshape_to(n, e, {});
-    KILN_CHECK(s.ndim() == 1 && x.ndim() >= 1, ShapeError, "input {} must be a scalar or 1-D, got {}", i, s);
-    const int axis = normalize_onnx_axis(n, n.attr_int("axis", 1), x.ndim());
-    KILN_CHECK(s[0] == x[axis], ShapeError, "input {} {} must match axis {} of x {}", i, s, axis, x);
-    std::vector<int64_t> dims(static_cast<size_t>(x.ndim()), 1);
-    dims[static_cast<size_t>(axis)] = s[0];
-    return reshape_to(n, e, dims);
-  };
-  if (n.has_input(2)) y = n.op1(OpId::kBroadcastSub, {y, per_axis(2)});
-  n.set_output(0, n.op1(OpId::kBroadcastMul, {y, per_axis(1)}));
+  if (n.has_input(2)) y = n.op1(OpId::kBroadcastSub, {y, quantize_param(n, 2, DType::kFloat32)});
+  n.set_output(0, n.op1(OpId::kBroadcastMul, {y, quantize_param(n, 1, DType::kFloat32)}));
+}
+
+// The integer range that QuantizeLinear saturates to (ONNX's 8-bit outputs
+// and the 16-bit ones of later opsets); nullopt for the others.
+std::optional<std::pair<double, double>> quantized_range(DType t) {
+  switch (t) {
+    case DType::kUint8:
+      return std::pair{0.0, 255.0};
+    case DType::kInt8:
+      return std::pair{-128.0, 127.0};
+    case DType::kUint16:
+      return std::pair{0.0, 65535.0};
+    case DType::kInt16:
+      return std::pair{-32768.0, 32767.0};
+    default:
+      return std::nullopt;
+  }
+}
+
+// saturate(rint(x / scale) + zero_point) as `out`, ONNX's reference: the
+// quotient and its rounding (half to even) in x's floating dtype (float64
+// for integer x, as NumPy promotes int32 / float32), then the zero point
+// added and the range clipped in float64, which holds every such value, and
+// the (integral, in-range) result cast. `scale` and `zero_point` (float64, or
+// none) broadcast against x.
+ir::Entry quantize(NodeContext& n, ir::Entry x, ir::Entry scale, std::optional<ir::Entry> zero_point, DType out) {
+  const auto range = quantized_range(out);
+  if (!range) n.unsupported(fmt::format("quantizing to {}", dtype_name(out)));
+  const DType in = n.entry_type(x).dtype;
+  const DType compute = is_floating(in) ? in : DType::kFloat64;
+  ir::Entry q = n.op1(OpId::kBroadcastDiv, {cast_to(n, x, compute), cast_to(n, scale, compute)});
+  q = cast_to(n, n.op1(OpId::kRint, {q}), DType::kFloat64);
+  if (zero_point) q = n.op1(OpId::kBroadcastAdd, {q, cast_to(n, *zero_point, DType::kFloat64)});
+  q = n.op1(OpId::kClip, {q}, ClipAttrs{.a_min = range->first, .a_max = range->second});
+  return cast_to(n, q, out);
+}
+
+// QuantizeLinear (opsets 10 and 13): the scale (and zero point) per tensor
+// or per slice along `axis`; the output has the zero point's dtype, else
+// uint8.
+void convert_quantize_linear(NodeContext& n) {
+  const DType in = n.type(0).dtype;
+  KILN_CHECK(is_floating(in) || in == DType::kInt32, TypeError, "x must be floating or int32, got {}", dtype_name(in));
+  std::optional<ir::Entry> zero_point;
+  if (n.has_input(2)) zero_point = quantize_param(n, 2, DType::kFloat64);
+  const DType compute = is_floating(in) ? in : DType::kFloat64;
+  n.set_output(0, quantize(n, n.input(0), quantize_param(n, 1, compute), zero_point,
+                           n.has_input(2) ? n.type(2).dtype : DType::kUint8));
+}
+
+// DynamicQuantizeLinear (float32 to uint8), ONNX's reference: the range
+// [min(x, 0), max(x, 0)] spread over 0..255 (scale (max - min) / 255, or
+// 1 / 255 when max == min, all in float32), zero point rint(clip(-min /
+// scale, 0, 255)), then QuantizeLinear's rounding and saturation.
+void convert_dynamic_quantize_linear(NodeContext& n) {
+  KILN_CHECK(n.type(0).dtype == DType::kFloat32, TypeError, "x must be float32, got {}", dtype_name(n.type(0).dtype));
+  ir::Entry x = n.input(0);
+  ir::Entry lo = scalar_op(n, OpId::kMinimumScalar, n.op1(OpId::kMin, {x}, ReduceAttrs{}), 0.0);
+  ir::Entry hi = scalar_op(n, OpId::kMaximumScalar, n.op1(OpId::kMax, {x}, ReduceAttrs{}), 0.0);
+  ir::Entry span = n.op1(OpId::kBroadcastSub, {hi, lo});
+  span = n.op1(OpId::kBroadcastAdd, {span, scalar_op(n, OpId::kEqualScalar, span, 0.0)});  // 0 -> 1
+  ir::Entry scale = scalar_op(n, OpId::kDivScalar, span, 255.0);
+  ir::Entry zero = n.op1(OpId::kNegative, {n.op1(OpId::kBroadcastDiv, {lo, scale})});
+  zero = n.op1(OpId::kRint, {n.op1(OpId::kClip, {zero}, ClipAttrs{.a_min = 0.0, .a_max = 255.0})});
+  n.set_output(0, quantize(n, x, scale, zero, DType::kUint8));
+  n.set_output(1, scale);
+  n.set_output(2, cast_to(n, zero, DType::kUint8));
 }
 
 // MatMulInteger of 2-D operands: (A - a_zero_point) x (B - b_zero_point) in
@@ -618,6 +710,8 @@ KILN_ONNX_CONVERTER("HannWindow", convert_window<0>);
 KILN_ONNX_CONVERTER("HammingWindow", convert_window<1>);
 KILN_ONNX_CONVERTER("BlackmanWindow", convert_window<2>);
 KILN_ONNX_CONVERTER("DequantizeLinear", convert_dequantize_linear);
+KILN_ONNX_CONVERTER("QuantizeLinear", convert_quantize_linear);
+KILN_ONNX_CONVERTER("DynamicQuantizeLinear", convert_dynamic_quantize_linear);
 KILN_ONNX_CONVERTER("MatMulInteger", convert_matmul_integer);
 KILN_ONNX_CONVERTER("Einsum", convert_einsum);
 KILN_ONNX_CONVERTER("ReverseSequence", convert_reverse_sequence);

@@ -1,10 +1,12 @@
 // ONNX converters of elementwise ops: arithmetic with broadcasting, Mod,
-// unary math, IsNaN/IsInf, Clip, Cast, Where, variadic Sum/Max/Min/Mean.
+// BitShift, unary math, IsNaN/IsInf, Clip, Cast, Where, variadic
+// Sum/Max/Min/Mean.
 #include <cmath>
 #include <limits>
 
 #include "frontend/formats/onnx/node_context.h"
 #include "frontend/formats/onnx/tensor.h"
+#include "frontend/nd_init.h"
 #include "ir/ops/elemwise.h"
 #include "ir/ops/nn.h"
 
@@ -30,12 +32,13 @@ void convert_reciprocal(NodeContext& n) {
 // Mod: fmod 0 is mod with the divisor's sign (integers only in ONNX;
 // floating-point inputs are accepted too), fmod 1 C's fmod. int16, uint16
 // and uint32 (dtypes Kiln stores but does not compute in) run in int64, which
-// holds every value and every remainder, and cast back; uint64 does not fit.
+// holds every value and every remainder, and cast back; uint64 (which int64
+// does not hold) runs in Kiln's mod, which takes uint64.
 void convert_mod(NodeContext& n) {
   const DType t = n.type(0).dtype;
   KILN_CHECK(t == n.type(1).dtype, TypeError, "inputs of different dtypes: {} and {}", dtype_name(t),
              dtype_name(n.type(1).dtype));
-  if (t == DType::kUint64 || t == DType::kBool) n.unsupported(fmt::format("Mod of {}", dtype_name(t)));
+  if (t == DType::kBool) n.unsupported(fmt::format("Mod of {}", dtype_name(t)));
   const OpId id = n.attr_int("fmod", 0) != 0 ? OpId::kBroadcastFmod : OpId::kBroadcastMod;
   const bool widen = t == DType::kInt16 || t == DType::kUint16 || t == DType::kUint32;
   auto in = [&](size_t i) {
@@ -44,6 +47,44 @@ void convert_mod(NodeContext& n) {
   ir::Entry y = n.op1(id, {in(0), in(1)});
   if (widen) y = n.op1(OpId::kCast, {y}, CastAttrs{.dtype = t});
   n.set_output(0, y);
+}
+
+// BitShift of unsigned integers, x and the shift amounts s broadcast, both
+// read as int64 bits (Cast wraps), where each result is exact: LEFT is
+// x * 2^s with wraparound (2^s wraps to 0 from s = 64 on, and s >= 2^63
+// reads as negative, for which the integer power gives 0), cast back to the
+// dtype, which keeps the low bits; RIGHT is x / 2^s, truncating division of
+// a non-negative value (a divisor of 0 gives 0, as a shift past the width
+// does). uint64 x of 2^63 and more reads as negative, so RIGHT first halves
+// it exactly (the even part halved, plus 2^63 where it was negative, gives
+// the unsigned x >> 1) and divides that by 2^(s - 1); s = 0 keeps x.
+void convert_bitshift(NodeContext& n) {
+  const DType t = n.type(0).dtype;
+  KILN_CHECK(t == n.type(1).dtype, TypeError, "inputs of different dtypes: {} and {}", dtype_name(t),
+             dtype_name(n.type(1).dtype));
+  KILN_CHECK(t == DType::kUint8 || t == DType::kUint16 || t == DType::kUint32 || t == DType::kUint64, TypeError,
+             "BitShift takes uint8, uint16, uint32 or uint64, got {}", dtype_name(t));
+  const std::string direction = n.attr_string("direction", "");
+  KILN_CHECK(direction == "LEFT" || direction == "RIGHT", ValueError, "direction must be LEFT or RIGHT, got '{}'",
+             direction);
+  ir::Entry x = cast_to(n, n.input(0), DType::kInt64), s = cast_to(n, n.input(1), DType::kInt64);
+  ir::Entry y;
+  if (direction == "LEFT") {
+    y = n.op1(OpId::kBroadcastMul, {x, scalar_op(n, OpId::kRPowerScalar, s, 2.0)});
+  } else if (t != DType::kUint64) {
+    y = n.op1(OpId::kBroadcastDiv, {x, scalar_op(n, OpId::kRPowerScalar, s, 2.0)});
+  } else {
+    ir::Entry even =
+        n.op1(OpId::kBroadcastSub,
+              {x, n.op1(OpId::kBroadcastMod, {x, n.constant(nd::full(Shape{}, 2, {.dtype = DType::kInt64}))})});
+    ir::Entry half = scalar_op(n, OpId::kDivScalar, even, 2.0);
+    ir::Entry negative = scalar_op(n, OpId::kLesserScalar, x, 0.0);
+    half = n.op1(OpId::kWhere, {negative, scalar_op(n, OpId::kMinusScalar, half, -0x1p63), half});  // + 2^63, wrapping
+    ir::Entry shifted = n.op1(OpId::kBroadcastDiv,
+                              {half, scalar_op(n, OpId::kRPowerScalar, scalar_op(n, OpId::kMinusScalar, s, 1.0), 2.0)});
+    y = n.op1(OpId::kWhere, {scalar_op(n, OpId::kEqualScalar, s, 0.0), x, shifted});
+  }
+  n.set_output(0, cast_to(n, y, t));
 }
 
 // IsNaN: x != x. IsInf: x == +inf and/or x == -inf (|x| == inf for both);
@@ -226,6 +267,7 @@ KILN_ONNX_CONVERTER("Sign", convert_unary<OpId::kSign>);
 KILN_ONNX_CONVERTER("IsNaN", convert_isnan);
 KILN_ONNX_CONVERTER("IsInf", convert_isinf);
 KILN_ONNX_CONVERTER("Mod", convert_mod);
+KILN_ONNX_CONVERTER("BitShift", convert_bitshift);
 KILN_ONNX_CONVERTER("Abs", convert_unary<OpId::kAbs>);
 KILN_ONNX_CONVERTER("Neg", convert_unary<OpId::kNegative>);
 KILN_ONNX_CONVERTER("Reciprocal", convert_reciprocal);
