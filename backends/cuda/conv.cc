@@ -214,7 +214,7 @@ void add_channel_bias(const KernelContext& ctx, const TensorView& out, const Ten
   std::vector<int64_t> dims(static_cast<size_t>(out.shape.ndim() - 1), 1);
   dims[0] = bias.size();
   auto ix = cuda::make_broadcast_index(out.shape, Shape(dims), out.shape);
-  KILN_CUDA_LAUNCH(cuda::launch_binary(cuda::BinaryOp::kAdd, out.ptr<float>(), bias.ptr<float>(), out.ptr<float>(),
+  KILN_CUDA_LAUNCH(cuda::launch_binary(cuda::BinaryOp::kAdd, cuda::kDtypeFloat32, out.data, bias.data, out.data,
                                        out.size(), ix, 0, 0.0f, 0.0f, cuda::stream_of(ctx)),
                    ctx);
 }
@@ -237,11 +237,11 @@ void conv_act(const KernelContext& ctx, std::span<const TensorView> in, std::spa
   if (!a.no_bias) add_channel_bias(ctx, out[0], in[next++]);
   cudaStream_t s = cuda::stream_of(ctx);
   if (a.with_sum) {
-    KILN_CUDA_LAUNCH(cuda::launch_binary(cuda::BinaryOp::kAdd, out[0].ptr<float>(), in[next].ptr<float>(),
-                                         out[0].ptr<float>(), out[0].size(), {}, 0, 0.0f, 0.0f, s),
+    KILN_CUDA_LAUNCH(cuda::launch_binary(cuda::BinaryOp::kAdd, cuda::kDtypeFloat32, out[0].data, in[next].data,
+                                         out[0].data, out[0].size(), {}, 0, 0.0f, 0.0f, s),
                      ctx);
   }
-  KILN_CUDA_LAUNCH(cuda::launch_unary(cuda::activation_op(a.act_type), out[0].ptr<float>(), out[0].ptr<float>(),
+  KILN_CUDA_LAUNCH(cuda::launch_unary(cuda::activation_op(a.act_type), cuda::kDtypeFloat32, out[0].data, out[0].data,
                                       out[0].size(), 0, 0, s),
                    ctx);
 }
