@@ -227,23 +227,29 @@ void convolution_native(const KernelContext& ctx, std::span<const TensorView> in
   if (!a.no_bias) add_channel_bias(ctx, out[0], in[2]);
 }
 
-// _kiln_conv_act(data, weight[, bias][, sum]) = act(conv + bias + sum)
+// _kiln_conv_act(data, weight[, bias][, sum]) = act(conv + bias + sum); 16-bit
+// data as convolution_native, the sum and activation on the 16-bit output
+// (each step rounded: relu adds no rounding, a sum one).
 void conv_act(const KernelContext& ctx, std::span<const TensorView> in, std::span<const TensorView> out) {
-  cuda::require_f32(in, out);
+  if (!is_16bit(in[0].dtype)) cuda::require_f32(in, out);
   const auto& a = ctx.attrs.as<ConvActAttrs>();
   if (out[0].size() == 0) return;
+  const int dtype = static_cast<int>(out[0].dtype);
+  if (a.with_sum)
+    KILN_CHECK(in.back().dtype == out[0].dtype, NotSupported, "_kiln_conv_act on CUDA: sum input {} with output {}",
+               in.back().dtype, out[0].dtype);
   convolution_forward_into(ctx, a, in[0], in[1], out[0]);
   size_t next = 2;
   if (!a.no_bias) add_channel_bias(ctx, out[0], in[next++]);
   cudaStream_t s = cuda::stream_of(ctx);
   if (a.with_sum) {
-    KILN_CUDA_LAUNCH(cuda::launch_binary(cuda::BinaryOp::kAdd, cuda::kDtypeFloat32, out[0].data, in[next].data,
-                                         out[0].data, out[0].size(), {}, 0, 0.0f, 0.0f, s),
+    KILN_CUDA_LAUNCH(cuda::launch_binary(cuda::BinaryOp::kAdd, dtype, out[0].data, in[next].data, out[0].data,
+                                         out[0].size(), {}, 0, 0.0f, 0.0f, s),
                      ctx);
   }
-  KILN_CUDA_LAUNCH(cuda::launch_unary(cuda::activation_op(a.act_type), cuda::kDtypeFloat32, out[0].data, out[0].data,
-                                      out[0].size(), 0, 0, s),
-                   ctx);
+  KILN_CUDA_LAUNCH(
+      cuda::launch_unary(cuda::activation_op(a.act_type), dtype, out[0].data, out[0].data, out[0].size(), 0, 0, s),
+      ctx);
 }
 
 // (out_grad, weight) -> d_data
@@ -463,7 +469,7 @@ void register_cuda_conv_kernels() {
   constexpr DeviceKind k = DeviceKind::kCUDA;
 #if defined(KILN_HAVE_CUDNN)
   register_kernel(OpId::kConvolution, k, or_widened<convolution_native>, HalfSupport::kAny);
-  register_kernel(OpId::kConvAct, k, conv_act);
+  register_kernel(OpId::kConvAct, k, or_widened<conv_act>, HalfSupport::kAny);
   register_kernel(OpId::kConvolutionBackwardData, k, or_widened<convolution_backward_data_native>, HalfSupport::kAny);
   register_kernel(OpId::kConvolutionBackwardWeight, k, or_widened<convolution_backward_weight_native>,
                   HalfSupport::kAny);
