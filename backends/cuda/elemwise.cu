@@ -40,11 +40,11 @@ __global__ void unary_kernel(UnaryOp op, const T* __restrict__ x, T* __restrict_
   if (aligned16(x) && aligned16(y)) {
     const int64_t packs = n / P::kN;
     for (int64_t i = start; i < packs; i += stride) {
-      float v[P::kN];
-      P::load(x, i, v);
-#pragma unroll
-      for (int e = 0; e < P::kN; ++e) v[e] = apply_unary(op, v[e], p0, p1);
-      P::store(y, i, v);
+      P v;
+      v.load(x, i);
+#pragma unroll(P::kUnroll)
+      for (int e = 0; e < P::kN; ++e) v.set(e, apply_unary(op, v.get(e), p0, p1));
+      v.store(y, i);
     }
     done = packs * P::kN;
   }
@@ -62,49 +62,39 @@ __device__ __forceinline__ void broadcast_offsets(const BroadcastIndex& ix, int6
   }
 }
 
+// y = op(a, b). Dense operands and scalars share one loop (16-byte packs
+// when aligned): `scalar_side` 1 puts the scalar on the right, 2 on the left.
 template <typename T>
 __global__ void binary_kernel(BinaryOp op, const T* a, const T* b, T* y, int64_t n, BroadcastIndex ix,
                               int scalar_side, float scalar, float p0) {
   using P = Pack<T>;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   const int64_t start = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (scalar_side != 0) {
-    const T* x = scalar_side == 1 ? a : b;
+  if (ix.ndim == 0 || scalar_side != 0) {
+    // x: the array operand (a, or b when the scalar is on the left); z: the other array, if any.
+    const T* x = scalar_side == 2 ? b : a;
+    const T* z = scalar_side == 0 ? b : x;
+    const bool left = scalar_side == 2;  // x is the right operand
     int64_t done = 0;
-    if (aligned16(x) && aligned16(y)) {
+    if (aligned16(x) && aligned16(z) && aligned16(y)) {
       const int64_t packs = n / P::kN;
       for (int64_t i = start; i < packs; i += stride) {
-        float v[P::kN];
-        P::load(x, i, v);
-#pragma unroll
-        for (int e = 0; e < P::kN; ++e)
-          v[e] = scalar_side == 1 ? apply_binary(op, v[e], scalar, p0) : apply_binary(op, scalar, v[e], p0);
-        P::store(y, i, v);
+        P vx, vz;
+        vx.load(x, i);
+        if (scalar_side == 0) vz.load(z, i);
+#pragma unroll(P::kUnroll)
+        for (int e = 0; e < P::kN; ++e) {
+          const float u = vx.get(e), w = scalar_side == 0 ? vz.get(e) : scalar;
+          vx.set(e, apply_binary(op, left ? w : u, left ? u : w, p0));
+        }
+        vx.store(y, i);
       }
       done = packs * P::kN;
     }
     for (int64_t i = done + start; i < n; i += stride) {
-      const float v = load_f32(x[i]);
-      y[i] = store_as<T>(scalar_side == 1 ? apply_binary(op, v, scalar, p0) : apply_binary(op, scalar, v, p0));
+      const float u = load_f32(x[i]), w = scalar_side == 0 ? load_f32(z[i]) : scalar;
+      y[i] = store_as<T>(apply_binary(op, left ? w : u, left ? u : w, p0));
     }
-    return;
-  }
-  if (ix.ndim == 0) {
-    int64_t done = 0;
-    if (aligned16(a) && aligned16(b) && aligned16(y)) {
-      const int64_t packs = n / P::kN;
-      for (int64_t i = start; i < packs; i += stride) {
-        float va[P::kN], vb[P::kN];
-        P::load(a, i, va);
-        P::load(b, i, vb);
-#pragma unroll
-        for (int e = 0; e < P::kN; ++e) va[e] = apply_binary(op, va[e], vb[e], p0);
-        P::store(y, i, va);
-      }
-      done = packs * P::kN;
-    }
-    for (int64_t i = done + start; i < n; i += stride)
-      y[i] = store_as<T>(apply_binary(op, load_f32(a[i]), load_f32(b[i]), p0));
     return;
   }
   // Broadcast: element by element (an index division per axis dominates).

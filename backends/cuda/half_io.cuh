@@ -69,37 +69,47 @@ __device__ __forceinline__ void store_f32_dyn(void* p, int dtype, int64_t i, flo
   else static_cast<float*>(p)[i] = v;
 }
 
-// 16 bytes of T as float32 values: pack index vi covers elements [vi * kN, vi * kN + kN).
+// 16 bytes of T (4 float32 or 8 16-bit values) held as a uint4, element e
+// read and written as float32. kUnroll is how far a loop over the elements
+// should unroll: fully for float32 (4 inlined copies of the loop body, as the
+// float4 paths always had), not at all for 16-bit values (e a run-time index
+// that selects a word and a half: the op's switch inlined once instead of 8
+// times, which keeps nvcc's time and the binary near the float32-only size).
+//
+//   Pack<T> v;  v.load(x, i);
+//   #pragma unroll(Pack<T>::kUnroll)
+//   for (int e = 0; e < Pack<T>::kN; ++e) v.set(e, f(v.get(e)));
+//   v.store(y, i);
 template <typename T>
 struct Pack {
   static constexpr int kN = 16 / static_cast<int>(sizeof(T));
-  __device__ __forceinline__ static void load(const T* p, int64_t vi, float (&v)[kN]) {
-    const uint4 q = reinterpret_cast<const uint4*>(p)[vi];
-    const unsigned w[4] = {q.x, q.y, q.z, q.w};
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      v[2 * e] = load_f32(T{static_cast<uint16_t>(w[e] & 0xffffu)});
-      v[2 * e + 1] = load_f32(T{static_cast<uint16_t>(w[e] >> 16)});
+  static constexpr int kUnroll = sizeof(T) == 4 ? kN : 1;
+  uint4 q;
+
+  __device__ __forceinline__ void load(const T* p, int64_t vi) { q = reinterpret_cast<const uint4*>(p)[vi]; }
+  __device__ __forceinline__ void store(T* p, int64_t vi) const { reinterpret_cast<uint4*>(p)[vi] = q; }
+  __device__ __forceinline__ unsigned word(int w) const { return w == 0 ? q.x : w == 1 ? q.y : w == 2 ? q.z : q.w; }
+  __device__ __forceinline__ void set_word(int w, unsigned v) {
+    if (w == 0) q.x = v;
+    else if (w == 1) q.y = v;
+    else if (w == 2) q.z = v;
+    else q.w = v;
+  }
+  __device__ __forceinline__ float get(int e) const {
+    if constexpr (sizeof(T) == 4) {
+      return __uint_as_float(word(e));
+    } else {
+      return load_f32(T{static_cast<uint16_t>(word(e >> 1) >> (16 * (e & 1)))});
     }
   }
-  __device__ __forceinline__ static void store(T* p, int64_t vi, const float (&v)[kN]) {
-    unsigned w[4];
-#pragma unroll
-    for (int e = 0; e < 4; ++e)
-      w[e] = static_cast<unsigned>(store_as<T>(v[2 * e]).bits) |
-             (static_cast<unsigned>(store_as<T>(v[2 * e + 1]).bits) << 16);
-    reinterpret_cast<uint4*>(p)[vi] = make_uint4(w[0], w[1], w[2], w[3]);
-  }
-};
-template <>
-struct Pack<float> {
-  static constexpr int kN = 4;
-  __device__ __forceinline__ static void load(const float* p, int64_t vi, float (&v)[4]) {
-    const float4 q = reinterpret_cast<const float4*>(p)[vi];
-    v[0] = q.x, v[1] = q.y, v[2] = q.z, v[3] = q.w;
-  }
-  __device__ __forceinline__ static void store(float* p, int64_t vi, const float (&v)[4]) {
-    reinterpret_cast<float4*>(p)[vi] = make_float4(v[0], v[1], v[2], v[3]);
+  __device__ __forceinline__ void set(int e, float v) {
+    if constexpr (sizeof(T) == 4) {
+      set_word(e, __float_as_uint(v));
+    } else {
+      const int shift = 16 * (e & 1);
+      const unsigned bits = static_cast<unsigned>(store_as<T>(v).bits) << shift;
+      set_word(e >> 1, (word(e >> 1) & ~(0xffffu << shift)) | bits);
+    }
   }
 };
 

@@ -185,15 +185,12 @@ __global__ void partial_kernel(ReduceOp op, const T* __restrict__ x, float* __re
   float acc = identity_of(op);
   for_each_in_range(begin, end, p.cols, p.row_stride, p.col_stride, base / kVec, [&](int64_t i) {
     if constexpr (kPacked) {
-      float v[P::kN];
-      P::load(x, i, v);
-      // Pairwise, as the float4 path always combined.
+      P v;
+      v.load(x, i);
+      float pack = identity_of(op);
 #pragma unroll
-      for (int w = 1; w < P::kN; w *= 2)
-#pragma unroll
-        for (int e = 0; e < P::kN; e += 2 * w)
-          v[e] = w == 1 ? combine(op, prepare(op, v[e]), prepare(op, v[e + 1])) : combine(op, v[e], v[e + w]);
-      acc = combine(op, acc, v[0]);
+      for (int e = 0; e < P::kN; ++e) pack = combine(op, pack, prepare(op, v.get(e)));
+      acc = combine(op, acc, pack);
     } else {
       acc = combine(op, acc, prepare(op, load_f32(x[i])));
     }
