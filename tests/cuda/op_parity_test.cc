@@ -80,6 +80,10 @@ TEST(Cases, CudaKernelsTake16BitFloatsDirectly) {
     ASSERT_TRUE(has_kernel(id, DeviceKind::kCUDA)) << op_def(id).name;
     EXPECT_EQ(half_support(id, DeviceKind::kCUDA), HalfSupport::kAny) << op_def(id).name << " is widened on cuda";
   }
+  // cuDNN's (absent from builds without cuDNN).
+  for (OpId id : {OpId::kConvolution, OpId::kConvAct, OpId::kPooling})
+    if (has_kernel(id, DeviceKind::kCUDA))
+      EXPECT_EQ(half_support(id, DeviceKind::kCUDA), HalfSupport::kAny) << op_def(id).name << " is widened on cuda";
 }
 
 // The table itself is valid (attributes parse, shapes infer, the CPU runs
