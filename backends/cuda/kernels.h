@@ -130,8 +130,9 @@ cudaError_t launch_softmax(int dtype, const void* x, void* y, int64_t outer, int
 cudaError_t launch_softmax_backward(int dtype, const void* dy, const void* y, void* dx, int64_t outer, int64_t n,
                                     int64_t inner, float inv_temperature, bool log, cudaStream_t s);
 // loss[r] = logsumexp(x[r]) - x[r, label[r]]; with dy: dx = (softmax(x[r]) - onehot) * dy[r].
-// x, dy and out of `dtype`; labels are float32 here; the first label outside [0, classes) claims bad_label_row[0] (-1 when all
-// fine: atomicCAS) with its row, and its claimer writes the label's float bits to bad_label_row[1].
+// x, dy and out of `dtype`; labels are float32 here; the first label outside [0, classes) claims
+// bad_label_row[0] (-1 when all fine: atomicCAS) with its row, and its claimer writes the label's float
+// bits to bad_label_row[1].
 cudaError_t launch_softmax_cross_entropy(int dtype, const void* x, const float* label, const void* dy, void* out,
                                          int64_t rows, int64_t classes, int* bad_label_row, cudaStream_t s);
 // Dropout: mask[i] = uniform(seed, offset + i) < keep ? 1 / keep : 0, stored as `dtype` (elemwise.cu).

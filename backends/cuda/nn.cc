@@ -174,7 +174,8 @@ void add_n(const KernelContext& ctx, std::span<const TensorView> in, std::span<c
   cudaStream_t s = cuda::stream_of(ctx);
   const int64_t n = out[0].size();
   std::optional<cuda::Scratch> wide;
-  if (in.size() > 8 && dtype != cuda::kDtypeFloat32) wide.emplace(ctx.run.device, static_cast<size_t>(n) * sizeof(float));
+  if (in.size() > 8 && dtype != cuda::kDtypeFloat32)
+    wide.emplace(ctx.run.device, static_cast<size_t>(n) * sizeof(float));
   const float* partial = nullptr;
   const void* ptrs[8];
   size_t done = 0;
