@@ -1,9 +1,9 @@
 // CUDA kernels of the nn family: Activation, LeakyReLU (not prelu),
 // softmax/log_softmax and their backward ops, the fused softmax
 // cross-entropy, Dropout, add_n; float32, float16 or bfloat16 data (16-bit
-// read and written directly, computed in float32; softmax with use_length on
-// float32 copies). Elementwise work goes through elemwise.cu's
-// launchers; softmax and cross-entropy through nn.cu.
+// read and written directly, computed in float32). Elementwise work goes
+// through elemwise.cu's launchers; softmax and cross-entropy through nn.cu
+// (softmax with use_length: indices.cc and softmax_length.cu).
 #include <bit>
 #include <optional>
 
@@ -80,10 +80,7 @@ float inverse_temperature(const SoftmaxAttrs& a) { return a.temperature ? static
 
 template <bool kLog>
 void softmax(const KernelContext& ctx, std::span<const TensorView> in, std::span<const TensorView> out) {
-  if (in.size() == 2) {  // use_length (softmax only): float32 (16-bit data on float32 copies)
-    if (is_16bit_float(in[0].dtype)) return cuda::widen(ctx, in, out);
-    return softmax_with_length(ctx, in, out);
-  }
+  if (in.size() == 2) return softmax_with_length(ctx, in, out);  // use_length (softmax only)
   const int dtype = cuda::require_float(in, out);
   const auto& a = ctx.attrs.as<SoftmaxAttrs>();
   AxisSplit d = split_at_axis(in[0].shape, normalize_axis(a.axis, in[0].shape.ndim(), "softmax"));
