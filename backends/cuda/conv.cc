@@ -223,7 +223,7 @@ void add_channel_bias(const KernelContext& ctx, const TensorView& out, const Ten
   std::vector<int64_t> dims(static_cast<size_t>(out.shape.ndim() - 1), 1);
   (last ? dims.back() : dims[0]) = bias.size();
   auto ix = cuda::make_broadcast_index(out.shape, Shape(dims), out.shape);
-  KILN_CUDA_LAUNCH(cuda::launch_binary(cuda::BinaryOp::kAdd, out.ptr<float>(), bias.ptr<float>(), out.ptr<float>(),
+  KILN_CUDA_LAUNCH(cuda::launch_binary(cuda::BinaryOp::kAdd, cuda::kDtypeFloat32, out.data, bias.data, out.data,
                                        out.size(), ix, 0, 0.0f, 0.0f, cuda::stream_of(ctx)),
                    ctx);
 }
@@ -236,23 +236,29 @@ void convolution_native(const KernelContext& ctx, std::span<const TensorView> in
   if (!a.no_bias) add_channel_bias(ctx, out[0], in[2], channels_last(a.layout));
 }
 
-// _kiln_conv_act(data, weight[, bias][, sum]) = act(conv + bias + sum)
+// _kiln_conv_act(data, weight[, bias][, sum]) = act(conv + bias + sum); 16-bit
+// data as convolution_native, the sum and activation on the 16-bit output
+// (each step rounded: relu adds no rounding, a sum one).
 void conv_act(const KernelContext& ctx, std::span<const TensorView> in, std::span<const TensorView> out) {
-  cuda::require_f32(in, out);
+  if (!is_16bit(in[0].dtype)) cuda::require_f32(in, out);
   const auto& a = ctx.attrs.as<ConvActAttrs>();
   if (out[0].size() == 0) return;
+  const int dtype = static_cast<int>(out[0].dtype);
+  if (a.with_sum)
+    KILN_CHECK(in.back().dtype == out[0].dtype, NotSupported, "_kiln_conv_act on CUDA: sum input {} with output {}",
+               in.back().dtype, out[0].dtype);
   convolution_forward_into(ctx, a, in[0], in[1], out[0]);
   size_t next = 2;
   if (!a.no_bias) add_channel_bias(ctx, out[0], in[next++], channels_last(a.layout));
   cudaStream_t s = cuda::stream_of(ctx);
   if (a.with_sum) {
-    KILN_CUDA_LAUNCH(cuda::launch_binary(cuda::BinaryOp::kAdd, out[0].ptr<float>(), in[next].ptr<float>(),
-                                         out[0].ptr<float>(), out[0].size(), {}, 0, 0.0f, 0.0f, s),
+    KILN_CUDA_LAUNCH(cuda::launch_binary(cuda::BinaryOp::kAdd, dtype, out[0].data, in[next].data, out[0].data,
+                                         out[0].size(), {}, 0, 0.0f, 0.0f, s),
                      ctx);
   }
-  KILN_CUDA_LAUNCH(cuda::launch_unary(cuda::activation_op(a.act_type), out[0].ptr<float>(), out[0].ptr<float>(),
-                                      out[0].size(), 0, 0, s),
-                   ctx);
+  KILN_CUDA_LAUNCH(
+      cuda::launch_unary(cuda::activation_op(a.act_type), dtype, out[0].data, out[0].data, out[0].size(), 0, 0, s),
+      ctx);
 }
 
 // (out_grad, weight) -> d_data
@@ -476,7 +482,7 @@ void register_cuda_conv_kernels() {
   constexpr DeviceKind k = DeviceKind::kCUDA;
 #if defined(KILN_HAVE_CUDNN)
   register_kernel(OpId::kConvolution, k, or_widened<convolution_native>, HalfSupport::kAny);
-  register_kernel(OpId::kConvAct, k, conv_act);
+  register_kernel(OpId::kConvAct, k, or_widened<conv_act>, HalfSupport::kAny);
   register_kernel(OpId::kConvolutionBackwardData, k, or_widened<convolution_backward_data_native>, HalfSupport::kAny);
   register_kernel(OpId::kConvolutionBackwardWeight, k, or_widened<convolution_backward_weight_native>,
                   HalfSupport::kAny);

@@ -1,12 +1,17 @@
-// Kiln's elementwise CUDA kernels: grid-stride loops, float4 loads where the
-// arrays are dense and 16-byte aligned. One kernel per shape of work, the op
-// chosen by a runtime switch (uniform across the grid, so it costs a branch
-// per element, not divergence), which keeps nvcc's work and the binary small.
+// Kiln's elementwise CUDA kernels: grid-stride loops, 16-byte loads (float4,
+// or 8 float16/bfloat16 values) where the arrays are dense and 16-byte
+// aligned. One kernel per shape of work and element type (float32, float16,
+// bfloat16: half_io.cuh; computed in float32, rounded once), the op chosen by
+// a runtime switch (uniform across the grid, so it costs a branch per
+// element, not divergence), which keeps nvcc's work and the binary small.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <type_traits>
+
 #include "backends/counter_rng.h"
 #include "backends/cuda/elemwise_ops.cuh"
+#include "backends/cuda/half_io.cuh"
 #include "backends/cuda/kernels.h"
 
 namespace kiln::cuda {
@@ -24,27 +29,26 @@ int blocks_for(int64_t n) {
   return static_cast<int>(needed < 1 ? 1 : (needed < cap ? needed : cap));
 }
 
-__global__ void unary_kernel(UnaryOp op, const float* __restrict__ x, float* __restrict__ y, int64_t n, float p0,
-                             float p1) {
+// y = op(x): dense; 16-byte packs (4 float32 or 8 16-bit values) when both
+// arrays are 16-byte aligned, then the tail element by element.
+template <typename T>
+__global__ void unary_kernel(UnaryOp op, const T* __restrict__ x, T* __restrict__ y, int64_t n, float p0, float p1) {
+  using P = Pack<T>;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   const int64_t start = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  const bool aligned = ((reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(y)) & 15) == 0;
   int64_t done = 0;
-  if (aligned) {
-    const int64_t n4 = n / 4;
-    const float4* x4 = reinterpret_cast<const float4*>(x);
-    float4* y4 = reinterpret_cast<float4*>(y);
-    for (int64_t i = start; i < n4; i += stride) {
-      float4 v = x4[i];
-      v.x = apply_unary(op, v.x, p0, p1);
-      v.y = apply_unary(op, v.y, p0, p1);
-      v.z = apply_unary(op, v.z, p0, p1);
-      v.w = apply_unary(op, v.w, p0, p1);
-      y4[i] = v;
+  if (aligned16(x) && aligned16(y)) {
+    const int64_t packs = n / P::kN;
+    for (int64_t i = start; i < packs; i += stride) {
+      P v;
+      v.load(x, i);
+#pragma unroll(P::kUnroll)
+      for (int e = 0; e < P::kN; ++e) v.set(e, apply_unary(op, v.get(e), p0, p1));
+      v.store(y, i);
     }
-    done = n4 * 4;
+    done = packs * P::kN;
   }
-  for (int64_t i = done + start; i < n; i += stride) y[i] = apply_unary(op, x[i], p0, p1);
+  for (int64_t i = done + start; i < n; i += stride) y[i] = store_as<T>(apply_unary(op, load_f32(x[i]), p0, p1));
 }
 
 __device__ __forceinline__ void broadcast_offsets(const BroadcastIndex& ix, int64_t i, int64_t& ia, int64_t& ib) {
@@ -58,60 +62,81 @@ __device__ __forceinline__ void broadcast_offsets(const BroadcastIndex& ix, int6
   }
 }
 
-__global__ void binary_kernel(BinaryOp op, const float* a, const float* b, float* y, int64_t n, BroadcastIndex ix,
+// y = op(a, b). Dense operands and scalars share one loop (16-byte packs
+// when aligned): `scalar_side` 1 puts the scalar on the right, 2 on the left.
+template <typename T>
+__global__ void binary_kernel(BinaryOp op, const T* a, const T* b, T* y, int64_t n, BroadcastIndex ix,
                               int scalar_side, float scalar, float p0) {
+  using P = Pack<T>;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   const int64_t start = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (scalar_side != 0) {
-    const float* x = scalar_side == 1 ? a : b;
-    for (int64_t i = start; i < n; i += stride)
-      y[i] = scalar_side == 1 ? apply_binary(op, x[i], scalar, p0) : apply_binary(op, scalar, x[i], p0);
-    return;
-  }
-  if (ix.ndim == 0) {
-    const bool aligned =
-        ((reinterpret_cast<uintptr_t>(a) | reinterpret_cast<uintptr_t>(b) | reinterpret_cast<uintptr_t>(y)) & 15) == 0;
+  if (ix.ndim == 0 || scalar_side != 0) {
+    // x: the array operand (a, or b when the scalar is on the left); z: the other array, if any.
+    const T* x = scalar_side == 2 ? b : a;
+    const T* z = scalar_side == 0 ? b : x;
+    const bool left = scalar_side == 2;  // x is the right operand
     int64_t done = 0;
-    if (aligned) {
-      const int64_t n4 = n / 4;
-      for (int64_t i = start; i < n4; i += stride) {
-        float4 va = reinterpret_cast<const float4*>(a)[i];
-        float4 vb = reinterpret_cast<const float4*>(b)[i];
-        float4 r;
-        r.x = apply_binary(op, va.x, vb.x, p0);
-        r.y = apply_binary(op, va.y, vb.y, p0);
-        r.z = apply_binary(op, va.z, vb.z, p0);
-        r.w = apply_binary(op, va.w, vb.w, p0);
-        reinterpret_cast<float4*>(y)[i] = r;
+    if (aligned16(x) && aligned16(z) && aligned16(y)) {
+      const int64_t packs = n / P::kN;
+      for (int64_t i = start; i < packs; i += stride) {
+        P vx, vz;
+        vx.load(x, i);
+        if (scalar_side == 0) vz.load(z, i);
+#pragma unroll(P::kUnroll)
+        for (int e = 0; e < P::kN; ++e) {
+          const float u = vx.get(e), w = scalar_side == 0 ? vz.get(e) : scalar;
+          vx.set(e, apply_binary(op, left ? w : u, left ? u : w, p0));
+        }
+        vx.store(y, i);
       }
-      done = n4 * 4;
+      done = packs * P::kN;
     }
-    for (int64_t i = done + start; i < n; i += stride) y[i] = apply_binary(op, a[i], b[i], p0);
+    for (int64_t i = done + start; i < n; i += stride) {
+      const float u = load_f32(x[i]), w = scalar_side == 0 ? load_f32(z[i]) : scalar;
+      y[i] = store_as<T>(apply_binary(op, left ? w : u, left ? u : w, p0));
+    }
     return;
   }
+  // Broadcast: element by element (an index division per axis dominates).
   for (int64_t i = start; i < n; i += stride) {
     int64_t ia, ib;
     broadcast_offsets(ix, i, ia, ib);
-    y[i] = apply_binary(op, a[ia], b[ib], p0);
+    y[i] = store_as<T>(apply_binary(op, load_f32(a[ia]), load_f32(b[ib]), p0));
   }
 }
 
-__global__ void where_kernel(const float* c, const float* x, const float* y, float* out, int64_t n) {
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
-    out[i] = c[i] != 0.0f ? x[i] : y[i];
+// The condition's bits at i (cond_size bytes), without the sign bit when floating.
+__device__ __forceinline__ bool cond_at(const void* c, int size, bool floating, int64_t i) {
+  switch (size) {
+    case 1: return (static_cast<const uint8_t*>(c)[i] & (floating ? 0x7fu : 0xffu)) != 0;
+    case 2: return (static_cast<const uint16_t*>(c)[i] & (floating ? 0x7fffu : 0xffffu)) != 0;
+    case 4: return (static_cast<const uint32_t*>(c)[i] & (floating ? 0x7fffffffu : 0xffffffffu)) != 0;
+    default:
+      return (static_cast<const uint64_t*>(c)[i] & (floating ? 0x7fffffffffffffffull : 0xffffffffffffffffull)) != 0;
+  }
 }
 
+template <typename V>
+__global__ void where_kernel(const void* c, int cond_size, bool cond_floating, const V* x, const V* y, V* out,
+                             int64_t n) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+    out[i] = cond_at(c, cond_size, cond_floating, i) ? x[i] : y[i];
+}
+
+template <typename T>
 struct Inputs8 {
-  const float* p[8];
+  const T* p[8];
 };
 
-__global__ void add_n_kernel(Inputs8 in, int count, float* y, int64_t n, bool accumulate) {
+// Out is T, or float for a partial sum of a longer list.
+template <typename T, typename Out>
+__global__ void add_n_kernel(Inputs8<T> in, int count, const float* partial, Out* y, int64_t n) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
-    float s = accumulate ? y[i] : 0.0f;
-    for (int k = 0; k < count; ++k) s += in.p[k][i];
-    y[i] = s;
+    float s = partial ? partial[i] : 0.0f;
+    for (int k = 0; k < count; ++k) s += load_f32(in.p[k][i]);
+    y[i] = store_as<Out>(s);
   }
 }
 
@@ -211,40 +236,73 @@ __global__ void random_kernel(void* y, int dtype, int64_t n, double a, double b,
   }
 }
 
-__global__ void dropout_mask_kernel(float* mask, int64_t n, double keep, uint64_t seed, uint64_t offset) {
-  const float scale = keep > 0 ? static_cast<float>(1.0 / keep) : 0.0f;
+template <typename T>
+__global__ void dropout_mask_kernel(T* mask, int64_t n, double keep, uint64_t seed, uint64_t offset) {
+  const T scale = store_as<T>(keep > 0 ? static_cast<float>(1.0 / keep) : 0.0f), zero = store_as<T>(0.0f);
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
-    mask[i] = uniform_at(seed, offset + static_cast<uint64_t>(i)) < keep ? scale : 0.0f;
+    mask[i] = uniform_at(seed, offset + static_cast<uint64_t>(i)) < keep ? scale : zero;
 }
 
 }  // namespace
 
-cudaError_t launch_unary(UnaryOp op, const float* x, float* y, int64_t n, float p0, float p1, cudaStream_t s) {
+cudaError_t launch_unary(UnaryOp op, int dtype, const void* x, void* y, int64_t n, float p0, float p1,
+                         cudaStream_t s) {
   if (n == 0) return cudaSuccess;
-  unary_kernel<<<blocks_for(n / 4 + 1), kThreads, 0, s>>>(op, x, y, n, p0, p1);
-  return cudaGetLastError();
+  cudaError_t e = dispatch_float(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    unary_kernel<T><<<blocks_for(n / Pack<T>::kN + 1), kThreads, 0, s>>>(op, static_cast<const T*>(x),
+                                                                        static_cast<T*>(y), n, p0, p1);
+  });
+  return e != cudaSuccess ? e : cudaGetLastError();
 }
 
-cudaError_t launch_binary(BinaryOp op, const float* a, const float* b, float* y, int64_t n,
+cudaError_t launch_binary(BinaryOp op, int dtype, const void* a, const void* b, void* y, int64_t n,
                           const BroadcastIndex& index, int scalar_side, float scalar, float p0, cudaStream_t s) {
   if (n == 0) return cudaSuccess;
-  binary_kernel<<<blocks_for(n), kThreads, 0, s>>>(op, a, b, y, n, index, scalar_side, scalar, p0);
+  cudaError_t e = dispatch_float(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    binary_kernel<T><<<blocks_for(n), kThreads, 0, s>>>(op, static_cast<const T*>(a), static_cast<const T*>(b),
+                                                        static_cast<T*>(y), n, index, scalar_side, scalar, p0);
+  });
+  return e != cudaSuccess ? e : cudaGetLastError();
+}
+
+cudaError_t launch_where(const void* cond, int cond_size, bool cond_floating, const void* x, const void* y, void* out,
+                         int elem_size, int64_t n, cudaStream_t s) {
+  if (n == 0) return cudaSuccess;
+  if (cond_size != 1 && cond_size != 2 && cond_size != 4 && cond_size != 8) return cudaErrorInvalidValue;
+  const int blocks = blocks_for(n);
+  auto run = [&](auto tag) {
+    using V = decltype(tag);
+    where_kernel<V><<<blocks, kThreads, 0, s>>>(cond, cond_size, cond_floating, static_cast<const V*>(x),
+                                                static_cast<const V*>(y), static_cast<V*>(out), n);
+  };
+  switch (elem_size) {
+    case 1: run(uint8_t{}); break;
+    case 2: run(uint16_t{}); break;
+    case 4: run(uint32_t{}); break;
+    case 8: run(uint64_t{}); break;
+    default: return cudaErrorInvalidValue;
+  }
   return cudaGetLastError();
 }
 
-cudaError_t launch_where(const float* cond, const float* x, const float* y, float* out, int64_t n, cudaStream_t s) {
+cudaError_t launch_add_n(const void* const* inputs, int count, int dtype, const float* partial, void* y, int y_dtype,
+                         int64_t n, cudaStream_t s) {
   if (n == 0) return cudaSuccess;
-  where_kernel<<<blocks_for(n), kThreads, 0, s>>>(cond, x, y, out, n);
-  return cudaGetLastError();
-}
-
-cudaError_t launch_add_n(const float* const* inputs, int count, float* y, int64_t n, bool accumulate, cudaStream_t s) {
-  if (n == 0) return cudaSuccess;
-  Inputs8 in{};
-  for (int k = 0; k < count && k < 8; ++k) in.p[k] = inputs[k];
-  add_n_kernel<<<blocks_for(n), kThreads, 0, s>>>(in, count < 8 ? count : 8, y, n, accumulate);
-  return cudaGetLastError();
+  if (y_dtype != dtype && y_dtype != kDtypeFloat32) return cudaErrorInvalidValue;
+  cudaError_t e = dispatch_float(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    Inputs8<T> in{};
+    for (int k = 0; k < count && k < 8; ++k) in.p[k] = static_cast<const T*>(inputs[k]);
+    const int used = count < 8 ? count : 8;
+    if (y_dtype == dtype)
+      add_n_kernel<T, T><<<blocks_for(n), kThreads, 0, s>>>(in, used, partial, static_cast<T*>(y), n);
+    else if constexpr (!std::is_same_v<T, float>)
+      add_n_kernel<T, float><<<blocks_for(n), kThreads, 0, s>>>(in, used, partial, static_cast<float*>(y), n);
+  });
+  return e != cudaSuccess ? e : cudaGetLastError();
 }
 
 cudaError_t launch_cast(const void* x, int dtype_in, void* y, int dtype_out, int64_t n, cudaStream_t s) {
@@ -301,10 +359,14 @@ cudaError_t launch_random(void* y, int dtype, int64_t n, double a, double b, uin
   return cudaGetLastError();
 }
 
-cudaError_t launch_dropout_mask(float* mask, int64_t n, double keep, uint64_t seed, uint64_t offset, cudaStream_t s) {
+cudaError_t launch_dropout_mask(int dtype, void* mask, int64_t n, double keep, uint64_t seed, uint64_t offset,
+                                cudaStream_t s) {
   if (n == 0) return cudaSuccess;
-  dropout_mask_kernel<<<blocks_for(n), kThreads, 0, s>>>(mask, n, keep, seed, offset);
-  return cudaGetLastError();
+  cudaError_t e = dispatch_float(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    dropout_mask_kernel<T><<<blocks_for(n), kThreads, 0, s>>>(static_cast<T*>(mask), n, keep, seed, offset);
+  });
+  return e != cudaSuccess ? e : cudaGetLastError();
 }
 
 }  // namespace kiln::cuda

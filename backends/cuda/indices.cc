@@ -206,14 +206,14 @@ void pick_backward(const KernelContext& ctx, std::span<const TensorView> in, std
 // the lengths read as the CPU reads them (truncated, NaN as 0), then clamped
 // per row on the device.
 void softmax_with_length(const KernelContext& ctx, std::span<const TensorView> in, std::span<const TensorView> out) {
-  cuda::require_f32(in.first(1), out);
+  const int dtype = cuda::require_float(in.first(1), out);
   const auto& a = ctx.attrs.as<SoftmaxAttrs>();
   Split3 d = split(in[0].shape, normalize_axis(a.axis, in[0].shape.ndim(), "softmax"));
   if (out[0].size() == 0) return;
   DeviceIds lengths(ctx, read_indices(ctx, in[1], NanAs::kZero));
   const float inv_t = a.temperature ? static_cast<float>(1.0 / *a.temperature) : 1.0f;
-  KILN_CUDA_LAUNCH(cuda::launch_softmax_length(in[0].ptr<float>(), lengths.get(), out[0].ptr<float>(), d.outer, d.n,
-                                               d.inner, inv_t, cuda::stream_of(ctx)),
+  KILN_CUDA_LAUNCH(cuda::launch_softmax_length(dtype, in[0].data, lengths.get(), out[0].data, d.outer, d.n, d.inner,
+                                               inv_t, cuda::stream_of(ctx)),
                    ctx);
 }
 

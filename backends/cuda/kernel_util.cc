@@ -11,6 +11,26 @@ void require_f32(std::span<const TensorView> in, std::span<const TensorView> out
   for (size_t i = 0; i < out.size(); ++i) check(out[i], "output", i);
 }
 
+int require_float(std::span<const TensorView> in, std::span<const TensorView> out) {
+  const DType t = !in.empty() ? in[0].dtype : out[0].dtype;
+  auto check = [t](const TensorView& v, const char* what, size_t i) {
+    KILN_CHECK(v.dtype == t && (t == DType::kFloat32 || t == DType::kFloat16 || t == DType::kBfloat16), NotSupported,
+               "the CUDA kernel handles float32, float16 or bfloat16 arrays of one dtype; {} {} is {} (first {}) "
+               "(backends/cuda/README.md)",
+               what, i, v.dtype, t);
+  };
+  for (size_t i = 0; i < in.size(); ++i) check(in[i], "input", i);
+  for (size_t i = 0; i < out.size(); ++i) check(out[i], "output", i);
+  return static_cast<int>(t);
+}
+
+float attr_as(DType t, double v) {
+  const auto f = static_cast<float>(v);
+  if (t == DType::kFloat16) return half_to_float(float_to_half(f));
+  if (t == DType::kBfloat16) return bf16_to_float(float_to_bf16(f));
+  return f;
+}
+
 std::array<int64_t, kMaxDims> broadcast_strides(const Shape& in, const Shape& out) {
   std::array<int64_t, kMaxDims> strides{};
   auto dense = in.strides();

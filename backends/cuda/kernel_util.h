@@ -2,8 +2,8 @@
 // stream, dtype checks, launch checks, index builders for kernels.h.
 //
 //   cudaStream_t s = cuda::stream_of(ctx);
-//   cuda::require_f32(in, out);                                  // NotSupported for other dtypes
-//   KILN_CUDA_LAUNCH(cuda::launch_unary(op, x, y, n, 0, 0, s), ctx);
+//   const int dtype = cuda::require_float(in, out);              // float32/float16/bfloat16, else NotSupported
+//   KILN_CUDA_LAUNCH(cuda::launch_unary(op, dtype, x, y, n, 0, 0, s), ctx);
 #pragma once
 
 #include <span>
@@ -20,6 +20,15 @@ inline cudaStream_t stream_of(const KernelContext& ctx) { return static_cast<cud
 // Throws NotSupported unless every view is float32 (the dtype the first CUDA
 // kernels handle; the engine prefixes the op's name and device).
 void require_f32(std::span<const TensorView> in, std::span<const TensorView> out);
+
+// The dtype code (kernels.h) of a call whose views are all float32, all
+// float16 or all bfloat16, for the kernels that take 16-bit floats directly;
+// NotSupported naming the view and its dtype otherwise.
+int require_float(std::span<const TensorView> in, std::span<const TensorView> out);
+
+// A double attribute (scalar, clip bound) as a kernel of dtype `t` sees it:
+// rounded to t first, as the CPU kernels do (to float32 for float32).
+float attr_as(DType t, double v);
 
 // The widening adaptor (runtime/kernel_widen.h) for a kernel that takes
 // 16-bit floats but has no faster way for this call: ctx.op's kernel on

@@ -15,7 +15,8 @@
 
 namespace kiln::cuda {
 
-// The 16-bit float dtype codes (kiln::DType::kFloat16, kBfloat16).
+// The float dtype codes (kiln::DType::kFloat32, kFloat16, kBfloat16).
+inline constexpr int kDtypeFloat32 = 0;
 inline constexpr int kDtypeFloat16 = 2;
 inline constexpr int kDtypeBfloat16 = 12;
 
@@ -42,7 +43,9 @@ struct BroadcastIndex {
   int64_t b_stride[kMaxDims] = {};
 };
 
-// ---- elementwise (elemwise.cu), float32
+// ---- elementwise (elemwise.cu): `dtype` float32, float16 or bfloat16 (every
+// float array of a call has it), values computed in float32 and rounded once
+// when stored; other codes return cudaErrorInvalidValue.
 enum class UnaryOp : int {
   kExp, kLog, kSqrt, kSquare, kTanh, kSigmoid, kRelu, kAbs, kNegative, kClip, kSoftrelu, kSoftsign,
   kLeaky, kElu, kSelu, kGelu, kGeluTanh, kErf,
@@ -57,16 +60,24 @@ enum class BinaryOp : int {
   kLeakyGrad, kEluGrad, kSeluGrad, kGeluGrad, kGeluTanhGrad,       // v = forward input
 };
 // y = op(x) with parameters p0, p1 (clip bounds, slope).
-cudaError_t launch_unary(UnaryOp op, const float* x, float* y, int64_t n, float p0, float p1, cudaStream_t s);
+cudaError_t launch_unary(UnaryOp op, int dtype, const void* x, void* y, int64_t n, float p0, float p1,
+                         cudaStream_t s);
 // y = op(a, b) elementwise over n outputs; `scalar_side` 1: b is the
 // scalar `scalar` (b unused), 2: a is the scalar; p0 a parameter of the
 // backward forms (slope).
-cudaError_t launch_binary(BinaryOp op, const float* a, const float* b, float* y, int64_t n,
+cudaError_t launch_binary(BinaryOp op, int dtype, const void* a, const void* b, void* y, int64_t n,
                           const BroadcastIndex& index, int scalar_side, float scalar, float p0, cudaStream_t s);
-// y = cond != 0 ? x : y over n elements (all float32, same shape).
-cudaError_t launch_where(const float* cond, const float* x, const float* y, float* out, int64_t n, cudaStream_t s);
-// y[i] = sum_k inputs[k][i] (at most 8 inputs; accumulate = add to y).
-cudaError_t launch_add_n(const float* const* inputs, int count, float* y, int64_t n, bool accumulate, cudaStream_t s);
+// out = cond != 0 ? x : y over n elements of one shape, any dtypes: the values
+// (x, y, out) of `elem_size` bytes (1, 2, 4 or 8) copied as bits; cond of
+// `cond_size` bytes, tested as bits, without the sign bit when
+// `cond_floating` (-0.0 is false, NaN true: as the CPU kernel).
+cudaError_t launch_where(const void* cond, int cond_size, bool cond_floating, const void* x, const void* y, void* out,
+                         int elem_size, int64_t n, cudaStream_t s);
+// y[i] = (partial ? partial[i] : 0) + sum_k inputs[k][i], at most 8 inputs of
+// `dtype`, summed in float32; y of y_dtype (`dtype`, or float32 for a partial
+// sum of a longer list: pass it as `partial` to the next call; y may be partial).
+cudaError_t launch_add_n(const void* const* inputs, int count, int dtype, const float* partial, void* y, int y_dtype,
+                         int64_t n, cudaStream_t s);
 
 // ---- any dtype (elemwise.cu): f32, f64, f16, bf16, u8, i8, i32, i64
 // Element conversion x (dtype_in) -> y (dtype_out), n elements.
@@ -85,7 +96,8 @@ cudaError_t launch_fill(void* y, int dtype, int64_t n, double value, double step
 cudaError_t launch_random(void* y, int dtype, int64_t n, double a, double b, uint64_t seed, uint64_t offset, int kind,
                           cudaStream_t s);
 
-// ---- reductions (reduce.cu), float32
+// ---- reductions (reduce.cu): x float32, float16 or bfloat16 (`dtype`), accumulated
+// in float32; y of y_dtype (x's, or float32 for arg reductions of 16-bit x)
 enum class ReduceOp : int { kSum, kMean, kMax, kMin, kProd, kNormL1, kNormL2, kArgmax, kArgmin };
 // The input seen as [outer axes..., reduced axes...]: `outer` iterates the
 // output elements, `inner` the `count` elements each one reduces, both as
@@ -106,22 +118,26 @@ struct ReduceIndex {
 // reductions (not arg reductions) run in two passes: partial results per
 // (output, chunk) in the workspace, then one warp per output combines them.
 size_t reduce_workspace_bytes(ReduceOp op, const ReduceIndex& index);
-cudaError_t launch_reduce(ReduceOp op, const float* x, float* y, const ReduceIndex& index, void* workspace,
-                          cudaStream_t s);
+cudaError_t launch_reduce(ReduceOp op, int dtype, const void* x, void* y, int y_dtype, const ReduceIndex& index,
+                          void* workspace, cudaStream_t s);
 
-// ---- nn (nn.cu), float32; rows are [outer, n, inner] splits along an axis
-cudaError_t launch_softmax(const float* x, float* y, int64_t outer, int64_t n, int64_t inner, float inv_temperature,
-                           bool log, cudaStream_t s);
+// ---- nn (nn.cu): data float32, float16 or bfloat16 (`dtype`, every data array
+// of a call), computed in float32 (sums in double); rows are [outer, n, inner]
+// splits along an axis
+cudaError_t launch_softmax(int dtype, const void* x, void* y, int64_t outer, int64_t n, int64_t inner,
+                           float inv_temperature, bool log, cudaStream_t s);
 // dx from (dy, y): softmax: y * (dy - sum(dy * y)); log_softmax: dy - exp(y) * sum(dy). Times inv_temperature.
-cudaError_t launch_softmax_backward(const float* dy, const float* y, float* dx, int64_t outer, int64_t n,
+cudaError_t launch_softmax_backward(int dtype, const void* dy, const void* y, void* dx, int64_t outer, int64_t n,
                                     int64_t inner, float inv_temperature, bool log, cudaStream_t s);
 // loss[r] = logsumexp(x[r]) - x[r, label[r]]; with dy: dx = (softmax(x[r]) - onehot) * dy[r].
-// Labels are float32 here; the first label outside [0, classes) claims bad_label_row[0] (-1 when all
-// fine: atomicCAS) with its row, and its claimer writes the label's float bits to bad_label_row[1].
-cudaError_t launch_softmax_cross_entropy(const float* x, const float* label, const float* dy, float* out,
+// x, dy and out of `dtype`; labels are float32 here; the first label outside [0, classes) claims
+// bad_label_row[0] (-1 when all fine: atomicCAS) with its row, and its claimer writes the label's float
+// bits to bad_label_row[1].
+cudaError_t launch_softmax_cross_entropy(int dtype, const void* x, const float* label, const void* dy, void* out,
                                          int64_t rows, int64_t classes, int* bad_label_row, cudaStream_t s);
-// Dropout: mask[i] = uniform(seed, offset + i) < keep ? 1 / keep : 0.
-cudaError_t launch_dropout_mask(float* mask, int64_t n, double keep, uint64_t seed, uint64_t offset, cudaStream_t s);
+// Dropout: mask[i] = uniform(seed, offset + i) < keep ? 1 / keep : 0, stored as `dtype` (elemwise.cu).
+cudaError_t launch_dropout_mask(int dtype, void* mask, int64_t n, double keep, uint64_t seed, uint64_t offset,
+                                cudaStream_t s);
 
 // ---- optimizers (optimizer.cu), float32, in place
 enum class UpdateOp : int { kSgd, kSgdMom, kNagMom, kAdam, kAdamW };

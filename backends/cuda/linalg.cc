@@ -136,9 +136,13 @@ void dense(const KernelContext& ctx, const FullyConnectedAttrs& a, std::optional
     }
     Shape mat{fc.m, fc.n};
     auto ix = cuda::make_broadcast_index(mat, Shape{fc.n}, mat);
-    KILN_CUDA_LAUNCH(cuda::launch_binary(cuda::BinaryOp::kAdd, y, bias, y, fc.m * fc.n, ix, 0, 0.0f, 0.0f, s), ctx);
+    KILN_CUDA_LAUNCH(
+        cuda::launch_binary(cuda::BinaryOp::kAdd, cuda::kDtypeFloat32, y, bias, y, fc.m * fc.n, ix, 0, 0.0f, 0.0f, s),
+        ctx);
   }
-  if (act) KILN_CUDA_LAUNCH(cuda::launch_unary(cuda::activation_op(*act), y, y, fc.m * fc.n, 0, 0, s), ctx);
+  if (act)
+    KILN_CUDA_LAUNCH(cuda::launch_unary(cuda::activation_op(*act), cuda::kDtypeFloat32, y, y, fc.m * fc.n, 0, 0, s),
+                     ctx);
   if (half) {
     KILN_CUDA_LAUNCH(cuda::launch_cast(y, static_cast<int>(DType::kFloat32), out.data, static_cast<int>(out.dtype),
                                        fc.m * fc.n, s),

@@ -1,4 +1,5 @@
-// CUDA kernels of the reduce family (reduce.cu), float32.
+// CUDA kernels of the reduce family (reduce.cu): float32, float16 or bfloat16 input,
+// accumulated in float32.
 #include <optional>
 
 #include "backends/cuda/device_runtime.h"
@@ -41,14 +42,20 @@ cuda::ReduceIndex make_index(const Shape& x, uint32_t mask) {
   return ix;
 }
 
+// x float32, float16 or bfloat16; y of x's dtype, or float32 for arg
+// reductions of 16-bit x (their inferred type: bfloat16 holds indices to 256 only).
 void run(const KernelContext& ctx, ReduceOp op, const TensorView& x, const TensorView& y, uint32_t mask) {
-  cuda::require_f32(std::span<const TensorView>(&x, 1), std::span<const TensorView>(&y, 1));
+  const bool arg = op == ReduceOp::kArgmax || op == ReduceOp::kArgmin;
+  const int dtype = cuda::require_float(std::span<const TensorView>(&x, 1),
+                                        arg ? std::span<const TensorView>() : std::span<const TensorView>(&y, 1));
+  KILN_CHECK(y.dtype == x.dtype || (arg && y.dtype == DType::kFloat32), NotSupported,
+             "the CUDA reduction writes {} or float32 (arg reductions), not {}", x.dtype, y.dtype);
   const cuda::ReduceIndex index = make_index(x.shape, mask);
   const size_t bytes = cuda::reduce_workspace_bytes(op, index);
   std::optional<cuda::Scratch> ws;
   if (bytes > 0) ws.emplace(ctx.run.device, bytes);
-  KILN_CUDA_LAUNCH(cuda::launch_reduce(op, x.ptr<float>(), y.ptr<float>(), index, ws ? ws->get() : nullptr,
-                                       cuda::stream_of(ctx)),
+  KILN_CUDA_LAUNCH(cuda::launch_reduce(op, dtype, x.data, y.data, static_cast<int>(y.dtype), index,
+                                       ws ? ws->get() : nullptr, cuda::stream_of(ctx)),
                    ctx);
 }
 
@@ -76,14 +83,16 @@ void arg_kernel(const KernelContext& ctx, std::span<const TensorView> in, std::s
 
 void register_cuda_reduce_kernels() {
   constexpr DeviceKind k = DeviceKind::kCUDA;
-  register_kernel(OpId::kSum, k, reduce_kernel<ReduceOp::kSum>);
-  register_kernel(OpId::kMean, k, reduce_kernel<ReduceOp::kMean>);
-  register_kernel(OpId::kMax, k, reduce_kernel<ReduceOp::kMax>);
-  register_kernel(OpId::kMin, k, reduce_kernel<ReduceOp::kMin>);
-  register_kernel(OpId::kProd, k, reduce_kernel<ReduceOp::kProd>);
-  register_kernel(OpId::kNorm, k, norm_kernel);
-  register_kernel(OpId::kArgmax, k, arg_kernel<ReduceOp::kArgmax>);
-  register_kernel(OpId::kArgmin, k, arg_kernel<ReduceOp::kArgmin>);
+  // float16/bfloat16 read directly; argmax/argmin of them write float32 (as the CPU's widened kernels).
+  constexpr auto kAny = HalfSupport::kAny;
+  register_kernel(OpId::kSum, k, reduce_kernel<ReduceOp::kSum>, kAny);
+  register_kernel(OpId::kMean, k, reduce_kernel<ReduceOp::kMean>, kAny);
+  register_kernel(OpId::kMax, k, reduce_kernel<ReduceOp::kMax>, kAny);
+  register_kernel(OpId::kMin, k, reduce_kernel<ReduceOp::kMin>, kAny);
+  register_kernel(OpId::kProd, k, reduce_kernel<ReduceOp::kProd>, kAny);
+  register_kernel(OpId::kNorm, k, norm_kernel, kAny);
+  register_kernel(OpId::kArgmax, k, arg_kernel<ReduceOp::kArgmax>, kAny);
+  register_kernel(OpId::kArgmin, k, arg_kernel<ReduceOp::kArgmin>, kAny);
 }
 
 }  // namespace kiln

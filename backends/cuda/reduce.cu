@@ -11,8 +11,12 @@
 // workspace (float4 loads when the rows are contiguous and 16-byte aligned),
 // then one warp per output combines the partials and applies the final step
 // (mean's division, L2's square root).
+//
+// x float32, float16 or bfloat16 (half_io.cuh; 16-bit rows read as 16-byte
+// packs of 8), accumulated in float32; the result rounded once to y's dtype.
 #include <cfloat>
 
+#include "backends/cuda/half_io.cuh"
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/row_walk.cuh"
 
@@ -46,7 +50,8 @@ __device__ __forceinline__ float prepare(ReduceOp op, float v) {
   return v;
 }
 
-__global__ void reduce_kernel(ReduceOp op, const float* __restrict__ x, float* __restrict__ y, ReduceIndex ix) {
+template <typename T>
+__global__ void reduce_kernel(ReduceOp op, const T* __restrict__ x, void* __restrict__ y, int y_dtype, ReduceIndex ix) {
   __shared__ float values[kThreads];
   __shared__ int64_t positions[kThreads];
   const bool arg = op == ReduceOp::kArgmax || op == ReduceOp::kArgmin;
@@ -64,7 +69,7 @@ __global__ void reduce_kernel(ReduceOp op, const float* __restrict__ x, float* _
         off += (r % ix.inner_shape[d]) * ix.inner_stride[d];
         r /= ix.inner_shape[d];
       }
-      float v = prepare(op, x[off]);
+      float v = prepare(op, load_f32(x[off]));
       if (arg) {
         bool better = op == ReduceOp::kArgmax ? (v > acc || (v != v && acc == acc)) : (v < acc || (v != v && acc == acc));
         if (pos == ix.count || better) {
@@ -107,7 +112,7 @@ __global__ void reduce_kernel(ReduceOp op, const float* __restrict__ x, float* _
       if (op == ReduceOp::kMean) r = ix.count > 0 ? r / static_cast<float>(ix.count) : NAN;
       if (op == ReduceOp::kNormL2) r = sqrtf(r);
       if (arg) r = static_cast<float>(positions[0] == ix.count ? 0 : positions[0]);
-      y[o] = r;
+      store_f32_dyn(y, y_dtype, o, r);
     }
     __syncthreads();
   }
@@ -119,7 +124,8 @@ constexpr int kWarps = kThreads / 32;
 constexpr int64_t kTargetBlocks = 2048;         // a few waves of 256 threads on 132 SMs
 constexpr int64_t kMinPerBlock = 4 * kThreads;  // items per (output, chunk) block
 
-// The reduced elements as rows x cols (in items of `vec` floats) with strides.
+// The reduced elements as rows x cols (in items of `vec` elements: 16-byte
+// packs, or single elements) with strides.
 struct Plan {
   bool two_pass = false;
   int vec = 1;
@@ -129,7 +135,7 @@ struct Plan {
 
 bool is_arg(ReduceOp op) { return op == ReduceOp::kArgmax || op == ReduceOp::kArgmin; }
 
-Plan make_plan(ReduceOp op, const ReduceIndex& ix, bool vec4) {
+Plan make_plan(ReduceOp op, const ReduceIndex& ix, int vec) {
   Plan p;
   if (is_arg(op) || ix.inner_ndim < 1 || ix.inner_ndim > 2 || ix.count <= 0) return p;
   int64_t rows = 1;
@@ -139,14 +145,14 @@ Plan make_plan(ReduceOp op, const ReduceIndex& ix, bool vec4) {
   }
   p.cols = ix.inner_shape[ix.inner_ndim - 1];
   p.col_stride = ix.inner_stride[ix.inner_ndim - 1];
-  if (vec4) {
-    // Whole rows of float4 at 16-byte aligned offsets from every output's base.
-    bool ok = p.col_stride == 1 && p.cols % 4 == 0 && p.row_stride % 4 == 0;
-    for (int d = 0; d < ix.outer_ndim; ++d) ok = ok && ix.outer_stride[d] % 4 == 0;
-    if (!ok) return make_plan(op, ix, false);
-    p.vec = 4;
-    p.cols /= 4;
-    p.row_stride /= 4;
+  if (vec > 1) {
+    // Whole rows of 16-byte packs at 16-byte aligned offsets from every output's base.
+    bool ok = p.col_stride == 1 && p.cols % vec == 0 && p.row_stride % vec == 0;
+    for (int d = 0; d < ix.outer_ndim; ++d) ok = ok && ix.outer_stride[d] % vec == 0;
+    if (!ok) return make_plan(op, ix, 1);
+    p.vec = vec;
+    p.cols /= vec;
+    p.row_stride /= vec;
   }
   p.n = rows * p.cols;
   int64_t per_output = (kTargetBlocks + ix.outputs - 1) / ix.outputs;
@@ -160,15 +166,13 @@ __device__ __forceinline__ float warp_combine(ReduceOp op, float v) {
   return v;
 }
 
-template <int kVec> struct VecOf;
-template <> struct VecOf<1> { using T = float; };
-template <> struct VecOf<4> { using T = float4; };
-
-// partials[o][chunk]: chunk blockIdx.y of output blockIdx.x, `prepare`d and combined.
-template <int kVec>
-__global__ void partial_kernel(ReduceOp op, const float* __restrict__ x, float* __restrict__ partials,
-                               ReduceIndex ix, Plan p) {
-  using V = typename VecOf<kVec>::T;
+// partials[o][chunk]: chunk blockIdx.y of output blockIdx.x, `prepare`d and
+// combined; items are 16-byte packs (Pack<T>) when kPacked, else elements.
+template <typename T, bool kPacked>
+__global__ void partial_kernel(ReduceOp op, const T* __restrict__ x, float* __restrict__ partials, ReduceIndex ix,
+                               Plan p) {
+  using P = Pack<T>;
+  constexpr int kVec = kPacked ? P::kN : 1;
   __shared__ float warp_values[kWarps];
   const int64_t o = blockIdx.x;
   int64_t base = 0, rest = o;
@@ -178,15 +182,17 @@ __global__ void partial_kernel(ReduceOp op, const float* __restrict__ x, float* 
   }
   const int64_t begin = static_cast<int64_t>(blockIdx.y) * p.split.len;
   const int64_t end = begin + p.split.len < p.n ? begin + p.split.len : p.n;
-  const V* xv = reinterpret_cast<const V*>(x);
   float acc = identity_of(op);
   for_each_in_range(begin, end, p.cols, p.row_stride, p.col_stride, base / kVec, [&](int64_t i) {
-    if constexpr (kVec == 4) {
-      float4 v = xv[i];
-      acc = combine(op, acc, combine(op, combine(op, prepare(op, v.x), prepare(op, v.y)),
-                                     combine(op, prepare(op, v.z), prepare(op, v.w))));
+    if constexpr (kPacked) {
+      P v;
+      v.load(x, i);
+      float pack = identity_of(op);
+#pragma unroll
+      for (int e = 0; e < P::kN; ++e) pack = combine(op, pack, prepare(op, v.get(e)));
+      acc = combine(op, acc, pack);
     } else {
-      acc = combine(op, acc, prepare(op, xv[i]));
+      acc = combine(op, acc, prepare(op, load_f32(x[i])));
     }
   });
   acc = warp_combine(op, acc);
@@ -200,7 +206,7 @@ __global__ void partial_kernel(ReduceOp op, const float* __restrict__ x, float* 
 
 // One warp per output: combines its `chunks` partials, then mean's division or L2's root.
 __global__ void combine_kernel(ReduceOp op, const float* __restrict__ partials, int64_t chunks,
-                               float* __restrict__ y, int64_t outputs, int64_t count) {
+                               void* __restrict__ y, int y_dtype, int64_t outputs, int64_t count) {
   const int64_t o = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (o >= outputs) return;  // the whole warp: o depends on the warp only
@@ -210,7 +216,7 @@ __global__ void combine_kernel(ReduceOp op, const float* __restrict__ partials, 
   if (lane == 0) {
     if (op == ReduceOp::kMean) acc = acc / static_cast<float>(count);
     if (op == ReduceOp::kNormL2) acc = sqrtf(acc);
-    y[o] = acc;
+    store_f32_dyn(y, y_dtype, o, acc);
   }
 }
 
@@ -222,29 +228,39 @@ size_t partials_bytes(const ReduceIndex& ix, const Plan& p) {
 
 size_t reduce_workspace_bytes(ReduceOp op, const ReduceIndex& index) {
   if (index.outputs == 0) return 0;
-  // Either plan (x's alignment picks one at launch).
-  size_t scalar = partials_bytes(index, make_plan(op, index, false));
-  size_t vec = partials_bytes(index, make_plan(op, index, true));
-  return scalar > vec ? scalar : vec;
+  // Any plan (the dtype's pack width and x's alignment pick one at launch).
+  size_t bytes = 0;
+  for (int vec : {1, 4, 8}) {
+    const size_t b = partials_bytes(index, make_plan(op, index, vec));
+    bytes = b > bytes ? b : bytes;
+  }
+  return bytes;
 }
 
-cudaError_t launch_reduce(ReduceOp op, const float* x, float* y, const ReduceIndex& index, void* workspace,
-                          cudaStream_t s) {
+cudaError_t launch_reduce(ReduceOp op, int dtype, const void* x, void* y, int y_dtype, const ReduceIndex& index,
+                          void* workspace, cudaStream_t s) {
   if (index.outputs == 0) return cudaSuccess;
-  const Plan p = make_plan(op, index, (reinterpret_cast<uintptr_t>(x) & 15) == 0);
-  if (p.two_pass) {
-    float* partials = static_cast<float*>(workspace);
-    dim3 grid(static_cast<unsigned>(index.outputs), static_cast<unsigned>(p.split.chunks));
-    if (p.vec == 4) partial_kernel<4><<<grid, kThreads, 0, s>>>(op, x, partials, index, p);
-    else partial_kernel<1><<<grid, kThreads, 0, s>>>(op, x, partials, index, p);
-    if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
-    unsigned blocks = static_cast<unsigned>((index.outputs + kWarps - 1) / kWarps);
-    combine_kernel<<<blocks, kThreads, 0, s>>>(op, partials, p.split.chunks, y, index.outputs, index.count);
-    return cudaGetLastError();
-  }
-  int64_t blocks = index.outputs < 65535 * 8 ? index.outputs : 65535 * 8;
-  reduce_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, s>>>(op, x, y, index);
-  return cudaGetLastError();
+  if (y_dtype != kDtypeFloat32 && y_dtype != dtype) return cudaErrorInvalidValue;
+  cudaError_t first = cudaSuccess;  // the first pass's launch status
+  cudaError_t e = dispatch_float(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const T* xt = static_cast<const T*>(x);
+    const Plan p = make_plan(op, index, (reinterpret_cast<uintptr_t>(x) & 15) == 0 ? Pack<T>::kN : 1);
+    if (p.two_pass) {
+      float* partials = static_cast<float*>(workspace);
+      dim3 grid(static_cast<unsigned>(index.outputs), static_cast<unsigned>(p.split.chunks));
+      if (p.vec > 1) partial_kernel<T, true><<<grid, kThreads, 0, s>>>(op, xt, partials, index, p);
+      else partial_kernel<T, false><<<grid, kThreads, 0, s>>>(op, xt, partials, index, p);
+      if ((first = cudaGetLastError()) != cudaSuccess) return;
+      unsigned blocks = static_cast<unsigned>((index.outputs + kWarps - 1) / kWarps);
+      combine_kernel<<<blocks, kThreads, 0, s>>>(op, partials, p.split.chunks, y, y_dtype, index.outputs, index.count);
+      return;
+    }
+    int64_t blocks = index.outputs < 65535 * 8 ? index.outputs : 65535 * 8;
+    reduce_kernel<T><<<static_cast<unsigned>(blocks), kThreads, 0, s>>>(op, xt, y, y_dtype, index);
+  });
+  if (e != cudaSuccess) return e;
+  return first != cudaSuccess ? first : cudaGetLastError();
 }
 
 }  // namespace kiln::cuda

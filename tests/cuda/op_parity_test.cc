@@ -55,6 +55,37 @@ TEST(Cases, OpsWithoutACudaKernel) {
             << (no_cuda.empty() ? std::string("none") : fmt::format("{}", fmt::join(no_cuda, ", "))) << "\n";
 }
 
+// The CUDA kernels that read and write float16/bfloat16 themselves instead of
+// going through the widening adaptor (checked on every machine; their 16-bit
+// results are compared with the CPU's by EveryOpIn16BitFloatsMatchesTheCpu).
+TEST(Cases, CudaKernelsTake16BitFloatsDirectly) {
+  const OpId native[] = {
+      OpId::kElemwiseAdd, OpId::kElemwiseSub, OpId::kElemwiseMul, OpId::kElemwiseDiv, OpId::kBroadcastAdd,
+      OpId::kBroadcastSub, OpId::kBroadcastMul, OpId::kBroadcastDiv, OpId::kBroadcastPower, OpId::kBroadcastMaximum,
+      OpId::kBroadcastMinimum, OpId::kBroadcastMod, OpId::kBroadcastFmod, OpId::kBroadcastEqual,
+      OpId::kBroadcastNotEqual, OpId::kBroadcastGreater, OpId::kBroadcastGreaterEqual, OpId::kBroadcastLesser,
+      OpId::kBroadcastLesserEqual, OpId::kPlusScalar, OpId::kMinusScalar, OpId::kRMinusScalar, OpId::kMulScalar,
+      OpId::kDivScalar, OpId::kRDivScalar, OpId::kPowerScalar, OpId::kRPowerScalar, OpId::kMaximumScalar,
+      OpId::kMinimumScalar, OpId::kEqualScalar, OpId::kNotEqualScalar, OpId::kGreaterScalar,
+      OpId::kGreaterEqualScalar, OpId::kLesserScalar, OpId::kLesserEqualScalar, OpId::kExp, OpId::kLog, OpId::kSqrt,
+      OpId::kSquare, OpId::kTanh, OpId::kErf, OpId::kSin, OpId::kCos, OpId::kTan, OpId::kArcsin, OpId::kArccos,
+      OpId::kArctan, OpId::kSinh, OpId::kCosh, OpId::kArcsinh, OpId::kArccosh, OpId::kArctanh, OpId::kRound,
+      OpId::kRint, OpId::kCeil, OpId::kFloor, OpId::kSign, OpId::kSigmoid, OpId::kRelu, OpId::kAbs, OpId::kNegative,
+      OpId::kClip, OpId::kWhere, OpId::kAddN, OpId::kActivation, OpId::kActivationBackward, OpId::kLeakyReLU,
+      OpId::kLeakyReLUBackward, OpId::kDropout, OpId::kSoftmax, OpId::kLogSoftmax, OpId::kSoftmaxBackward,
+      OpId::kLogSoftmaxBackward, OpId::kSoftmaxCrossEntropy, OpId::kSoftmaxCrossEntropyBackward, OpId::kSum,
+      OpId::kMean, OpId::kMax, OpId::kMin, OpId::kProd, OpId::kNorm, OpId::kArgmax, OpId::kArgmin,
+  };
+  for (OpId id : native) {
+    ASSERT_TRUE(has_kernel(id, DeviceKind::kCUDA)) << op_def(id).name;
+    EXPECT_EQ(half_support(id, DeviceKind::kCUDA), HalfSupport::kAny) << op_def(id).name << " is widened on cuda";
+  }
+  // cuDNN's (absent from builds without cuDNN).
+  for (OpId id : {OpId::kConvolution, OpId::kConvAct, OpId::kPooling})
+    if (has_kernel(id, DeviceKind::kCUDA))
+      EXPECT_EQ(half_support(id, DeviceKind::kCUDA), HalfSupport::kAny) << op_def(id).name << " is widened on cuda";
+}
+
 // The table itself is valid (attributes parse, shapes infer, the CPU runs
 // it), checked on every machine so a broken case is not first found on a GPU.
 TEST(Cases, EveryCaseRunsOnTheCpu) {
