@@ -240,7 +240,7 @@ void convolution_native(const KernelContext& ctx, std::span<const TensorView> in
 // data as convolution_native, the sum and activation on the 16-bit output
 // (each step rounded: relu adds no rounding, a sum one).
 void conv_act(const KernelContext& ctx, std::span<const TensorView> in, std::span<const TensorView> out) {
-  if (!is_16bit(in[0].dtype)) cuda::require_f32(in, out);
+  if (!is_16bit_float(in[0].dtype)) cuda::require_f32(in, out);
   const auto& a = ctx.attrs.as<ConvActAttrs>();
   if (out[0].size() == 0) return;
   const int dtype = static_cast<int>(out[0].dtype);
