@@ -40,6 +40,12 @@
 // by reason (graph_capture_stats). The profiler on turns replay off (its
 // per-node events need the kernels launched one by one).
 //
+// Static values: an executor built without a block layout (inference) moves
+// the values that depend only on parameters and constants -- folded, cast or
+// transposed weights -- into a static part computed on the first call and
+// again only after a write to one of its sources is pushed
+// (frontend/static_values.h); the graph proper reads them as constants.
+//
 // The executor does not record autograd (TrainProgram puts it on the tape).
 // Dropout draws a new mask per call, and _random_uniform/_random_normal new
 // values, at the call, from the device's streams (as nd::dropout and

@@ -57,16 +57,23 @@ EOF
 fi
 
 echo "== ResNet-18 (d2l, 10 classes), batch $batch, $threads threads, $calls calls, $rounds rounds; load: $(cut -d' ' -f1-3 /proc/loadavg)"
-best_kiln="" best_ort="" kiln_ips=0 ort_ips=0
+best_kiln="" best_ort="" best_bf16="" kiln_ips=0 ort_ips=0 bf16_ips=0
 for ((r = 1; r <= rounds; ++r)); do
   out=$(KILN_CPU_THREADS=$threads OMP_NUM_THREADS=$threads "$kiln" run "$model" --input "data=$input" \
           --benchmark "$calls" | grep -E '^(latency|throughput)_')
   ips=$(awk '$1 == "throughput_items_per_s" { print $2 }' <<<"$out")
   if awk -v a="$ips" -v b="$kiln_ips" 'BEGIN { exit !(a > b) }'; then kiln_ips=$ips best_kiln=$out; fi
+  # The same file in mixed precision (bfloat16 compute, float32 parameters).
+  out=$(KILN_CPU_THREADS=$threads OMP_NUM_THREADS=$threads "$kiln" run "$model" --input "data=$input" \
+          --dtype bf16 --benchmark "$calls" | grep -E '^(latency|throughput)_')
+  ips=$(awk '$1 == "throughput_items_per_s" { print $2 }' <<<"$out")
+  if awk -v a="$ips" -v b="$bf16_ips" 'BEGIN { exit !(a > b) }'; then bf16_ips=$ips best_bf16=$out; fi
   out=$(node bench/ort_compare.js "$model" --shape "data=$batch,1,28,28" --calls "$calls" --threads "$threads")
   ips=$(awk '$1 == "ort_throughput_items_per_s" { print $2 }' <<<"$out")
   if awk -v a="$ips" -v b="$ort_ips" 'BEGIN { exit !(a > b) }'; then ort_ips=$ips best_ort=$out; fi
 done
 sed 's/^/kiln_/' <<<"$best_kiln"
+sed 's/^/kiln_bf16_/' <<<"$best_bf16"
 echo "$best_ort"
 awk -v k="$kiln_ips" -v o="$ort_ips" 'BEGIN { printf "onnx_resnet18_kiln_over_ort %.3f x\n", k / o }'
+awk -v k="$bf16_ips" -v o="$ort_ips" 'BEGIN { printf "onnx_resnet18_kiln_bf16_over_ort %.3f x\n", k / o }'
