@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -43,6 +44,73 @@ TEST(LowPrecisionNative, SoftmaxFamilyIsNative) {
 TEST(LowPrecisionNative, ReductionsAreNative) { expect_native({"sum", "mean", "max", "min", "prod", "norm"}); }
 
 TEST(LowPrecisionNative, DropoutIsNative) { expect_native({"Dropout"}); }
+
+TEST(LowPrecisionNative, NormalizationAndAttentionAreNative) {
+  expect_native({"LayerNorm", "_backward_LayerNorm", "_kiln_attention", "_backward_kiln_attention"});
+}
+
+TEST(LowPrecisionNative, ArgExtremaAndPickAreNative) { expect_native({"argmax", "argmin", "pick", "_backward_pick"}); }
+
+// Runs every case in bfloat16 and float16 and, on the same 16-bit inputs
+// widened to float32, in float32 (inputs the op keeps in float32, and
+// non-float inputs, are passed as they are to both): each 16-bit output must
+// be the float32 output rounded once to its dtype, bit for bit; outputs that
+// are float32 in both calls (indices, logsumexp) must be equal.
+void expect_float32_rounded_once(const std::vector<Case>& cases) {
+  std::mt19937 rng(7);
+  for (const Case& c : cases) {
+    const OpDef& def = *find_op(c.op);
+    std::vector<NDArray> host;
+    for (const auto& spec : c.inputs) host.push_back(op_cases::make_input(spec, rng));
+    for (DType t : kLow) {
+      SCOPED_TRACE(op_cases::describe(c) + " in " + std::string(dtype_name(t)));
+      std::vector<NDArray> narrow, wide;
+      for (size_t i = 0; i < host.size(); ++i) {
+        if (!is_floating(host[i].dtype()) || def.keeps_float32(i)) {
+          narrow.push_back(host[i]);
+          wide.push_back(host[i]);
+          continue;
+        }
+        narrow.push_back(host[i].astype(t));
+        wide.push_back(narrow.back().astype(DType::kFloat32));
+      }
+      const std::vector<NDArray> got = run_case(c, narrow, Device::cpu(0));
+      const std::vector<NDArray> want = run_case(c, wide, Device::cpu(0));
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t k = 0; k < got.size(); ++k) {
+        ASSERT_EQ(got[k].shape(), want[k].shape()) << "output " << k;
+        const std::vector<double> g = got[k].to_vector<double>();
+        const std::vector<double> w = want[k].astype(got[k].dtype()).to_vector<double>();
+        int failures = 0;
+        for (size_t e = 0; e < g.size() && failures < 3; ++e)
+          if (g[e] != w[e]) {
+            ++failures;
+            ADD_FAILURE() << "output " << k << " (" << dtype_name(got[k].dtype()) << ") element " << e << ": " << g[e]
+                          << ", float32 rounded once gives " << w[e];
+          }
+      }
+    }
+  }
+}
+
+// Contiguous rows (odd lengths, one longer than any vector loop) and rows
+// along a middle or first axis, forward and backward.
+TEST(LowPrecisionNative, LayerNormIsTheFloat32KernelRoundedOnce) {
+  using op_cases::in;
+  expect_float32_rounded_once({
+      {"LayerNorm", {in({4, 33}, -2, 3), in({33}), in({33})}, {}},
+      {"LayerNorm", {in({3, 1000}, -2, 3), in({1000}), in({1000})}, {{"eps", "0.001"}}},
+      {"LayerNorm", {in({7, 1}), in({1}), in({1})}, {}},
+      {"LayerNorm", {in({3, 5, 6}, -2, 3), in({5}), in({5})}, {{"axis", "1"}}},
+      {"LayerNorm", {in({9, 4}, -2, 3), in({9}), in({9})}, {{"axis", "0"}}},
+      {"_backward_LayerNorm", {in({40, 33}), in({40, 33}, -2, 3), in({33}), in({40, 1}), in({40, 1}, 0.5, 2)}, {}},
+      {"_backward_LayerNorm", {in({600, 17}), in({600, 17}, -2, 3), in({17}), in({600, 1}), in({600, 1}, 0.5, 2)}, {}},
+      {"_backward_LayerNorm",
+       {in({3, 5, 6}), in({3, 5, 6}), in({5}), in({3, 1, 6}), in({3, 1, 6}, 0.5, 2)},
+       {{"axis", "1"}}},
+      {"_backward_LayerNorm", {in({9, 4}), in({9, 4}, -2, 3), in({9}), in({1, 4}), in({1, 4}, 0.5, 2)}, {{"axis", "0"}}},
+  });
+}
 
 NDArray filled(Shape shape, float value, DType t) {
   return nd::array<float>(std::vector<float>(static_cast<size_t>(shape.size()), value), shape).astype(t);
