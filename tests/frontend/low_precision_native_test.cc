@@ -93,6 +93,28 @@ void expect_float32_rounded_once(const std::vector<Case>& cases) {
   }
 }
 
+// Rows (short, vector-long, longer than one parallel piece), columns
+// (a kept axis narrower and wider than a vector), the whole array, with the
+// ties that 16-bit rounding makes: the first extremum in every dtype.
+TEST(LowPrecisionNative, ArgExtremaAndPickAreTheFloat32KernelsRoundedOnce) {
+  using op_cases::in;
+  using op_cases::ints;
+  expect_float32_rounded_once({
+      {"argmax", {in({3, 4, 5})}, {{"axis", "1"}}},
+      {"argmin", {in({3, 4, 5})}, {{"axis", "2"}, {"keepdims", "True"}}},
+      {"argmax", {in({2, 40000}, 0, 4)}, {{"axis", "1"}}},
+      {"argmin", {in({3, 77}, 0, 4)}, {{"axis", "-1"}}},
+      {"argmax", {in({3000, 4})}, {{"axis", "0"}}},
+      {"argmin", {in({50, 37}, 0, 2)}, {{"axis", "0"}}},
+      {"argmax", {in({7, 9})}, {}},
+      {"pick", {in({3, 4}), ints({3}, 0, 3)}, {{"axis", "1"}}},
+      {"pick", {in({3, 5, 2}), ints({3, 2}, 0, 4)}, {{"axis", "1"}}},
+      {"pick", {in({3, 4}), ints({3}, -5, 6)}, {{"axis", "1"}, {"mode", "wrap"}}},
+      {"_backward_pick", {in({3}), ints({3}, 0, 3)}, {{"axis", "1"}, {"data_shape", "(3, 4)"}}},
+      {"_backward_pick", {in({3, 2}), ints({3, 2}, 0, 4)}, {{"axis", "1"}, {"data_shape", "(3, 5, 2)"}}},
+  });
+}
+
 // Contiguous rows (odd lengths, one longer than any vector loop) and rows
 // along a middle or first axis, forward and backward.
 TEST(LowPrecisionNative, LayerNormIsTheFloat32KernelRoundedOnce) {
