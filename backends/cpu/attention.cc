@@ -152,8 +152,8 @@ const compute_t<S>* tile_in(int64_t rows, int64_t cols, const S* src, int64_t ld
 // transpose, vp: the value tile. Every dtype's arithmetic runs here, in T,
 // out of line: float16/bfloat16 calls run the very code of float32 ones.
 template <typename T>
-[[gnu::noinline]] void forward_tile(const AttentionDims& d, int64_t i0, int64_t nr, int64_t kb, int64_t nc,
-                                    const T* qb, const T* kp, const T* kt, const T* vp, T* s, T* acc, T* m, T* l) {
+[[gnu::noinline]] void forward_tile(const AttentionDims& d, int64_t i0, int64_t nr, int64_t kb, int64_t nc, const T* qb,
+                                    const T* kp, const T* kt, const T* vp, T* s, T* acc, T* m, T* l) {
   constexpr T kNegInf = -std::numeric_limits<T>::infinity();
   const T scale = static_cast<T>(d.scale);
   scores(d, nr, nc, qb, kp, kt, s);
@@ -378,8 +378,8 @@ void backward_row(const AttentionDims& d, const S* dout, const compute_t<S>* dls
       if (visible(d, i0 + nr - 1, kb, nc) == 0) continue;  // every row of the block is masked here
       const T* qb = tile_in(nr, d.d, q + i0 * d.d, d.d, w.qf);
       const T* gb = tile_in(nr, d.dv, dout + i0 * d.dv, d.dv, w.gf);
-      backward_tile(d, i0, nr, kb, nc, qb, gb, kp, w.kt.data(), w.vt.data(), lse, w.di.data(), w.s.data(),
-                    w.dp.data(), dq_acc, dk_acc, dv_acc);
+      backward_tile(d, i0, nr, kb, nc, qb, gb, kp, w.kt.data(), w.vt.data(), lse, w.di.data(), w.s.data(), w.dp.data(),
+                    dq_acc, dk_acc, dv_acc);
     }
     if constexpr (kHalf) {
       round_tile(nc, d.d, w.dkt.data(), d.d, dk + kb * d.d, d.d);

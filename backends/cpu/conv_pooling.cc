@@ -576,7 +576,9 @@ Windows3d windows_3d(const PoolProblem& p) {
 // inside the plane, in row-major order.
 template <typename F>
 void for_window(const Windows3d& w, int64_t o0, int64_t o1, int64_t o2, F&& f) {
-  const auto at = [](const AxisWindows& a, int64_t o) { return std::pair{a.begin[static_cast<size_t>(o)], a.end[static_cast<size_t>(o)]}; };
+  const auto at = [](const AxisWindows& a, int64_t o) {
+    return std::pair{a.begin[static_cast<size_t>(o)], a.end[static_cast<size_t>(o)]};
+  };
   const auto [b0, e0] = at(w.ax[0], o0);
   const auto [b1, e1] = at(w.ax[1], o1);
   const auto [b2, e2] = at(w.ax[2], o2);

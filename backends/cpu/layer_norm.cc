@@ -97,9 +97,11 @@ const compute_t<S>* param_in_compute(const S* p, int64_t n, std::vector<compute_
 
 // ---- forward
 
-// One contiguous row of n elements.
+// One contiguous row of n elements. Out of line (as backward_row), so that
+// float32 and 16-bit calls run one compiled copy of the arithmetic.
 template <typename T>
-void normalize_row(const T* x, const T* gamma, const T* beta, T* y, T* mean_out, T* std_out, int64_t n, T eps) {
+[[gnu::noinline]] void normalize_row(const T* x, const T* gamma, const T* beta, T* y, T* mean_out, T* std_out,
+                                     int64_t n, T eps) {
   T s = 0;
 #pragma omp simd reduction(+ : s)
   for (int64_t i = 0; i < n; ++i) s += x[i];
@@ -163,7 +165,8 @@ void layer_norm_kernel(const KernelContext& ctx, std::span<const TensorView> in,
 
 // d_data of one contiguous row; adds the row's d_gamma and d_beta terms into pg, pb.
 template <typename T>
-void backward_row(const T* dy, const T* x, const T* gamma, T mean, T sd, T* dx, T* pg, T* pb, int64_t n) {
+[[gnu::noinline]] void backward_row(const T* dy, const T* x, const T* gamma, T mean, T sd, T* dx, T* pg, T* pb,
+                                    int64_t n) {
   const T inv = T(1) / sd;
   T sum_g = 0, sum_gx = 0;
 #pragma omp simd reduction(+ : sum_g, sum_gx)

@@ -92,8 +92,9 @@ void expect_float32_rounded_once(const std::vector<Case>& cases, int max_ulps = 
         int failures = 0;
         const DType ot = got[k].dtype();
         for (size_t e = 0; e < g.size() && failures < 3; ++e)
-          if (g[e] != w[e] && (max_ulps == 0 || ot == DType::kFloat32 ||
-                               std::abs(g[e] - w[e]) > max_ulps * ulp_16bit(ot, std::max(std::abs(g[e]), std::abs(w[e]))))) {
+          if (g[e] != w[e] &&
+              (max_ulps == 0 || ot == DType::kFloat32 ||
+               std::abs(g[e] - w[e]) > max_ulps * ulp_16bit(ot, std::max(std::abs(g[e]), std::abs(w[e]))))) {
             ++failures;
             ADD_FAILURE() << "output " << k << " (" << dtype_name(got[k].dtype()) << ") element " << e << ": " << g[e]
                           << ", float32 rounded once gives " << w[e];
@@ -172,7 +173,9 @@ TEST(LowPrecisionNative, LayerNormIsTheFloat32KernelRoundedOnce) {
       {"_backward_LayerNorm",
        {in({3, 5, 6}), in({3, 5, 6}), in({5}), in({3, 1, 6}), in({3, 1, 6}, 0.5, 2)},
        {{"axis", "1"}}},
-      {"_backward_LayerNorm", {in({9, 4}), in({9, 4}, -2, 3), in({9}), in({1, 4}), in({1, 4}, 0.5, 2)}, {{"axis", "0"}}},
+      {"_backward_LayerNorm",
+       {in({9, 4}), in({9, 4}, -2, 3), in({9}), in({1, 4}), in({1, 4}, 0.5, 2)},
+       {{"axis", "0"}}},
   });
 }
 
