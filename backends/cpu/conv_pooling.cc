@@ -19,9 +19,11 @@
 // float16 and bfloat16: the direct loops load 16-bit elements into float32,
 // accumulate in float32 (a row of outputs, or for the backward a plane of
 // input gradients, in a per-thread buffer) and round each result once.
-// oneDNN pools bfloat16 directly where it can on this CPU and no MXNet
-// rescaling is needed (which would round twice); other 1-D/3-D calls in
-// 16-bit go through the widening adaptor (backends/cpu/widen.h).
+// oneDNN pools bfloat16 (and float16, on CPUs where it has float16 pooling)
+// directly where no MXNet rescaling is needed (which would round twice);
+// other 1-D/3-D calls in 16-bit run a direct loop over each window (1-D as
+// 3-D with unit leading axes) that also loads into float32, accumulates in
+// float32 and rounds once.
 //
 // oneDNN has max, avg-including-padding and avg-excluding-padding. Sum pooling
 // is the including-padding average times the kernel size. oneDNN's including-
@@ -49,7 +51,6 @@
 #include "backends/cpu/elemwise_kernels.h"
 #include "backends/cpu/onednn_util.h"
 #include "backends/cpu/parallel.h"
-#include "backends/cpu/widen.h"
 #include "ir/ops/conv.h"
 #include "ir/ops/conv_layout.h"
 #include "runtime/kernel.h"
@@ -566,6 +567,98 @@ void dilated_max(const KernelContext& ctx, const PoolProblem& p, const T* x, con
       plane_grain(p));
 }
 
+// ---- Direct 1-D and 3-D pooling, for 16-bit calls oneDNN cannot take
+
+// The windows along three axes, leading unit axes for 1-D.
+struct Windows3d {
+  std::array<AxisWindows, 3> ax;
+  std::array<int64_t, 3> in{1, 1, 1}, out{1, 1, 1};
+};
+
+Windows3d windows_3d(const PoolProblem& p) {
+  Windows3d w;
+  for (AxisWindows& a : w.ax) a = {{0}, {1}, {1.0f}};
+  for (int i = 0; i < p.g.nsp; ++i) {
+    const int j = 3 - p.g.nsp + i;
+    w.ax[static_cast<size_t>(j)] = axis_windows(p, i);
+    w.in[static_cast<size_t>(j)] = p.g.in[i];
+    w.out[static_cast<size_t>(j)] = p.g.out[i];
+  }
+  return w;
+}
+
+// Calls f(plane offset) for the inputs of output (o0, o1, o2)'s window
+// inside the plane, in row-major order.
+template <typename F>
+void for_window(const Windows3d& w, int64_t o0, int64_t o1, int64_t o2, F&& f) {
+  const auto at = [](const AxisWindows& a, int64_t o) {
+    return std::pair{a.begin[static_cast<size_t>(o)], a.end[static_cast<size_t>(o)]};
+  };
+  const auto [b0, e0] = at(w.ax[0], o0);
+  const auto [b1, e1] = at(w.ax[1], o1);
+  const auto [b2, e2] = at(w.ax[2], o2);
+  for (int64_t i0 = b0; i0 < e0; ++i0)
+    for (int64_t i1 = b1; i1 < e1; ++i1)
+      for (int64_t i2 = b2; i2 < e2; ++i2) f((i0 * w.in[1] + i1) * w.in[2] + i2);
+}
+
+// The divisor of output (o0, o1, o2): 1 but for avg.
+float window_divisor(const Windows3d& w, int64_t o0, int64_t o1, int64_t o2) {
+  return w.ax[0].divisor[static_cast<size_t>(o0)] * w.ax[1].divisor[static_cast<size_t>(o1)] *
+         w.ax[2].divisor[static_cast<size_t>(o2)];
+}
+
+// dy == nullptr: forward (y = each window's max, avg or sum). Otherwise
+// backward: dx = pooling's gradient for dy (x: the forward's input, for max;
+// the gradient goes to the first maximum). Elements are loaded into float32,
+// sums and a plane's gradient accumulate in float32, each result is rounded
+// once; the same conventions as the 2-D loops.
+template <typename T>
+void pool_direct_3d(const KernelContext& ctx, const PoolProblem& p, const T* x, const T* dy, T* y_or_dx) {
+  const Windows3d w = windows_3d(p);
+  const int64_t plane_in = w.in[0] * w.in[1] * w.in[2], plane_out = w.out[0] * w.out[1] * w.out[2];
+  const bool is_max = p.type == PoolType::kMax;
+  cpu::parallel_for(
+      ctx.run.num_threads, p.src[0] * p.src[1],
+      [&](int64_t q0, int64_t q1) {
+        std::vector<float> staged(dy ? static_cast<size_t>(plane_in) : 0);
+        for (int64_t q = q0; q < q1; ++q) {
+          const T* xp = x + q * plane_in;
+          std::fill(staged.begin(), staged.end(), 0.0f);
+          int64_t o = 0;
+          for (int64_t o0 = 0; o0 < w.out[0]; ++o0)
+            for (int64_t o1 = 0; o1 < w.out[1]; ++o1)
+              for (int64_t o2 = 0; o2 < w.out[2]; ++o2, ++o) {
+                if (is_max) {
+                  int64_t arg = -1;
+                  float best = -FLT_MAX;
+                  for_window(w, o0, o1, o2, [&](int64_t at) {
+                    const float v = load(xp[at]);
+                    if (arg < 0 || v > best) best = v, arg = at;
+                  });
+                  if (!dy)
+                    y_or_dx[q * plane_out + o] = store<T>(best);
+                  else if (arg >= 0)
+                    staged[static_cast<size_t>(arg)] += load(dy[q * plane_out + o]);
+                  continue;
+                }
+                const float div = window_divisor(w, o0, o1, o2);
+                if (!dy) {
+                  float acc = 0.0f;
+                  for_window(w, o0, o1, o2, [&](int64_t at) { acc += load(xp[at]); });
+                  y_or_dx[q * plane_out + o] = store<T>(acc / div);
+                } else {
+                  const float v = load(dy[q * plane_out + o]) / div;
+                  for_window(w, o0, o1, o2, [&](int64_t at) { staged[static_cast<size_t>(at)] += v; });
+                }
+              }
+          if (dy)
+            for (int64_t i = 0; i < plane_in; ++i) y_or_dx[q * plane_in + i] = store<T>(staged[static_cast<size_t>(i)]);
+        }
+      },
+      plane_grain(p));
+}
+
 // Whether a 1-D or 3-D call runs oneDNN on its own arrays: float32 always;
 // 16-bit where oneDNN pools that type and no rescaling follows.
 bool onednn_direct(const PoolProblem& p, DType t) {
@@ -609,7 +702,12 @@ void pooling_forward(const KernelContext& ctx, std::span<const TensorView> in, s
       pooling_forward_2d<T>(ctx, p, in[0].ptr<T>(), out[0].ptr<T>());
     });
   }
-  if (!onednn_direct(p, t)) return cpu::widen(ctx, in, out);
+  if (!onednn_direct(p, t)) {
+    return dispatch_pooled(t, [&](auto tag) {
+      using T = decltype(tag);
+      pool_direct_3d<T>(ctx, p, in[0].ptr<T>(), nullptr, out[0].ptr<T>());
+    });
+  }
   dn::Call call(ctx.run, p.work);
   auto plan = dn::cached<ForwardPlan>(fmt::format("pool_fwd|{}{}", p.key, call.threads()), [&] { return make_forward_plan(p); });
   call.run(plan->prim, plan->scratchpad,
@@ -644,7 +742,12 @@ void pooling_backward(const KernelContext& ctx, std::span<const TensorView> in, 
       pooling_backward_2d<T>(ctx, p, in[0].ptr<T>(), in[1].ptr<T>(), out[0].ptr<T>());
     });
   }
-  if (!onednn_direct(p, t)) return cpu::widen(ctx, in, out);
+  if (!onednn_direct(p, t)) {
+    return dispatch_pooled(t, [&](auto tag) {
+      using T = decltype(tag);
+      pool_direct_3d<T>(ctx, p, in[1].ptr<T>(), in[0].ptr<T>(), out[0].ptr<T>());
+    });
+  }
   dn::Call call(ctx.run, p.work);
   auto plan = dn::cached<BackwardPlan>(fmt::format("pool_bwd|{}{}", p.key, call.threads()), [&] { return make_backward_plan(p); });
   const memory::desc src = p.user_desc(p.src), dst = p.user_desc(p.dst);

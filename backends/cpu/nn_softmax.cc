@@ -347,6 +347,10 @@ void pick_kernel(const KernelContext& ctx, std::span<const TensorView> in, std::
       return pick_typed(threads, d, idx, in[0].ptr<float>(), out[0].ptr<float>());
     case DType::kFloat64:
       return pick_typed(threads, d, idx, in[0].ptr<double>(), out[0].ptr<double>());
+    case DType::kFloat16:  // 16-bit values are copied as they are
+      return pick_typed(threads, d, idx, in[0].ptr<Half>(), out[0].ptr<Half>());
+    case DType::kBfloat16:
+      return pick_typed(threads, d, idx, in[0].ptr<BFloat16>(), out[0].ptr<BFloat16>());
     case DType::kInt32:
       return pick_typed(threads, d, idx, in[0].ptr<int32_t>(), out[0].ptr<int32_t>());
     case DType::kInt64:
@@ -365,14 +369,14 @@ void pick_backward_kernel(const KernelContext& ctx, std::span<const TensorView> 
   const AxisSplit d = split_at_axis(a.data_shape, normalize_axis(*a.axis, a.data_shape.ndim(), "pick"));
   std::vector<int64_t> idx = read_indices(in[1]);
   resolve_indices(idx, d.n, a.mode);
-  dispatch_float(out[0].dtype, [&](auto tag) {
+  dispatch_floating(out[0].dtype, [&](auto tag) {  // 16-bit gradients copied as they are
     using T = decltype(tag);
     const T* g = in[0].ptr<T>();
     T* gx = out[0].ptr<T>();
     parallel_for(
         ctx.run.num_threads, d.outer,
         [&](int64_t b, int64_t e) {
-          std::fill(gx + b * d.n * d.inner, gx + e * d.n * d.inner, T(0));
+          std::fill(gx + b * d.n * d.inner, gx + e * d.n * d.inner, store<T>(compute_t<T>(0)));
           for (int64_t o = b; o < e; ++o)
             for (int64_t c = 0; c < d.inner; ++c) {
               const int64_t t = o * d.inner + c;
@@ -479,8 +483,8 @@ void register_nn_softmax_kernels() {
   register_kernel(OpId::kLogSoftmax, DeviceKind::kCPU, softmax_kernel<true>, kAny);
   register_kernel(OpId::kSoftmaxBackward, DeviceKind::kCPU, softmax_backward_kernel<false>, kAny);
   register_kernel(OpId::kLogSoftmaxBackward, DeviceKind::kCPU, softmax_backward_kernel<true>, kAny);
-  register_kernel(OpId::kPick, DeviceKind::kCPU, pick_kernel);
-  register_kernel(OpId::kPickBackward, DeviceKind::kCPU, pick_backward_kernel);
+  register_kernel(OpId::kPick, DeviceKind::kCPU, pick_kernel, kAny);
+  register_kernel(OpId::kPickBackward, DeviceKind::kCPU, pick_backward_kernel, kAny);
   register_kernel(OpId::kSoftmaxCrossEntropy, DeviceKind::kCPU, cross_entropy_kernel, kAny);
   register_kernel(OpId::kSoftmaxCrossEntropyBackward, DeviceKind::kCPU, cross_entropy_backward_kernel, kAny);
 }

@@ -480,31 +480,32 @@ struct ArgResult {
   int64_t index;
 };
 
-// The first extremum of the contiguous run p[0, n) (n > 0).
-template <typename T, bool kMax>
-ArgResult<T> arg_run(const T* p, int64_t n) {
-  T m = reduce_run<ExtremumReducer<T, kMax>>(p, n);
+// The first extremum of the contiguous run p[0, n) (n > 0), compared in C
+// (16-bit floats converted as they are read).
+template <typename C, bool kMax, typename T>
+ArgResult<C> arg_run(const T* p, int64_t n) {
+  C m = reduce_run<ExtremumReducer<C, kMax>>(p, n);
   int64_t i = 0;
   if (m != m)
-    while (p[i] == p[i]) ++i;
+    while (cpu::load(p[i]) == cpu::load(p[i])) ++i;
   else
-    while (p[i] != m) ++i;
+    while (cpu::load(p[i]) != m) ++i;
   return {m, i};
 }
 
 // Rows [r0, r1) of a column tile of width w (rows `inner` apart): best[j]
-// and idx[j] (the row, as T) end at the first extremum of column j.
-template <typename T, bool kMax>
-void arg_fold_rows(const T* base, int64_t inner, int64_t r0, int64_t r1, int64_t w, T* best, T* idx) {
-  constexpr int64_t W = kWidth<T>;
-  std::copy(base + r0 * inner, base + r0 * inner + w, best);
-  std::fill(idx, idx + w, static_cast<T>(r0));
+// and idx[j] (the row, as C) end at the first extremum of column j.
+template <typename C, bool kMax, typename T>
+void arg_fold_rows(const T* base, int64_t inner, int64_t r0, int64_t r1, int64_t w, C* best, C* idx) {
+  constexpr int64_t W = kWidth<C>;
+  for (int64_t j = 0; j < w; ++j) best[j] = cpu::load(base[r0 * inner + j]);
+  std::fill(idx, idx + w, static_cast<C>(r0));
   for (int64_t r = r0 + 1; r < r1; ++r) {
     const T* p = base + r * inner;
-    const Vec<T> rv = splat(static_cast<T>(r));
+    const Vec<C> rv = splat(static_cast<C>(r));
     int64_t j = 0;
     for (; j + W <= w; j += W) {
-      Vec<T> v = load<T>(p + j), b, i;
+      Vec<C> v = load<C>(p + j), b, i;
       std::memcpy(&b, best + j, sizeof b);
       std::memcpy(&i, idx + j, sizeof i);
       auto take = (kMax ? (v > b) : (v < b)) | ((v != v) & (b == b));
@@ -513,15 +514,20 @@ void arg_fold_rows(const T* base, int64_t inner, int64_t r0, int64_t r1, int64_t
       std::memcpy(best + j, &b, sizeof b);
       std::memcpy(idx + j, &i, sizeof i);
     }
-    for (; j < w; ++j)
-      if (better<T, kMax>(p[j], best[j])) best[j] = p[j], idx[j] = static_cast<T>(r);
+    for (; j < w; ++j) {
+      const C v = cpu::load(p[j]);
+      if (better<C, kMax>(v, best[j])) best[j] = v, idx[j] = static_cast<C>(r);
+    }
   }
 }
 
+// Indices of the extrema of T along `axis` (all elements when unset), as
+// C = compute_t<T>: the input's dtype, float32 for 16-bit floats.
 template <typename T, bool kMax>
 void arg_reduce(int threads, const TensorView& in, const TensorView& out, std::optional<int> axis) {
+  using C = cpu::compute_t<T>;
   const T* x = in.ptr<T>();
-  T* y = out.ptr<T>();
+  C* y = out.ptr<C>();
   const int64_t n = in.size();
   if (n == 0) return;  // inference rejects an empty axis unless the output is empty too
   int64_t outer = 1, len = n, inner = 1;
@@ -533,22 +539,22 @@ void arg_reduce(int threads, const TensorView& in, const TensorView& out, std::o
   }
   if (inner == 1) {
     const int64_t pieces = ceil_div(len, kPiece);
-    std::vector<ArgResult<T>> partial(static_cast<size_t>(outer * pieces));
+    std::vector<ArgResult<C>> partial(static_cast<size_t>(outer * pieces));
     cpu::parallel_for(
         threads, outer * pieces,
         [&](int64_t b, int64_t e) {
           for (int64_t it = b; it < e; ++it) {
             int64_t o = it / pieces, p = it % pieces, lo = p * kPiece;
-            auto r = arg_run<T, kMax>(x + o * len + lo, std::min(kPiece, len - lo));
+            auto r = arg_run<C, kMax>(x + o * len + lo, std::min(kPiece, len - lo));
             partial[it] = {r.value, r.index + lo};
           }
         },
         std::max<int64_t>(1, kPiece / len));
     for (int64_t o = 0; o < outer; ++o) {
-      ArgResult<T> best = partial[o * pieces];
+      ArgResult<C> best = partial[o * pieces];
       for (int64_t p = 1; p < pieces; ++p)
-        if (better<T, kMax>(partial[o * pieces + p].value, best.value)) best = partial[o * pieces + p];
-      y[o] = static_cast<T>(best.index);
+        if (better<C, kMax>(partial[o * pieces + p].value, best.value)) best = partial[o * pieces + p];
+      y[o] = static_cast<C>(best.index);
     }
     return;
   }
@@ -556,24 +562,24 @@ void arg_reduce(int threads, const TensorView& in, const TensorView& out, std::o
   const int64_t tw = std::min(inner, kTile), tiles = ceil_div(inner, tw);
   const int64_t group = std::max(ceil_div(kPiece, tw), ceil_div(len, kMaxPieces)), pieces = ceil_div(len, group);
   const int64_t items = outer * tiles * pieces;
-  std::vector<T> best(static_cast<size_t>(items * tw)), idx(best.size());
+  std::vector<C> best(static_cast<size_t>(items * tw)), idx(best.size());
   cpu::parallel_for(
       threads, items,
       [&](int64_t b, int64_t e) {
         for (int64_t it = b; it < e; ++it) {
           int64_t p = it % pieces, ot = it / pieces, o = ot / tiles, t = ot % tiles;
-          arg_fold_rows<T, kMax>(x + o * len * inner + t * tw, inner, p * group, std::min(len, (p + 1) * group),
+          arg_fold_rows<C, kMax>(x + o * len * inner + t * tw, inner, p * group, std::min(len, (p + 1) * group),
                                  std::min(tw, inner - t * tw), best.data() + it * tw, idx.data() + it * tw);
         }
       },
       std::max<int64_t>(1, kPiece / (group * tw)));
   for (int64_t ot = 0; ot < outer * tiles; ++ot) {
     int64_t o = ot / tiles, t = ot % tiles, w = std::min(tw, inner - t * tw);
-    T* b0 = best.data() + ot * pieces * tw;
-    T* i0 = idx.data() + ot * pieces * tw;
+    C* b0 = best.data() + ot * pieces * tw;
+    C* i0 = idx.data() + ot * pieces * tw;
     for (int64_t p = 1; p < pieces; ++p)
       for (int64_t j = 0; j < w; ++j)
-        if (better<T, kMax>(b0[p * tw + j], b0[j])) b0[j] = b0[p * tw + j], i0[j] = i0[p * tw + j];
+        if (better<C, kMax>(b0[p * tw + j], b0[j])) b0[j] = b0[p * tw + j], i0[j] = i0[p * tw + j];
     std::copy(i0, i0 + w, y + o * inner + t * tw);
   }
 }
@@ -622,7 +628,7 @@ void arg_kernel(const KernelContext& ctx, std::span<const TensorView> in, std::s
   dispatch_dtype(in[0].dtype, [&](auto t) {
     using T = decltype(t);
     if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, int32_t> ||
-                  std::is_same_v<T, int64_t>)
+                  std::is_same_v<T, int64_t> || cpu::kIsHalfType<T>)
       arg_reduce<T, kMax>(ctx.run.num_threads, in[0], out[0], a.axis);
     else
       KILN_ASSERT(!"argmax: dtype not admitted by inference");
@@ -632,15 +638,15 @@ void arg_kernel(const KernelContext& ctx, std::span<const TensorView> in, std::s
 }  // namespace
 
 void register_cpu_reduce_kernels() {
-  constexpr auto kAny = HalfSupport::kAny;  // argmax/argmin: float32 outputs for 16-bit inputs, widened
+  constexpr auto kAny = HalfSupport::kAny;  // argmax/argmin: float32 indices for 16-bit inputs
   register_kernel(OpId::kSum, DeviceKind::kCPU, reduce_kernel<SumReducer>, kAny);
   register_kernel(OpId::kMean, DeviceKind::kCPU, reduce_kernel<MeanReducer>, kAny);
   register_kernel(OpId::kMax, DeviceKind::kCPU, reduce_kernel<MaxReducer>, kAny);
   register_kernel(OpId::kMin, DeviceKind::kCPU, reduce_kernel<MinReducer>, kAny);
   register_kernel(OpId::kProd, DeviceKind::kCPU, reduce_kernel<ProdReducer>, kAny);
   register_kernel(OpId::kNorm, DeviceKind::kCPU, norm_kernel, kAny);
-  register_kernel(OpId::kArgmax, DeviceKind::kCPU, arg_kernel<true>);
-  register_kernel(OpId::kArgmin, DeviceKind::kCPU, arg_kernel<false>);
+  register_kernel(OpId::kArgmax, DeviceKind::kCPU, arg_kernel<true>, kAny);
+  register_kernel(OpId::kArgmin, DeviceKind::kCPU, arg_kernel<false>, kAny);
 }
 
 }  // namespace kiln
