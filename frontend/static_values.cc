@@ -75,7 +75,7 @@ std::pair<std::shared_ptr<const trace::TracedGraph>, std::unique_ptr<StaticValue
     std::vector<char> needed(g.size(), 0);
     for (const ir::Entry& e : values) needed[static_cast<size_t>(e.node)] = 1;
     for (size_t id = g.size(); id-- > 0;)
-      if (needed[id])
+      if (needed[id] && g.nodes()[id].is_op())  // a constant's "input" is its slot, not a node
         for (const ir::Entry& e : g.nodes()[id].inputs) needed[static_cast<size_t>(e.node)] = 1;
     passes::GraphCopy copy(g);
     for (size_t id = 0; id < g.size(); ++id)

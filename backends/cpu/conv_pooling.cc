@@ -23,7 +23,8 @@
 // directly where no MXNet rescaling is needed (which would round twice);
 // other 1-D/3-D calls in 16-bit run a direct loop over each window (1-D as
 // 3-D with unit leading axes) that also loads into float32, accumulates in
-// float32 and rounds once.
+// float32 and rounds once. Channel-last 16-bit data oneDNN cannot pool goes
+// through float32 copies (the widening adaptor) instead.
 //
 // oneDNN has max, avg-including-padding and avg-excluding-padding. Sum pooling
 // is the including-padding average times the kernel size. oneDNN's including-
@@ -51,6 +52,7 @@
 #include "backends/cpu/elemwise_kernels.h"
 #include "backends/cpu/onednn_util.h"
 #include "backends/cpu/parallel.h"
+#include "backends/cpu/widen.h"
 #include "ir/ops/conv.h"
 #include "ir/ops/conv_layout.h"
 #include "runtime/kernel.h"
@@ -703,6 +705,7 @@ void pooling_forward(const KernelContext& ctx, std::span<const TensorView> in, s
     });
   }
   if (!onednn_direct(p, t)) {
+    if (p.channels_last) return cpu::widen(ctx, in, out);  // the direct loops are channel-first
     return dispatch_pooled(t, [&](auto tag) {
       using T = decltype(tag);
       pool_direct_3d<T>(ctx, p, in[0].ptr<T>(), nullptr, out[0].ptr<T>());
@@ -743,6 +746,7 @@ void pooling_backward(const KernelContext& ctx, std::span<const TensorView> in, 
     });
   }
   if (!onednn_direct(p, t)) {
+    if (p.channels_last) return cpu::widen(ctx, in, out);  // the direct loops are channel-first
     return dispatch_pooled(t, [&](auto tag) {
       using T = decltype(tag);
       pool_direct_3d<T>(ctx, p, in[1].ptr<T>(), in[0].ptr<T>(), out[0].ptr<T>());
