@@ -136,7 +136,8 @@ void layer_norm_typed(const KernelContext& ctx, std::span<const TensorView> in, 
       ctx.run.num_threads, rows.count,
       [&](int64_t r0, int64_t r1) {
         std::vector<T> buf(direct ? 0 : static_cast<size_t>(2 * rows.n));
-        T *xb = buf.data(), *yb = xb + rows.n;
+        T* xb = direct ? nullptr : buf.data();  // no arithmetic on an empty vector's null data
+        T* yb = direct ? nullptr : xb + rows.n;
         for (int64_t r = r0; r < r1; ++r) {
           const int64_t s = rows.start(r);
           T m, d;
@@ -206,7 +207,9 @@ void layer_norm_backward_typed(const KernelContext& ctx, std::span<const TensorV
       ctx.run.num_threads, blocks,
       [&](int64_t b0, int64_t b1) {
         std::vector<T> buf(direct ? 0 : static_cast<size_t>(3 * n));
-        T *dyb = buf.data(), *xb = dyb + n, *dxb = xb + n;
+        T* dyb = direct ? nullptr : buf.data();
+        T* xb = direct ? nullptr : dyb + n;
+        T* dxb = direct ? nullptr : xb + n;
         for (int64_t b = b0; b < b1; ++b) {
           T* pg = partial.data() + b * 2 * n;
           T* pb = pg + n;

@@ -154,7 +154,9 @@ Shape infer_reshape(const Shape& in, const IntTuple& spec, bool reverse) {
   }
   if (inferred >= 0) {
     int64_t known = 1;
-    for (int64_t d : out) known *= d;
+    bool overflow = false;
+    for (int64_t d : out) overflow = overflow || __builtin_mul_overflow(known, d, &known);
+    if (overflow) throw mismatch("the product of the other dims overflows 64 bits");
     if (known == 0 || in.size() % known != 0)
       throw mismatch(fmt::format("size {} is not a multiple of {}, the product of the other dims", in.size(), known));
     out[inferred] = in.size() / known;
