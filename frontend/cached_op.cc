@@ -5,10 +5,12 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "backends/cpu/cpu_features.h"
 #include "frontend/amp.h"
 #include "frontend/autograd.h"
 #include "frontend/graph_eval.h"
 #include "frontend/nn/block.h"
+#include "ir/amp.h"
 #include "passes/fuse_elementwise.h"
 #include "passes/pass.h"
 
@@ -92,12 +94,21 @@ std::string_view pipeline(bool amp) {
 // KILN_FUSE=0 leaves fusion out (for measuring); so does a graph on a GPU
 // without NVRTC-generated fused kernels (passes::fuse_elementwise_on).
 // GPUs keep channel-first data until cuDNN's NHWC path has run on one.
-std::string executor_pipeline(Device device) {
-  static const bool channels_last = [] {
+// `graph` given: channels-last only when its 16-bit convolutions run oneDNN's
+// native kernels here (emulated or widened ones run faster channel-first).
+std::string executor_pipeline(Device device, const ir::Graph* graph = nullptr) {
+  static const bool enabled = [] {
     const char* env = std::getenv("KILN_CHANNELS_LAST");
     return env == nullptr || std::string_view(env) != "0";
   }();
-  std::string p = channels_last && device.kind == DeviceKind::kCPU ? "channels-last," : "";
+  bool channels_last = enabled && device.kind == DeviceKind::kCPU;
+  for (size_t i = 0; channels_last && graph && i < graph->size(); ++i) {
+    const ir::Node& n = graph->node(static_cast<ir::NodeId>(i));
+    if (!n.is_op() || (n.op != OpId::kConvolution && n.op != OpId::kConvAct)) continue;
+    const DType t = graph->type(n.inputs[0]).dtype;
+    channels_last = !is_16bit_float(t) || cpu::channels_last_pays(t);
+  }
+  std::string p = channels_last ? "channels-last," : "";
   if (passes::fuse_elementwise_on(device)) p += "fuse-elementwise,";
   return p.empty() ? p : p + "eliminate-dead-code";
 }
@@ -247,7 +258,8 @@ std::vector<NDArray> CachedOp::call(nn::Block& block, std::span<const NDArray> i
     std::call_once(entry->compile_once, [&] {
       auto graph = std::make_shared<trace::TracedGraph>(t);
       std::string report =
-          optimize(*graph, entry->key.train, entry->key.amp, block.display_name(), executor_pipeline(t.device));
+          optimize(*graph, entry->key.train, entry->key.amp, block.display_name(),
+                   executor_pipeline(t.device, &graph->graph));
       entry->executor = std::make_unique<GraphExecutor>(std::move(graph));
       entry->executor->set_label(entry_label(block, entry->key));
       std::lock_guard lock(mutex_);

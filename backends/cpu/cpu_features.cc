@@ -54,6 +54,10 @@ bool native_low_precision(DType t) {
   return t == DType::kFloat32;
 }
 
+bool channels_last_pays(DType t) {
+  return (t == DType::kBfloat16 || t == DType::kFloat16) && native_low_precision(t) && onednn::computes_in(t);
+}
+
 std::string low_precision_support(DType t) {
   const std::string name(dtype_short_name(t));
   if (!onednn::computes_in(t)) return fmt::format("float32 on widened copies (this oneDNN has no {} kernels here)", name);

@@ -34,4 +34,10 @@ std::string low_precision_support(DType t);
 // bfloat16; AVX512-FP16 or AMX-FP16 for float16) rather than emulated or widened.
 bool native_low_precision(DType t);
 
+// Whether convolutions with `t` data (float16 or bfloat16) run oneDNN kernels
+// made for it here, which take channel-last activations (the channels-last
+// pass pays); false where they are emulated or widened to float32, whose
+// kernels Kiln runs channel-first (Winograd, blocked layouts).
+bool channels_last_pays(DType t);
+
 }  // namespace kiln::cpu

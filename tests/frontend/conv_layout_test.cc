@@ -6,8 +6,12 @@
 #include <string>
 #include <vector>
 
+#include "backends/cpu/cpu_features.h"
+#include "frontend/amp.h"
 #include "frontend/autograd.h"
+#include "frontend/cached_op.h"
 #include "frontend/invoke.h"
+#include "frontend/kiln.h"
 #include "frontend/nd.h"
 #include "ir/ops/conv.h"
 
@@ -174,6 +178,32 @@ TEST(ConvLayoutErrors, BadLayoutsAndUnsupportedChannelLastPooling) {
     FAIL() << "channel-last sum pooling ran";
   } catch (const NotSupported& e) {
     EXPECT_NE(std::string(e.what()).find("channel-last"), std::string::npos) << e.what();
+  }
+}
+
+// A compiled 16-bit CNN runs the channels-last pass exactly where the CPU has
+// instructions for the type (elsewhere its convolutions are widened to
+// float32, which run faster channel-first), with the same outputs either way.
+TEST(ConvLayoutHybridized, ChannelsLastRunsWhereTheTypeIsNativeAndChangesNoValue) {
+  for (DType t : {DType::kBfloat16, DType::kFloat16}) {
+    nd::random::seed(8);
+    nn::HybridSequential net;
+    net.add(nn::Conv2D(16, 3, 1, 1, 1, 1, "relu"), nn::MaxPool2D(2, 2), nn::Conv2D(16, 3, 1, 1),
+            nn::GlobalAvgPool2D(), nn::Flatten(), nn::Dense(4));
+    net.initialize();
+    NDArray x = nd::random::normal({2, 3, 8, 8});
+    NDArray want;
+    {
+      amp::Autocast autocast(t);
+      want = net(x);
+    }
+    net.hybridize({.amp = t});
+    NDArray got = net(x);
+    const std::string report = net.cached_op()->pass_report();
+    EXPECT_EQ(report.find("channels-last") != std::string::npos, cpu::channels_last_pays(t))
+        << dtype_name(t) << ":\n" << report;
+    expect_close(got.astype(DType::kFloat32), want.astype(DType::kFloat32), t == DType::kBfloat16 ? 2e-2 : 2e-3,
+                 std::string(dtype_name(t)) + " hybridized");
   }
 }
 
