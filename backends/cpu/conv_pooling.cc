@@ -538,35 +538,48 @@ int64_t dilated_argmax(const Axes3& a, const T* x, int64_t o0, int64_t o1, int64
   return arg;
 }
 
-// dy == nullptr: forward (y = max of each window). Otherwise backward: dx =
-// dy routed to each window's first maximum (x is the forward's input).
-template <typename T>
-void dilated_max(const KernelContext& ctx, const PoolProblem& p, const T* x, const T* dy, T* y_or_dx) {
-  const Axes3 a = axes3(p.g);
-  const int64_t plane_in = a.in[0] * a.in[1] * a.in[2], plane_out = a.out[0] * a.out[1] * a.out[2];
+// Runs the planes (batch x channel) of a pooling over three axes, `in` and
+// `out` positions per plane, in parallel: per plane, `visit(xp, q, o, o0, o1,
+// o2, staged)` for each output position (o0, o1, o2) in row-major order, o
+// its index in the plane and xp the plane of x. In the backward (dy given)
+// the visits add the plane's input gradient into `staged` (float32), which is
+// rounded into dx once the plane is done.
+template <typename T, typename Visit>
+void walk_planes(const KernelContext& ctx, const PoolProblem& p, const std::array<int64_t, 3>& in,
+                 const std::array<int64_t, 3>& out, const T* x, const T* dy, T* dx, Visit&& visit) {
+  const int64_t plane_in = in[0] * in[1] * in[2];
   cpu::parallel_for(
       ctx.run.num_threads, p.src[0] * p.src[1],
       [&](int64_t q0, int64_t q1) {
         std::vector<float> staged(dy ? static_cast<size_t>(plane_in) : 0);
         for (int64_t q = q0; q < q1; ++q) {
-          const T* xp = x + q * plane_in;
           std::fill(staged.begin(), staged.end(), 0.0f);
           int64_t o = 0;
-          for (int64_t o0 = 0; o0 < a.out[0]; ++o0)
-            for (int64_t o1 = 0; o1 < a.out[1]; ++o1)
-              for (int64_t o2 = 0; o2 < a.out[2]; ++o2, ++o) {
+          for (int64_t o0 = 0; o0 < out[0]; ++o0)
+            for (int64_t o1 = 0; o1 < out[1]; ++o1)
+              for (int64_t o2 = 0; o2 < out[2]; ++o2, ++o) visit(x + q * plane_in, q, o, o0, o1, o2, staged);
+          if (dy)
+            for (int64_t i = 0; i < plane_in; ++i) dx[q * plane_in + i] = store<T>(staged[static_cast<size_t>(i)]);
+        }
+      },
+      plane_grain(p));
+}
+
+// dy == nullptr: forward (y = max of each window). Otherwise backward: dx =
+// dy routed to each window's first maximum (x is the forward's input).
+template <typename T>
+void dilated_max(const KernelContext& ctx, const PoolProblem& p, const T* x, const T* dy, T* y_or_dx) {
+  const Axes3 a = axes3(p.g);
+  const int64_t plane_out = a.out[0] * a.out[1] * a.out[2];
+  walk_planes(ctx, p, a.in, a.out, x, dy, y_or_dx,
+              [&](const T* xp, int64_t q, int64_t o, int64_t o0, int64_t o1, int64_t o2, std::vector<float>& staged) {
                 float best;
                 const int64_t arg = dilated_argmax(a, xp, o0, o1, o2, best);
                 if (!dy)
                   y_or_dx[q * plane_out + o] = store<T>(best);
                 else if (arg >= 0)
                   staged[static_cast<size_t>(arg)] += load(dy[q * plane_out + o]);
-              }
-          if (dy)
-            for (int64_t i = 0; i < plane_in; ++i) y_or_dx[q * plane_in + i] = store<T>(staged[static_cast<size_t>(i)]);
-        }
-      },
-      plane_grain(p));
+              });
 }
 
 // ---- Direct 1-D and 3-D pooling, for 16-bit calls oneDNN cannot take
@@ -618,19 +631,10 @@ float window_divisor(const Windows3d& w, int64_t o0, int64_t o1, int64_t o2) {
 template <typename T>
 void pool_direct_3d(const KernelContext& ctx, const PoolProblem& p, const T* x, const T* dy, T* y_or_dx) {
   const Windows3d w = windows_3d(p);
-  const int64_t plane_in = w.in[0] * w.in[1] * w.in[2], plane_out = w.out[0] * w.out[1] * w.out[2];
+  const int64_t plane_out = w.out[0] * w.out[1] * w.out[2];
   const bool is_max = p.type == PoolType::kMax;
-  cpu::parallel_for(
-      ctx.run.num_threads, p.src[0] * p.src[1],
-      [&](int64_t q0, int64_t q1) {
-        std::vector<float> staged(dy ? static_cast<size_t>(plane_in) : 0);
-        for (int64_t q = q0; q < q1; ++q) {
-          const T* xp = x + q * plane_in;
-          std::fill(staged.begin(), staged.end(), 0.0f);
-          int64_t o = 0;
-          for (int64_t o0 = 0; o0 < w.out[0]; ++o0)
-            for (int64_t o1 = 0; o1 < w.out[1]; ++o1)
-              for (int64_t o2 = 0; o2 < w.out[2]; ++o2, ++o) {
+  walk_planes(ctx, p, w.in, w.out, x, dy, y_or_dx,
+              [&](const T* xp, int64_t q, int64_t o, int64_t o0, int64_t o1, int64_t o2, std::vector<float>& staged) {
                 if (is_max) {
                   int64_t arg = -1;
                   float best = -FLT_MAX;
@@ -642,7 +646,7 @@ void pool_direct_3d(const KernelContext& ctx, const PoolProblem& p, const T* x, 
                     y_or_dx[q * plane_out + o] = store<T>(best);
                   else if (arg >= 0)
                     staged[static_cast<size_t>(arg)] += load(dy[q * plane_out + o]);
-                  continue;
+                  return;
                 }
                 const float div = window_divisor(w, o0, o1, o2);
                 if (!dy) {
@@ -653,12 +657,7 @@ void pool_direct_3d(const KernelContext& ctx, const PoolProblem& p, const T* x, 
                   const float v = load(dy[q * plane_out + o]) / div;
                   for_window(w, o0, o1, o2, [&](int64_t at) { staged[static_cast<size_t>(at)] += v; });
                 }
-              }
-          if (dy)
-            for (int64_t i = 0; i < plane_in; ++i) y_or_dx[q * plane_in + i] = store<T>(staged[static_cast<size_t>(i)]);
-        }
-      },
-      plane_grain(p));
+              });
 }
 
 // Whether a 1-D or 3-D call runs oneDNN on its own arrays: float32 always;
