@@ -5,7 +5,6 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "backends/cpu/cpu_features.h"
 #include "frontend/amp.h"
 #include "frontend/autograd.h"
 #include "frontend/graph_eval.h"
@@ -13,6 +12,7 @@
 #include "ir/amp.h"
 #include "passes/fuse_elementwise.h"
 #include "passes/pass.h"
+#include "runtime/device_backend.h"
 
 namespace kiln {
 namespace {
@@ -85,28 +85,29 @@ std::string_view pipeline(bool amp) {
   return amp ? kAmpPipeline : kPipeline;
 }
 
-// Then, for the graph the inference executor runs only: on the CPU,
-// channels-last (16-bit convolutions on NHWC data: oneDNN's 16-bit kernels'
-// layout; KILN_CHANNELS_LAST=0 leaves it out), and fusions, whose nodes have
-// no gradient (autograd differentiates the graph above, and TrainProgram
+// Then, for the graph the inference executor runs only: channels-last
+// (16-bit convolutions on NHWC data) where the device's backend prefers that
+// layout for the graph's 16-bit types (DeviceBackend::prefers_channels_last:
+// CPUs with native 16-bit kernels; KILN_CHANNELS_LAST=0 leaves it out), and
+// fusions, whose nodes have no gradient (autograd differentiates the graph above, and TrainProgram
 // fuses its forward and backward graphs after the split). Fusions of layers
 // with their activations (fuse-conv-activation) go before fuse-elementwise.
 // KILN_FUSE=0 leaves fusion out (for measuring); so does a graph on a GPU
 // without NVRTC-generated fused kernels (passes::fuse_elementwise_on).
-// GPUs keep channel-first data until cuDNN's NHWC path has run on one.
-// `graph` given: channels-last only when its 16-bit convolutions run oneDNN's
-// native kernels here (emulated or widened ones run faster channel-first).
+// Without `graph` (the pipeline as `kiln inspect` shows it), channels-last
+// is listed where the backend prefers it for bfloat16.
 std::string executor_pipeline(Device device, const ir::Graph* graph = nullptr) {
   static const bool enabled = [] {
     const char* env = std::getenv("KILN_CHANNELS_LAST");
     return env == nullptr || std::string_view(env) != "0";
   }();
-  bool channels_last = enabled && device.kind == DeviceKind::kCPU;
+  DeviceBackend* backend = find_device_backend(device.kind);
+  bool channels_last = enabled && backend != nullptr && (graph || backend->prefers_channels_last(DType::kBfloat16));
   for (size_t i = 0; channels_last && graph && i < graph->size(); ++i) {
     const ir::Node& n = graph->node(static_cast<ir::NodeId>(i));
     if (!n.is_op() || (n.op != OpId::kConvolution && n.op != OpId::kConvAct)) continue;
     const DType t = graph->type(n.inputs[0]).dtype;
-    channels_last = !is_16bit_float(t) || cpu::channels_last_pays(t);
+    channels_last = !is_16bit_float(t) || backend->prefers_channels_last(t);
   }
   std::string p = channels_last ? "channels-last," : "";
   if (passes::fuse_elementwise_on(device)) p += "fuse-elementwise,";

@@ -126,23 +126,25 @@ std::pair<std::shared_ptr<const trace::TracedGraph>, std::unique_ptr<StaticValue
   return {std::move(main), std::move(s)};
 }
 
-std::vector<std::pair<const engine::Var*, uint64_t>> StaticValues::sources_now() const {
-  std::vector<std::pair<const engine::Var*, uint64_t>> now;
+template <typename Fn>
+void StaticValues::for_each_source(Fn&& fn) const {
+  size_t i = 0;
   for (const auto& [id, p] : statics_->params) {
-    NDArray a = p.data(statics_->device);
-    now.emplace_back(a.var(), engine::last_write(a.var()));
+    const engine::Var* v = p.data(statics_->device).var();
+    fn(i++, v, engine::last_write(v));
   }
-  for (const auto& [id, c] : statics_->consts) now.emplace_back(c.var(), engine::last_write(c.var()));
-  return now;
+  for (const auto& [id, c] : statics_->consts) fn(i++, c.var(), engine::last_write(c.var()));
 }
 
 void StaticValues::refresh(bool is_train) {
   std::lock_guard lock(mutex_);
-  auto now = sources_now();
-  if (computations_ > 0 && now == seen_) return;
+  bool same = computations_ > 0;
+  for_each_source([&](size_t i, const engine::Var* v, uint64_t w) { same = same && seen_[i] == std::pair{v, w}; });
+  if (same) return;
   exec_->run({}, is_train, {.outputs_into = values_});
   ++computations_;
-  seen_ = std::move(now);
+  seen_.resize(statics_->params.size() + statics_->consts.size());
+  for_each_source([&](size_t i, const engine::Var* v, uint64_t w) { seen_[i] = {v, w}; });
 }
 
 int64_t StaticValues::computations() const {

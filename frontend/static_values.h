@@ -53,7 +53,9 @@ class StaticValues {
 
  private:
   StaticValues() = default;
-  std::vector<std::pair<const engine::Var*, uint64_t>> sources_now() const;
+  // fn(index, variable, its write number) for each parameter, then each constant, of the static part.
+  template <typename Fn>
+  void for_each_source(Fn&& fn) const;
 
   std::shared_ptr<const trace::TracedGraph> statics_;  // no inputs; outputs: the values
   std::unique_ptr<GraphExecutor> exec_;

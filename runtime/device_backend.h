@@ -30,6 +30,7 @@
 #include <string>
 
 #include "ir/device.h"
+#include "ir/dtype.h"
 #include "runtime/engine.h"
 #include "runtime/storage.h"
 
@@ -88,6 +89,13 @@ class DeviceBackend {
   // launch (runtime/graph_capture.h), owned by the backend; null when the
   // kind has none (the default: CPUs run every kernel as it comes).
   virtual GraphCapture* graph_capture() { return nullptr; }
+
+  // ---- layouts (optional)
+  // Whether convolutions with `t` data (float16 or bfloat16) run faster on
+  // channel-last (NHWC) activations on this kind's devices, so that compiled
+  // graphs move them there (the channels-last pass, passes/channels_last.h).
+  // False by default.
+  virtual bool prefers_channels_last(DType) { return false; }
 };
 
 // Registers the backend of `kind`. Called from the initialization list only

@@ -4,6 +4,7 @@
 #include <memory>
 #include <thread>
 
+#include "backends/cpu/cpu_features.h"
 #include "runtime/device_backend.h"
 
 namespace kiln {
@@ -33,6 +34,9 @@ class CpuBackend final : public DeviceBackend {
   }
 
   void register_kernels() override { register_cpu_kernels(); }
+
+  // Where oneDNN runs native 16-bit kernels (they take NHWC activations).
+  bool prefers_channels_last(DType t) override { return cpu::channels_last_pays(t); }
 };
 
 }  // namespace

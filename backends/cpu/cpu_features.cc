@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "backends/cpu/onednn_util.h"
+#include "ir/amp.h"
 
 namespace kiln::cpu {
 
@@ -55,7 +56,7 @@ bool native_low_precision(DType t) {
 }
 
 bool channels_last_pays(DType t) {
-  return (t == DType::kBfloat16 || t == DType::kFloat16) && native_low_precision(t) && onednn::computes_in(t);
+  return is_16bit_float(t) && native_low_precision(t) && onednn::computes_in(t);
 }
 
 std::string low_precision_support(DType t) {

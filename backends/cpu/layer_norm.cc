@@ -31,15 +31,6 @@
 namespace kiln::cpu {
 namespace {
 
-// fn(S{}) for the storage type S of t: float32, float64, float16 or bfloat16.
-template <typename Fn>
-void dispatch_float(DType t, Fn&& fn) {
-  if (t == DType::kFloat32) return fn(float{});
-  if (t == DType::kFloat64) return fn(double{});
-  if (t == DType::kBfloat16) return fn(BFloat16{});
-  if (t == DType::kFloat16) return fn(Half{});
-  throw InternalError(fmt::format("internal error: LayerNorm kernel reached with dtype {}", t));
-}
 
 struct Rows {
   int64_t count, n, inner;
@@ -159,7 +150,7 @@ void layer_norm_typed(const KernelContext& ctx, std::span<const TensorView> in, 
 
 void layer_norm_kernel(const KernelContext& ctx, std::span<const TensorView> in, std::span<const TensorView> out) {
   if (out[0].size() == 0) return;
-  dispatch_float(in[0].dtype, [&](auto tag) { layer_norm_typed<decltype(tag)>(ctx, in, out); });
+  dispatch_floating(in[0].dtype, [&](auto tag) { layer_norm_typed<decltype(tag)>(ctx, in, out); });
 }
 
 // ---- backward
@@ -252,7 +243,7 @@ void layer_norm_backward_kernel(const KernelContext& ctx, std::span<const Tensor
     for (int k = 1; k < 3; ++k) std::fill_n(static_cast<char*>(out[k].data), out[k].bytes(), 0);
     return;
   }
-  dispatch_float(in[1].dtype, [&](auto tag) { layer_norm_backward_typed<decltype(tag)>(ctx, in, out); });
+  dispatch_floating(in[1].dtype, [&](auto tag) { layer_norm_backward_typed<decltype(tag)>(ctx, in, out); });
 }
 
 }  // namespace

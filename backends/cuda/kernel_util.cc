@@ -1,5 +1,7 @@
 #include "backends/cuda/kernel_util.h"
 
+#include "ir/amp.h"
+
 namespace kiln::cuda {
 
 void require_f32(std::span<const TensorView> in, std::span<const TensorView> out) {
@@ -14,7 +16,7 @@ void require_f32(std::span<const TensorView> in, std::span<const TensorView> out
 int require_float(std::span<const TensorView> in, std::span<const TensorView> out) {
   const DType t = !in.empty() ? in[0].dtype : out[0].dtype;
   auto check = [t](const TensorView& v, const char* what, size_t i) {
-    KILN_CHECK(v.dtype == t && (t == DType::kFloat32 || t == DType::kFloat16 || t == DType::kBfloat16), NotSupported,
+    KILN_CHECK(v.dtype == t && (t == DType::kFloat32 || is_16bit_float(t)), NotSupported,
                "the CUDA kernel handles float32, float16 or bfloat16 arrays of one dtype; {} {} is {} (first {}) "
                "(backends/cuda/README.md)",
                what, i, v.dtype, t);

@@ -3,6 +3,7 @@
 // arrays: forward, data/weight/bias gradients, 16-bit data, bad layouts.
 #include <gtest/gtest.h>
 
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -47,6 +48,10 @@ struct LayoutCase {
   Shape kernel, stride, pad, dilate;
   std::string layout;  // the channel-last name
 };
+
+void PrintTo(const LayoutCase& k, std::ostream* os) {
+  *os << fmt::format("{} x{} filters {} groups {} kernel {}", k.layout, k.x, k.filters, k.groups, k.kernel);
+}
 
 void backward(const NDArray& head, const NDArray& grad) {
   std::vector<NDArray> heads{head}, grads{grad};
@@ -108,6 +113,10 @@ struct PoolLayoutCase {
   PoolingAttrs attrs;
   std::string layout;
 };
+
+void PrintTo(const PoolLayoutCase& k, std::ostream* os) {
+  *os << fmt::format("{} {} x{}{}", k.layout, k.attrs.pool_type, k.x, k.attrs.global_pool ? " global" : "");
+}
 
 class PoolLayout : public ::testing::TestWithParam<PoolLayoutCase> {};
 
