@@ -23,8 +23,13 @@ if [[ -f cmake/KilnTsan.cmake ]]; then
   if [[ ! -f build-tsan/CMakeCache.txt ]]; then
     cmake -S . -B build-tsan -G Ninja -DKILN_TSAN=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo
   fi
-  cmake --build build-tsan -j"$(nproc)"
-  ctest --test-dir build-tsan -j2 --output-on-failure --no-tests=error || tsan_rc=$?
+  # A failed build is reported like failed tests, so the other steps still run.
+  if cmake --build build-tsan -j"$(nproc)"; then
+    ctest --test-dir build-tsan -j2 --output-on-failure --no-tests=error || tsan_rc=$?
+  else
+    tsan_rc=1
+    echo "test.sh: the ThreadSanitizer build FAILED" >&2
+  fi
 else
   echo "test.sh: cmake/KilnTsan.cmake does not exist yet; skipping the ThreadSanitizer build"
 fi

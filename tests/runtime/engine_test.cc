@@ -353,7 +353,9 @@ TEST_P(EngineTest, DeleteVarRunsOnIdleAfterTheLastOpFails) {
       {}, {v}, {.name = "failing_write"});
   engine_->push([](RunContext) { ADD_FAILURE() << "ran on a poisoned input"; }, {v}, {}, {.name = "skipped_read"});
   engine_->delete_var(v, [&] { idle_calls.fetch_add(1); });
-  if (GetParam() == Kind::kThreaded) EXPECT_EQ(idle_calls.load(), 0);  // both ops still pending
+  if (GetParam() == Kind::kThreaded) {
+    EXPECT_EQ(idle_calls.load(), 0);  // both ops still pending
+  }
   gate.open();
   expect_error_containing([&] { engine_->wait_all(); }, "the write failed");
   EXPECT_EQ(idle_calls.load(), 1);
