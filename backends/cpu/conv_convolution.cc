@@ -19,15 +19,18 @@
 // into the chosen layouts and the result back -- or channel-last (layout
 // NHWC, weights OHWI: ir/ops/conv_layout.h), which the primitives then use as
 // they are, with no reorder of the activations (the layout oneDNN's 16-bit
-// kernels want; the channels-last pass puts 16-bit graphs in it). Winograd
-// and im2col are channel-first only. Weights are reordered on every
+// kernels want; the channels-last pass puts 16-bit graphs in it). The float32
+// Winograd and im2col are channel-first only; channel-last bf16 3x3 stride-1
+// forwards run a bf16 Winograd on CPUs with AVX512-BF16 and no AMX
+// (backends/cpu/conv_winograd_bf16.h). Weights are reordered on every
 // call in training (they change every step); inference (KernelContext::is_train
 // false) takes the reordered weights from the weight cache
 // (backends/cpu/weight_cache.h), which compares the weights' bytes with the
 // ones it reordered, so a changed weight is never served stale.
 //
 // bfloat16 and float16 data run the same primitives in that type (fp32
-// accumulation inside oneDNN; Winograd and im2col are float32 only), or widen
+// accumulation inside oneDNN; the channel-first Winograd and im2col are
+// float32 only), or widen
 // to float32 where this CPU's oneDNN has no kernel for the type.
 //
 // Plans (primitive descriptors, primitives and the reorders around them) are
@@ -45,6 +48,7 @@
 
 #include "backends/cpu/conv_im2col.h"
 #include "backends/cpu/conv_winograd.h"
+#include "backends/cpu/conv_winograd_bf16.h"
 #include "backends/cpu/onednn_util.h"
 #include "backends/cpu/parallel.h"
 #include "backends/cpu/weight_cache.h"
@@ -229,9 +233,20 @@ float activate(ActType act, float v) {
   return v;
 }
 
-// Winograd (backends/cpu/conv_winograd.h) for `p` when it applies -- 2-D,
-// 3x3, stride 1, no dilation, one group, no activation or ReLU -- and pays,
-// as a forward convolution (the data gradient: of the output gradient with the
+// `p` as a forward Winograd problem (backends/cpu/conv_winograd.h) when its
+// shape allows one: 2-D, 3x3, stride 1, no dilation, one group, no activation
+// or ReLU; nullopt otherwise.
+std::optional<cpu::WinogradConv> winograd_shape(const ConvProblem& p) {
+  if (p.src.size() != 4 || p.weights.size() != 4 || p.weights[2] != 3 || p.weights[3] != 3) return std::nullopt;
+  if (p.strides != memory::dims{1, 1} || p.dilates != memory::dims{0, 0}) return std::nullopt;
+  if (p.act && *p.act != ActType::kRelu) return std::nullopt;
+  return cpu::WinogradConv{.batch = p.src[0], .in_channels = p.src[1], .height = p.src[2], .width = p.src[3],
+                           .out_channels = p.dst[1], .out_height = p.dst[2], .out_width = p.dst[3],
+                           .pad_top = p.pad_l[0], .pad_left = p.pad_l[1]};
+}
+
+// The float32 channel-first Winograd for `p` when it applies and pays, as a
+// forward convolution (the data gradient: of the output gradient with the
 // weights transposed and rotated); nullopt: the direct convolution runs.
 struct WinogradChoice {
   cpu::WinogradConv conv;
@@ -240,21 +255,26 @@ struct WinogradChoice {
 
 std::optional<WinogradChoice> choose_winograd(const ConvProblem& p, bool backward_data) {
   if (p.dt != memory::data_type::f32 || p.channels_last) return std::nullopt;
-  if (p.src.size() != 4 || p.weights.size() != 4 || p.weights[2] != 3 || p.weights[3] != 3) return std::nullopt;
-  if (p.strides != memory::dims{1, 1} || p.dilates != memory::dims{0, 0}) return std::nullopt;
-  if (p.act && *p.act != ActType::kRelu) return std::nullopt;
-  cpu::WinogradConv s{.batch = p.src[0], .in_channels = p.src[1], .height = p.src[2], .width = p.src[3],
-                      .out_channels = p.dst[1], .out_height = p.dst[2], .out_width = p.dst[3],
-                      .pad_top = p.pad_l[0], .pad_left = p.pad_l[1]};
+  std::optional<cpu::WinogradConv> s = winograd_shape(p);
+  if (!s) return std::nullopt;
   if (backward_data) {
     if (p.pad_l[0] > 2 || p.pad_l[1] > 2) return std::nullopt;
     s = {.batch = p.dst[0], .in_channels = p.dst[1], .height = p.dst[2], .width = p.dst[3],
          .out_channels = p.src[1], .out_height = p.src[2], .out_width = p.src[3],
          .pad_top = 2 - p.pad_l[0], .pad_left = 2 - p.pad_l[1], .transposed_weight = true};
   }
-  int tile = cpu::winograd_tile(s);
+  int tile = cpu::winograd_tile(*s);
   if (tile == 0) return std::nullopt;
-  return WinogradChoice{s, tile};
+  return WinogradChoice{*s, tile};
+}
+
+// The channel-last bfloat16 Winograd (backends/cpu/conv_winograd_bf16.h) for
+// the forward `p` when it applies and pays on this CPU.
+std::optional<cpu::WinogradConv> choose_winograd_bf16(const ConvProblem& p) {
+  if (p.dt != memory::data_type::bf16 || !p.channels_last) return std::nullopt;
+  std::optional<cpu::WinogradConv> s = winograd_shape(p);
+  if (!s || !cpu::winograd_bf16_applies(*s)) return std::nullopt;
+  return s;
 }
 
 // `p` as an im2col problem (backends/cpu/conv_im2col.h): ungrouped 2-D
@@ -278,6 +298,12 @@ std::optional<cpu::Im2colConv> choose_im2col(const ConvProblem& p) {
 }
 
 void run_forward(const KernelContext& ctx, const ConvProblem& p, std::span<const TensorView> in, const TensorView& out) {
+  if (auto s = choose_winograd_bf16(p)) {
+    return cpu::winograd_conv_bf16(ctx.run, *s, in[0].ptr<BFloat16>(), in[1].ptr<BFloat16>(),
+                                   p.has_bias ? in[2].ptr<BFloat16>() : nullptr,
+                                   p.with_sum ? in[p.has_bias ? 3 : 2].ptr<BFloat16>() : nullptr, p.act.has_value(),
+                                   !ctx.is_train, out.ptr<BFloat16>());
+  }
   if (auto wino = choose_winograd(p, false)) {
     return cpu::winograd_conv(ctx.run, wino->conv, wino->tile, in[0].ptr<float>(), in[1].ptr<float>(),
                               p.has_bias ? in[2].ptr<float>() : nullptr,
