@@ -21,6 +21,7 @@
 #include <ctime>
 
 #include "backends/cpu/conv_winograd.h"
+#include "backends/cpu/conv_winograd_bf16.h"
 #include "backends/cpu/weight_cache.h"
 #include "bench/bench.h"
 #include "frontend/autograd.h"
@@ -112,6 +113,32 @@ std::vector<Figure> bench_conv_winograd(const Options& options) {
   return figures;
 }
 
+// Channel-last bf16 forwards in predict mode (weights cached), direct and
+// Winograd alternating; empty where this CPU does not run the bf16 kernel.
+std::vector<Figure> bench_conv_bf16_winograd(const Options& options) {
+  std::vector<Figure> figures;
+  if (!cpu::winograd_bf16_cpu()) return figures;
+  autograd::PredictMode predict;
+  for (const Stage& st : kStages) {
+    NDArray x = nd::random::uniform({kBatch, st.size, st.size, st.channels}, -1, 1).astype(DType::kBfloat16);
+    NDArray w = nd::random::uniform({st.channels, 3, 3, st.channels}, -0.1, 0.1).astype(DType::kBfloat16);
+    NDArray b = nd::random::uniform({st.channels}, -1, 1).astype(DType::kBfloat16);
+    ConvolutionAttrs a{.kernel = {3, 3}, .pad = {1, 1}, .num_filter = static_cast<int>(st.channels)};
+    a.layout = "NHWC";
+    const double flops = 2.0 * 9 * st.channels * st.channels * st.size * st.size * kBatch;
+    const double tiles = static_cast<double>((st.size + 1) / 2 * ((st.size + 1) / 2));
+    const double products = 2.0 * 16 * st.channels * st.channels * tiles * kBatch;
+    auto s = alternate(options, [&] { return nd::convolution(x, w, b, a); });
+    const std::string name = fmt::format("conv3x3_bf16_{}x{}", st.channels, st.size);
+    figures.push_back({name + "_direct_ms", s[0] * 1e3, "ms"});
+    figures.push_back({name + "_winograd_ms", s[2] * 1e3, "ms"});
+    figures.push_back({name + "_direct_gflops", flops / s[0] * 1e-9, "GFLOP/s"});
+    figures.push_back({name + "_winograd_products_gflops", products / s[2] * 1e-9, "GFLOP/s"});
+    figures.push_back({name + "_winograd_speedup", s[0] / s[2], "x"});
+  }
+  return figures;
+}
+
 // The chapter's ResNet-18, seeded, initialized on cpu(0) and hybridized (as
 // `infer_resnet18_hybridized` runs it). The caller draws its input next, so
 // the input is the same in every benchmark that uses this.
@@ -172,9 +199,19 @@ std::vector<std::string> figure_names() {
   return names;
 }
 
+std::vector<std::string> bf16_figure_names() {
+  std::vector<std::string> names;
+  for (const Stage& st : kStages)
+    for (const char* f : {"_direct_ms", "_winograd_ms", "_direct_gflops", "_winograd_products_gflops",
+                          "_winograd_speedup"})
+      names.push_back(fmt::format("conv3x3_bf16_{}x{}{}", st.channels, st.size, f));
+  return names;
+}
+
 }  // namespace
 
 void register_conv_benchmarks() {
+  add({"conv3x3_bf16_winograd", bf16_figure_names(), &bench_conv_bf16_winograd});
   add({"conv3x3_winograd", figure_names(), &bench_conv_winograd});
   add({"infer_resnet18_winograd",
        {"infer_resnet18_winograd_off_ips", "infer_resnet18_winograd_ips", "infer_resnet18_winograd_speedup",

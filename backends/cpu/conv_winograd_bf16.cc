@@ -110,9 +110,9 @@ struct Tiles {
         total(s.batch * tiles_h * tiles_w) {}
 };
 
-// V [16][T][C] for tiles [p0, p0 + count).
+// V [16][T][C] for tiles [p0, p0 + count), positions `plane` elements apart.
 KILN_BF16_TARGET void transform_input(const WinogradConv& s, const Tiles& g, const uint16_t* x, int64_t p0,
-                                      int64_t count, int64_t T, uint16_t* v) {
+                                      int64_t count, int64_t plane, uint16_t* v) {
   const int64_t C = s.in_channels, H = s.height, W = s.width;
   const __m512 zero = _mm512_setzero_ps();
   for (int64_t t = 0; t < count; ++t) {
@@ -136,7 +136,7 @@ KILN_BF16_TARGET void transform_input(const WinogradConv& s, const Tiles& g, con
       for (int i = 0; i < 4; ++i) {
         __m512 out[4];
         input_1d(r[i][0], r[i][1], r[i][2], r[i][3], out);
-        for (int j = 0; j < 4; ++j) store16(v + ((i * 4 + j) * T + t) * C + c, out[j]);
+        for (int j = 0; j < 4; ++j) store16(v + (i * 4 + j) * plane + t * C + c, out[j]);
       }
     }
   }
@@ -196,9 +196,9 @@ struct Epilogue {
 };
 
 // y for tiles [p0, p0 + count) and output channels [k0, k0 + 64) from
-// Z [16][T][64].
+// Z [16][T][64] (positions `plane` floats apart).
 KILN_BF16_TARGET void transform_output(const WinogradConv& s, const Tiles& g, const float* z, int64_t p0,
-                                       int64_t count, int64_t T, int64_t k0, const Epilogue& e, uint16_t* y) {
+                                       int64_t count, int64_t plane, int64_t k0, const Epilogue& e, uint16_t* y) {
   const int64_t K = s.out_channels, OH = s.out_height, OW = s.out_width;
   __m512 bias[4];
   for (int q = 0; q < 4; ++q) bias[q] = e.bias ? load16(e.bias + k0 + q * 16) : _mm512_setzero_ps();
@@ -210,7 +210,7 @@ KILN_BF16_TARGET void transform_output(const WinogradConv& s, const Tiles& g, co
       __m512 r[2][4];  // Aᵀ z
       for (int j = 0; j < 4; ++j) {
         __m512 zc[4];
-        for (int i = 0; i < 4; ++i) zc[i] = _mm512_loadu_ps(z + ((i * 4 + j) * T + t) * kBlockK + q * 16);
+        for (int i = 0; i < 4; ++i) zc[i] = _mm512_loadu_ps(z + (i * 4 + j) * plane + t * kBlockK + q * 16);
         output_1d(zc[0], zc[1], zc[2], zc[3], r[0][j], r[1][j]);
       }
       for (int i = 0; i < 2; ++i) {
@@ -241,17 +241,21 @@ T* thread_scratch(size_t n) {
 KILN_BF16_TARGET void run_blocks(const WinogradConv& s, const Tiles& g, const uint16_t* x, const uint16_t* u,
                                  const Epilogue& e, int64_t block_tiles, int64_t b0, int64_t b1, uint16_t* y) {
   const int64_t C = s.in_channels, K = s.out_channels, pairs = C / 2;
-  uint16_t* v = thread_scratch<uint16_t>(static_cast<size_t>(kPositions * block_tiles * C));
-  float* z = thread_scratch<float>(static_cast<size_t>(kPositions * block_tiles * kBlockK));
+  // The 16 positions' planes are read and written together by the
+  // transforms: a multiple of 4 KiB apart they would share L1 sets (16 ways
+  // into 8), so each plane is padded by one cache line.
+  const int64_t vplane = block_tiles * C + 32, zplane = block_tiles * kBlockK + 16;
+  uint16_t* v = thread_scratch<uint16_t>(static_cast<size_t>(kPositions * vplane));
+  float* z = thread_scratch<float>(static_cast<size_t>(kPositions * zplane));
   for (int64_t b = b0; b < b1; ++b) {
     const int64_t p0 = b * block_tiles, count = std::min(block_tiles, g.total - p0);
-    transform_input(s, g, x, p0, count, block_tiles, v);
+    transform_input(s, g, x, p0, count, vplane, v);
     for (int64_t k0 = 0; k0 < K; k0 += kBlockK) {
       for (int xi = 0; xi < kPositions; ++xi) {
         const uint16_t* uk = u + (k0 / kBlockK * kPositions + xi) * pairs * 2 * kBlockK;
-        product(v + xi * block_tiles * C, C, uk, pairs, count, z + xi * block_tiles * kBlockK);
+        product(v + xi * vplane, C, uk, pairs, count, z + xi * zplane);
       }
-      transform_output(s, g, z, p0, count, block_tiles, k0, e, y);
+      transform_output(s, g, z, p0, count, zplane, k0, e, y);
     }
   }
 }
