@@ -113,28 +113,47 @@ std::vector<Figure> bench_conv_winograd(const Options& options) {
   return figures;
 }
 
-// Channel-last bf16 forwards in predict mode (weights cached), direct and
-// Winograd alternating; empty where this CPU does not run the bf16 kernel.
+// bf16 3x3 layers, direct and Winograd alternating: channel-last forwards in
+// predict mode (weights cached: inference graphs), and channel-first
+// forwards and data gradients in train mode (weights transformed per call:
+// training). Empty where this CPU does not run the bf16 kernel.
 std::vector<Figure> bench_conv_bf16_winograd(const Options& options) {
   std::vector<Figure> figures;
   if (!cpu::winograd_bf16_cpu()) return figures;
-  autograd::PredictMode predict;
+  auto bf16 = [](const Shape& shape, double scale) {
+    return nd::random::uniform(shape, -scale, scale).astype(DType::kBfloat16);
+  };
   for (const Stage& st : kStages) {
-    NDArray x = nd::random::uniform({kBatch, st.size, st.size, st.channels}, -1, 1).astype(DType::kBfloat16);
-    NDArray w = nd::random::uniform({st.channels, 3, 3, st.channels}, -0.1, 0.1).astype(DType::kBfloat16);
-    NDArray b = nd::random::uniform({st.channels}, -1, 1).astype(DType::kBfloat16);
-    ConvolutionAttrs a{.kernel = {3, 3}, .pad = {1, 1}, .num_filter = static_cast<int>(st.channels)};
-    a.layout = "NHWC";
-    const double flops = 2.0 * 9 * st.channels * st.channels * st.size * st.size * kBatch;
-    const double tiles = static_cast<double>((st.size + 1) / 2 * ((st.size + 1) / 2));
-    const double products = 2.0 * 16 * st.channels * st.channels * tiles * kBatch;
-    auto s = alternate(options, [&] { return nd::convolution(x, w, b, a); });
-    const std::string name = fmt::format("conv3x3_bf16_{}x{}", st.channels, st.size);
-    figures.push_back({name + "_direct_ms", s[0] * 1e3, "ms"});
-    figures.push_back({name + "_winograd_ms", s[2] * 1e3, "ms"});
-    figures.push_back({name + "_direct_gflops", flops / s[0] * 1e-9, "GFLOP/s"});
-    figures.push_back({name + "_winograd_products_gflops", products / s[2] * 1e-9, "GFLOP/s"});
-    figures.push_back({name + "_winograd_speedup", s[0] / s[2], "x"});
+    const int64_t C = st.channels, S = st.size;
+    const double flops = 2.0 * 9 * C * C * S * S * kBatch;
+    const double products = 2.0 * 16 * C * C * static_cast<double>((S + 1) / 2 * ((S + 1) / 2)) * kBatch;
+    auto record = [&](const std::string& name, const std::array<double, 3>& s) {
+      figures.push_back({name + "_direct_ms", s[0] * 1e3, "ms"});
+      figures.push_back({name + "_winograd_ms", s[2] * 1e3, "ms"});
+      figures.push_back({name + "_direct_gflops", flops / s[0] * 1e-9, "GFLOP/s"});
+      figures.push_back({name + "_winograd_products_gflops", products / s[2] * 1e-9, "GFLOP/s"});
+      figures.push_back({name + "_winograd_speedup", s[0] / s[2], "x"});
+    };
+    ConvolutionAttrs a{.kernel = {3, 3}, .pad = {1, 1}, .num_filter = static_cast<int>(C)};
+    NDArray b = bf16({C}, 1);
+    {
+      autograd::PredictMode predict;
+      ConvolutionAttrs last = a;
+      last.layout = "NHWC";
+      NDArray x = bf16({kBatch, S, S, C}, 1), w = bf16({C, 3, 3, C}, 0.1);
+      record(fmt::format("conv3x3_bf16_{}x{}", C, S),
+             alternate(options, [&] { return nd::convolution(x, w, b, last); }));
+    }
+    autograd::TrainMode train;
+    NDArray x = bf16({kBatch, C, S, S}, 1), w = bf16({C, C, 3, 3}, 0.1);
+    record(fmt::format("conv3x3_bf16_nchw_{}x{}", C, S),
+           alternate(options, [&] { return nd::convolution(x, w, b, a); }));
+    ConvolutionBackwardDataAttrs bd;
+    static_cast<ConvolutionAttrs&>(bd) = a;
+    bd.data_shape = x.shape();
+    record(fmt::format("conv3x3_bf16_nchw_{}x{}_bwd_data", C, S), alternate(options, [&] {
+             return invoke1(OpId::kConvolutionBackwardData, {x, w}, OpAttrs::make(bd));
+           }));
   }
   return figures;
 }
@@ -202,9 +221,10 @@ std::vector<std::string> figure_names() {
 std::vector<std::string> bf16_figure_names() {
   std::vector<std::string> names;
   for (const Stage& st : kStages)
-    for (const char* f : {"_direct_ms", "_winograd_ms", "_direct_gflops", "_winograd_products_gflops",
-                          "_winograd_speedup"})
-      names.push_back(fmt::format("conv3x3_bf16_{}x{}{}", st.channels, st.size, f));
+    for (const char* kind : {"conv3x3_bf16_{}x{}", "conv3x3_bf16_nchw_{}x{}", "conv3x3_bf16_nchw_{}x{}_bwd_data"})
+      for (const char* f : {"_direct_ms", "_winograd_ms", "_direct_gflops", "_winograd_products_gflops",
+                            "_winograd_speedup"})
+        names.push_back(fmt::format(fmt::runtime(kind), st.channels, st.size) + f);
   return names;
 }
 

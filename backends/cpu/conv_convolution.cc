@@ -245,6 +245,14 @@ std::optional<cpu::WinogradConv> winograd_shape(const ConvProblem& p) {
                            .pad_top = p.pad_l[0], .pad_left = p.pad_l[1]};
 }
 
+// The data gradient of the forward `p` (padding at most 2) as a forward
+// convolution of the output gradient with the weights transposed and rotated.
+cpu::WinogradConv data_gradient_problem(const ConvProblem& p) {
+  return {.batch = p.dst[0], .in_channels = p.dst[1], .height = p.dst[2], .width = p.dst[3],
+          .out_channels = p.src[1], .out_height = p.src[2], .out_width = p.src[3],
+          .pad_top = 2 - p.pad_l[0], .pad_left = 2 - p.pad_l[1], .transposed_weight = true};
+}
+
 // The float32 channel-first Winograd for `p` when it applies and pays, as a
 // forward convolution (the data gradient: of the output gradient with the
 // weights transposed and rotated); nullopt: the direct convolution runs.
@@ -259,21 +267,25 @@ std::optional<WinogradChoice> choose_winograd(const ConvProblem& p, bool backwar
   if (!s) return std::nullopt;
   if (backward_data) {
     if (p.pad_l[0] > 2 || p.pad_l[1] > 2) return std::nullopt;
-    s = {.batch = p.dst[0], .in_channels = p.dst[1], .height = p.dst[2], .width = p.dst[3],
-         .out_channels = p.src[1], .out_height = p.src[2], .out_width = p.src[3],
-         .pad_top = 2 - p.pad_l[0], .pad_left = 2 - p.pad_l[1], .transposed_weight = true};
+    s = data_gradient_problem(p);
   }
   int tile = cpu::winograd_tile(*s);
   if (tile == 0) return std::nullopt;
   return WinogradChoice{*s, tile};
 }
 
-// The channel-last bfloat16 Winograd (backends/cpu/conv_winograd_bf16.h) for
-// the forward `p` when it applies and pays on this CPU.
-std::optional<cpu::WinogradConv> choose_winograd_bf16(const ConvProblem& p) {
-  if (p.dt != memory::data_type::bf16 || !p.channels_last) return std::nullopt;
+// The bfloat16 Winograd (backends/cpu/conv_winograd_bf16.h) for `p` when it
+// applies and pays on this CPU, as a forward convolution (the data gradient:
+// of the output gradient with the weights transposed and rotated).
+std::optional<cpu::WinogradConv> choose_winograd_bf16(const ConvProblem& p, bool backward_data) {
+  if (p.dt != memory::data_type::bf16) return std::nullopt;
   std::optional<cpu::WinogradConv> s = winograd_shape(p);
-  if (!s || !cpu::winograd_bf16_applies(*s)) return std::nullopt;
+  if (!s) return std::nullopt;
+  if (backward_data) {
+    if (p.pad_l[0] > 2 || p.pad_l[1] > 2) return std::nullopt;
+    s = data_gradient_problem(p);
+  }
+  if (!cpu::winograd_bf16_applies(*s)) return std::nullopt;
   return s;
 }
 
@@ -298,8 +310,8 @@ std::optional<cpu::Im2colConv> choose_im2col(const ConvProblem& p) {
 }
 
 void run_forward(const KernelContext& ctx, const ConvProblem& p, std::span<const TensorView> in, const TensorView& out) {
-  if (auto s = choose_winograd_bf16(p)) {
-    return cpu::winograd_conv_bf16(ctx.run, *s, in[0].ptr<BFloat16>(), in[1].ptr<BFloat16>(),
+  if (auto s = choose_winograd_bf16(p, false)) {
+    return cpu::winograd_conv_bf16(ctx.run, *s, p.channels_last, in[0].ptr<BFloat16>(), in[1].ptr<BFloat16>(),
                                    p.has_bias ? in[2].ptr<BFloat16>() : nullptr,
                                    p.with_sum ? in[p.has_bias ? 3 : 2].ptr<BFloat16>() : nullptr, p.act.has_value(),
                                    !ctx.is_train, out.ptr<BFloat16>());
@@ -369,6 +381,10 @@ void convolution_backward_data(const KernelContext& ctx, std::span<const TensorV
   if (auto wino = choose_winograd(p, true)) {
     return cpu::winograd_conv(ctx.run, wino->conv, wino->tile, in[0].ptr<float>(), in[1].ptr<float>(), nullptr,
                               nullptr, std::nullopt, /*cache_weights=*/false, out[0].ptr<float>());
+  }
+  if (auto s = choose_winograd_bf16(p, true)) {
+    return cpu::winograd_conv_bf16(ctx.run, *s, p.channels_last, in[0].ptr<BFloat16>(), in[1].ptr<BFloat16>(),
+                                   nullptr, nullptr, false, /*cache_weights=*/false, out[0].ptr<BFloat16>());
   }
   dn::Call call(ctx.run, p.macs);
   auto plan = dn::cached<BackwardDataPlan>(fmt::format("conv_bwd_data|{}{}", p.key, call.threads()), [&] { return make_backward_data_plan(p); });

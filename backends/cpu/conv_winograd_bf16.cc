@@ -44,6 +44,15 @@ constexpr int64_t kBlockBytes = int64_t{192} << 10;
 constexpr int64_t kMaxBlockTiles = 96;
 constexpr double kMinSaving = 1.5;  // as conv_winograd.cc's: below it the transforms cost more than they save
 
+// Per-thread scratch that grows and is kept (OpenMP threads persist); Tag
+// tells apart buffers of one type used at once.
+template <typename T, int Tag = 0>
+T* thread_scratch(size_t n) {
+  thread_local std::vector<T> buffer;
+  if (buffer.size() < n) buffer.resize(n);
+  return buffer.data();
+}
+
 // ---- 16 channels as one vector of float32
 
 KILN_BF16_TARGET inline __m512 load16(const uint16_t* p) {
@@ -56,36 +65,83 @@ KILN_BF16_TARGET inline void store16(uint16_t* p, __m512 v) {
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), (__m256i)_mm512_cvtneps_pbh(v));
 }
 
-// ---- the weight transform (once per weight change in inference)
+// ---- the weight transform (once per weight change in inference, per call
+// in training)
 
-// G = [1 0 0; 1/2 1/2 1/2; 1/2 -1/2 1/2; 0 0 1]: three taps -> four positions.
-void weight_1d(const float g[3], float u[4]) {
-  u[0] = g[0];
-  u[1] = 0.5f * (g[0] + g[1] + g[2]);
-  u[2] = 0.5f * (g[0] - g[1] + g[2]);
-  u[3] = g[2];
+// Where tap (i, j) of the kernel from input channel c to output channel k
+// lies in the weight array: base + k sk + c sc + i si + j sj elements.
+struct WeightWalk {
+  int64_t base = 0, sk = 0, sc = 0, si = 0, sj = 0;
+};
+
+// The forward weights [Kf][3][3][Cf] (channel-last) or [Kf][Cf][3][3], read
+// as the problem's kernel: as they are, or (transposed_weight) with input
+// and output channels swapped and the taps rotated by 180 degrees.
+WeightWalk weight_walk(const WinogradConv& s, bool channels_last) {
+  // The forward convolution's input channels.
+  const int64_t Cf = s.transposed_weight ? s.out_channels : s.in_channels;
+  // Strides of the forward array's output channel, input channel, row, column.
+  const int64_t fk = 9 * Cf, fc = channels_last ? 1 : 9;
+  const int64_t fi = channels_last ? 3 * Cf : 3, fj = channels_last ? Cf : 1;
+  if (!s.transposed_weight) return {0, fk, fc, fi, fj};
+  return {2 * fi + 2 * fj, fc, fk, -fi, -fj};
 }
 
-// U (layout above) from w [K][3][3][C], for input channels [c0, c1).
-void transform_weights(const WinogradConv& s, const uint16_t* w, int64_t c0, int64_t c1, uint16_t* u) {
-  const int64_t C = s.in_channels, K = s.out_channels, pairs = C / 2;
-  for (int64_t k = 0; k < K; ++k) {
-    const int64_t kb = k / kBlockK, kk = k % kBlockK;
-    for (int64_t c = c0; c < c1; ++c) {
-      float g[3][3], rows[4][3], v[4];
-      for (int i = 0; i < 3; ++i)
-        for (int j = 0; j < 3; ++j) g[i][j] = bf16_to_float({w[((k * 3 + i) * 3 + j) * C + c]});
-      for (int j = 0; j < 3; ++j) {  // G g: the three columns
-        const float col[3] = {g[0][j], g[1][j], g[2][j]};
-        weight_1d(col, v);
-        for (int i = 0; i < 4; ++i) rows[i][j] = v[i];
+inline float widen(uint16_t bits) {
+  const uint32_t word = static_cast<uint32_t>(bits) << 16;
+  float f;
+  std::memcpy(&f, &word, sizeof f);
+  return f;
+}
+
+// G = [1 0 0; 1/2 1/2 1/2; 1/2 -1/2 1/2; 0 0 1]: three taps -> four positions,
+// on 16 output channels at once.
+KILN_BF16_TARGET inline void weight_1d(__m512 g0, __m512 g1, __m512 g2, __m512 u[4]) {
+  const __m512 half = _mm512_set1_ps(0.5f), outer = _mm512_add_ps(g0, g2);
+  u[0] = g0;
+  u[1] = _mm512_mul_ps(half, _mm512_add_ps(outer, g1));
+  u[2] = _mm512_mul_ps(half, _mm512_sub_ps(outer, g1));
+  u[3] = g2;
+}
+
+// U (layout above) from the weights, for input channels [c0, c1) (even
+// bounds). Per channel pair, the 2 x 9 taps of every output channel are first
+// gathered into float32 rows (the arrays' strides differ by layout), then
+// transformed 16 output channels at a time and stored as interleaved pairs.
+KILN_BF16_TARGET void transform_weights(const WinogradConv& s, const WeightWalk& walk, const uint16_t* w,
+                                        int64_t c0, int64_t c1, uint16_t* u) {
+  const int64_t K = s.out_channels, pairs = s.in_channels / 2;
+  float* taps = thread_scratch<float, 3>(static_cast<size_t>(2 * 9 * K));  // [2][9][K]
+  for (int64_t c = c0; c < c1; c += 2) {
+    for (int e = 0; e < 2; ++e)
+      for (int t = 0; t < 9; ++t) {
+        const uint16_t* src = w + walk.base + (c + e) * walk.sc + (t / 3) * walk.si + (t % 3) * walk.sj;
+        float* row = taps + (e * 9 + t) * K;
+        for (int64_t k = 0; k < K; ++k) row[k] = widen(src[k * walk.sk]);
       }
-      for (int i = 0; i < 4; ++i) {  // (G g) Gᵀ: each row
-        weight_1d(rows[i], v);
-        for (int j = 0; j < 4; ++j) {
-          const int64_t xi = i * 4 + j;
-          u[(((kb * kPositions + xi) * pairs + c / 2) * kBlockK + kk) * 2 + (c & 1)] = float_to_bf16(v[j]).bits;
+    for (int64_t k0 = 0; k0 < K; k0 += 16) {
+      __m256i half[2][kPositions];  // the 16 positions of channels c and c + 1, in bf16
+      for (int e = 0; e < 2; ++e) {
+        __m512 g[9];
+        for (int t = 0; t < 9; ++t) g[t] = _mm512_loadu_ps(taps + (e * 9 + t) * K + k0);
+        __m512 rows[4][3], v[4];
+        for (int j = 0; j < 3; ++j) {  // G g: the three columns
+          weight_1d(g[j], g[3 + j], g[6 + j], v);
+          for (int i = 0; i < 4; ++i) rows[i][j] = v[i];
         }
+        for (int i = 0; i < 4; ++i) {  // (G g) Gᵀ: each row
+          weight_1d(rows[i][0], rows[i][1], rows[i][2], v);
+          for (int j = 0; j < 4; ++j) half[e][i * 4 + j] = (__m256i)_mm512_cvtneps_pbh(v[j]);
+        }
+      }
+      const int64_t kb = k0 / kBlockK, kk = k0 % kBlockK;
+      for (int xi = 0; xi < kPositions; ++xi) {
+        // (k, pair) interleaved: unpack within 128-bit lanes, then put the lanes in order.
+        const __m256i lo = _mm256_unpacklo_epi16(half[0][xi], half[1][xi]);
+        const __m256i hi = _mm256_unpackhi_epi16(half[0][xi], half[1][xi]);
+        uint16_t* dst = u + (((kb * kPositions + xi) * pairs + c / 2) * kBlockK + kk) * 2;
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), _mm256_permute2x128_si256(lo, hi, 0x20));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + 16), _mm256_permute2x128_si256(lo, hi, 0x31));
       }
     }
   }
@@ -230,14 +286,6 @@ KILN_BF16_TARGET void transform_output(const WinogradConv& s, const Tiles& g, co
   }
 }
 
-// Per-thread scratch that grows and is kept (OpenMP threads persist).
-template <typename T>
-T* thread_scratch(size_t n) {
-  thread_local std::vector<T> buffer;
-  if (buffer.size() < n) buffer.resize(n);
-  return buffer.data();
-}
-
 KILN_BF16_TARGET void run_blocks(const WinogradConv& s, const Tiles& g, const uint16_t* x, const uint16_t* u,
                                  const Epilogue& e, int64_t block_tiles, int64_t b0, int64_t b1, uint16_t* y) {
   const int64_t C = s.in_channels, K = s.out_channels, pairs = C / 2;
@@ -268,7 +316,7 @@ bool winograd_bf16_cpu() {
 }
 
 bool winograd_bf16_applies(const WinogradConv& s) {
-  if (winograd_mode() == 0 || s.transposed_weight || !winograd_bf16_cpu()) return false;
+  if (winograd_mode() == 0 || !winograd_bf16_cpu()) return false;
   if (s.in_channels < kBlockK || s.in_channels % kBlockK != 0) return false;
   if (s.out_channels < kBlockK || s.out_channels % kBlockK != 0) return false;
   if (s.batch <= 0 || s.out_height <= 0 || s.out_width <= 0) return false;
@@ -277,9 +325,105 @@ bool winograd_bf16_applies(const WinogradConv& s) {
   return direct >= kMinSaving * static_cast<double>(kPositions * g.per_image);
 }
 
-void winograd_conv_bf16(const engine::RunContext& run, const WinogradConv& s, const BFloat16* x, const BFloat16* w,
-                        const BFloat16* bias, const BFloat16* sum, bool relu, bool cache_weights, BFloat16* y) {
-  KILN_ASSERT(winograd_bf16_cpu() && !s.transposed_weight);
+namespace {
+
+// Tiles per block: V within kBlockBytes, a whole number of register blocks.
+int64_t block_tiles_for(int64_t channels) {
+  const int64_t fit = kBlockBytes / (kPositions * channels * 2);
+  return std::clamp<int64_t>(fit / kRows * kRows, kRows, kMaxBlockTiles);
+}
+
+// dst[j * ds + i] = src[i * ss + j] for i, j < 16, 16-bit elements: the
+// rows interleaved 16, 32 and 64 bits at a time within 128-bit lanes, then
+// the lanes combined; output register k then holds source column
+// kColumn[k].
+KILN_BF16_TARGET void transpose16(const uint16_t* src, int64_t ss, uint16_t* dst, int64_t ds) {
+  static constexpr int kColumn[16] = {0, 4, 2, 6, 1, 5, 3, 7, 8, 12, 10, 14, 9, 13, 11, 15};
+  __m256i r[16], t[16];
+  for (int i = 0; i < 16; ++i) r[i] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i * ss));
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm256_unpacklo_epi16(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm256_unpackhi_epi16(r[2 * i], r[2 * i + 1]);
+  }
+  for (int i = 0; i < 4; ++i)
+    for (int j = 0; j < 2; ++j) {
+      r[4 * i + j] = _mm256_unpacklo_epi32(t[4 * i + j], t[4 * i + j + 2]);
+      r[4 * i + j + 2] = _mm256_unpackhi_epi32(t[4 * i + j], t[4 * i + j + 2]);
+    }
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 4; ++j) {
+      t[8 * i + j] = _mm256_unpacklo_epi64(r[8 * i + j], r[8 * i + j + 4]);
+      t[8 * i + j + 4] = _mm256_unpackhi_epi64(r[8 * i + j], r[8 * i + j + 4]);
+    }
+  for (int j = 0; j < 8; ++j) {
+    r[j] = _mm256_permute2x128_si256(t[j], t[j + 8], 0x20);
+    r[j + 8] = _mm256_permute2x128_si256(t[j], t[j + 8], 0x31);
+  }
+  for (int k = 0; k < 16; ++k) _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + kColumn[k] * ds), r[k]);
+}
+
+// dst [cols][rows] = src [rows][cols], 16-bit elements.
+KILN_BF16_TARGET void transpose(const uint16_t* src, int64_t rows, int64_t cols, uint16_t* dst) {
+  const int64_t full_rows = rows / 16 * 16, full_cols = cols / 16 * 16;
+  for (int64_t i = 0; i < full_rows; i += 16)
+    for (int64_t j = 0; j < full_cols; j += 16) transpose16(src + i * cols + j, cols, dst + j * rows + i, rows);
+  for (int64_t i = 0; i < rows; ++i)  // the edges
+    for (int64_t j = i < full_rows ? full_cols : 0; j < cols; ++j) dst[j * rows + i] = src[i * cols + j];
+}
+
+// dst [n][plane][channels] = src [n][channels][plane] for n < images, or the
+// reverse (to_channel_last false).
+void transpose_images(const uint16_t* src, int64_t images, int64_t channels, int64_t plane, bool to_channel_last,
+                      uint16_t* dst) {
+  for (int64_t n = 0; n < images; ++n) {
+    const int64_t at = n * channels * plane;
+    if (to_channel_last) transpose(src + at, channels, plane, dst + at);
+    else transpose(src + at, plane, channels, dst + at);
+  }
+}
+
+// Channel-first arrays: groups of whole images are transposed to
+// channel-last in per-thread buffers (and the output back), so that the
+// blocks run as they do on channel-last arrays, in cache.
+void run_channel_first(const WinogradConv& s, int threads, const uint16_t* x, const uint16_t* u, const Epilogue& e,
+                       uint16_t* y) {
+  const Tiles g(s);
+  const int64_t C = s.in_channels, K = s.out_channels;
+  const int64_t in_plane = s.height * s.width, out_plane = s.out_height * s.out_width;
+  // Images per group: as many as one block holds (at least one); the blocks
+  // of a group are equal and a whole number of register blocks.
+  const int64_t target = block_tiles_for(C);
+  const int64_t group = std::max<int64_t>(1, target / g.per_image);
+  const int64_t groups = (s.batch + group - 1) / group;
+  parallel_for(
+      threads, groups,
+      [&](int64_t g0, int64_t g1) {
+        uint16_t* xb = thread_scratch<uint16_t, 1>(static_cast<size_t>(group * in_plane * C));
+        uint16_t* yb = thread_scratch<uint16_t, 2>(static_cast<size_t>(group * out_plane * K));
+        for (int64_t gi = g0; gi < g1; ++gi) {
+          const int64_t n0 = gi * group, count = std::min(group, s.batch - n0);
+          transpose_images(x + n0 * C * in_plane, count, C, in_plane, true, xb);
+          if (e.sum) transpose_images(e.sum + n0 * K * out_plane, count, K, out_plane, true, yb);
+          WinogradConv part = s;
+          part.batch = count;
+          const Tiles pg(part);
+          const int64_t blocks = (pg.total + target - 1) / target;
+          const int64_t per_block = (pg.total + blocks - 1) / blocks;
+          const int64_t block_tiles = (per_block + kRows - 1) / kRows * kRows;
+          run_blocks(part, pg, xb, u, {e.bias, e.sum ? yb : nullptr, e.relu}, block_tiles, 0,
+                     (pg.total + block_tiles - 1) / block_tiles, yb);
+          transpose_images(yb, count, K, out_plane, false, y + n0 * K * out_plane);
+        }
+      },
+      1);
+}
+
+}  // namespace
+
+void winograd_conv_bf16(const engine::RunContext& run, const WinogradConv& s, bool channels_last, const BFloat16* x,
+                        const BFloat16* w, const BFloat16* bias, const BFloat16* sum, bool relu, bool cache_weights,
+                        BFloat16* y) {
+  KILN_ASSERT(winograd_bf16_cpu());
   KILN_ASSERT(s.in_channels % kBlockK == 0 && s.out_channels % kBlockK == 0);
   const int64_t C = s.in_channels, K = s.out_channels;
   const Tiles g(s);
@@ -287,14 +431,17 @@ void winograd_conv_bf16(const engine::RunContext& run, const WinogradConv& s, co
   const int threads = work < onednn::kParallelWork ? 1 : std::max(1, run.num_threads);
   const auto* wbits = reinterpret_cast<const uint16_t*>(w);
   const auto u_elems = static_cast<size_t>(kPositions * C * K);
+  const WeightWalk walk = weight_walk(s, channels_last);
   auto transform = [&](uint16_t* u) {
     parallel_for(
-        threads, C / 2, [&](int64_t j0, int64_t j1) { transform_weights(s, wbits, 2 * j0, 2 * j1, u); }, 1);
+        threads, C / 2, [&](int64_t j0, int64_t j1) { transform_weights(s, walk, wbits, 2 * j0, 2 * j1, u); }, 1);
   };
   std::shared_ptr<const DerivedWeights> cached;
   if (cache_weights) {
-    cached = weight_cache_find(fmt::format("winograd_bf16|{}x{}|", C, K), w, static_cast<size_t>(C * K * 9) * 2,
-                               u_elems * 2, [&](void* out) { transform(static_cast<uint16_t*>(out)); });
+    const std::string kind = fmt::format("winograd_bf16|{}x{}|{}{}", C, K, channels_last ? "last" : "first",
+                                         s.transposed_weight ? "|t" : "");
+    cached = weight_cache_find(kind, w, static_cast<size_t>(C * K * 9) * 2, u_elems * 2,
+                               [&](void* out) { transform(static_cast<uint16_t*>(out)); });
   }
   std::vector<uint16_t> own;
   if (!cached) {
@@ -302,14 +449,13 @@ void winograd_conv_bf16(const engine::RunContext& run, const WinogradConv& s, co
     transform(own.data());
   }
   const uint16_t* u = cached ? static_cast<const uint16_t*>(cached->data()) : own.data();
-  // Tiles per block: V within kBlockBytes, a whole number of register blocks.
-  const int64_t fit = kBlockBytes / (kPositions * C * 2);
-  const int64_t block_tiles = std::clamp<int64_t>(fit / kRows * kRows, kRows, kMaxBlockTiles);
-  const int64_t blocks = (g.total + block_tiles - 1) / block_tiles;
   const Epilogue e{reinterpret_cast<const uint16_t*>(bias), reinterpret_cast<const uint16_t*>(sum), relu};
   const auto* xbits = reinterpret_cast<const uint16_t*>(x);
   auto* ybits = reinterpret_cast<uint16_t*>(y);
   omp_set_num_threads(threads);
+  if (!channels_last) return run_channel_first(s, threads, xbits, u, e, ybits);
+  const int64_t block_tiles = block_tiles_for(C);
+  const int64_t blocks = (g.total + block_tiles - 1) / block_tiles;
   parallel_for(
       threads, blocks, [&](int64_t b0, int64_t b1) { run_blocks(s, g, xbits, u, e, block_tiles, b0, b1, ybits); }, 1);
 }

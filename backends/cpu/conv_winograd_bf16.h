@@ -1,9 +1,10 @@
 // Winograd F(2x2, 3x3) for channel-last bfloat16 convolutions on CPUs with
 // AVX512-BF16 but no AMX (AMD Zen 4 and the like).
 //
-//   cpu::WinogradConv s{...};   // as for conv_winograd.h; transposed_weight false
+//   cpu::WinogradConv s{...};   // as for conv_winograd.h
 //   if (cpu::winograd_bf16_applies(s))
-//     cpu::winograd_conv_bf16(ctx.run, s, x, w, bias, sum, relu, /*cache_weights=*/true, y);
+//     cpu::winograd_conv_bf16(ctx.run, s, /*channels_last=*/true, x, w, bias, sum, relu,
+//                             /*cache_weights=*/true, y);
 //
 // Why it exists: on such CPUs oneDNN's bf16 direct convolutions run ResNet's
 // 3x3 layers at 83-99% of the machine's bf16 dot-product peak, so only fewer
@@ -12,11 +13,17 @@
 // whose tiles overhang). F(4x4) is not offered in bf16: its transforms scale
 // values by up to 8 and 1/24, which bf16's 8-bit mantissa does not survive.
 //
-// Arrays are channel-last (the channels-last pass puts 16-bit inference
-// graphs in that layout): x [batch][height][width][in_channels], weights
+// Arrays are channel-last -- x [batch][height][width][in_channels], weights
 // [out_channels][3][3][in_channels] (OHWI), y and sum [batch][out_height]
-// [out_width][out_channels], bias [out_channels]; all bfloat16.
-//
+// [out_width][out_channels] -- or channel-first (NCHW, weights OIHW), all
+// bfloat16, bias [out_channels]. With s.transposed_weight the weights are
+// those of the forward convolution whose data gradient this is: [in_channels]
+// [3][3][out_channels] (or [in_channels][out_channels][3][3]) used
+// transposed and rotated by 180 degrees. Channel-first arrays are transposed
+// to channel-last a few images at a time in per-thread buffers (and the
+// output back): the inference graphs' convolutions are channel-last already,
+// training's are channel-first.
+
 // Numerics: the input and weight transforms are computed in float32 from the
 // bf16 values and rounded once to bf16 (the products' operands), the
 // products are summed in float32 (vdpbf16ps), and the output transform,
@@ -44,17 +51,19 @@ namespace kiln::cpu {
 // Whether winograd_conv_bf16 runs `s` and pays: the CPU has AVX512-BF16 and
 // no AMX (whose tile products make oneDNN's direct kernels faster than these
 // transforms can follow), the Winograd mode (winograd_mode) is not off, both
-// channel counts are multiples of 64 and at least 64, and F(2x2) saves at
-// least 1.5x the multiply-adds after padding to whole tiles.
+// channel counts are multiples of 64, and F(2x2) saves at least 1.5x the
+// multiply-adds after padding to whole tiles.
 bool winograd_bf16_applies(const WinogradConv& s);
 
 // The CPU half of winograd_bf16_applies: AVX512-BF16 without AMX-BF16.
 bool winograd_bf16_cpu();
 
-// y = relu?(conv(x, w) + bias + sum) as above. bias and sum may be null; sum
-// may be y itself. Requires winograd_bf16_applies(s) (checked: the CPU part
-// is a hard requirement, the instructions would fault without it).
-void winograd_conv_bf16(const engine::RunContext& run, const WinogradConv& s, const BFloat16* x, const BFloat16* w,
-                        const BFloat16* bias, const BFloat16* sum, bool relu, bool cache_weights, BFloat16* y);
+// y = relu?(conv(x, w) + bias + sum) as above, in the layout `channels_last`
+// says. bias and sum may be null; sum may be y itself. Requires
+// winograd_bf16_applies(s) (checked: the CPU part is a hard requirement, the
+// instructions would fault without it).
+void winograd_conv_bf16(const engine::RunContext& run, const WinogradConv& s, bool channels_last, const BFloat16* x,
+                        const BFloat16* w, const BFloat16* bias, const BFloat16* sum, bool relu, bool cache_weights,
+                        BFloat16* y);
 
 }  // namespace kiln::cpu

@@ -95,23 +95,64 @@ std::string name(const WinogradConv& s) {
                      s.out_channels, s.out_height, s.out_width, s.pad_top, s.pad_left);
 }
 
-// Runs the kernel on `s`, checks it against the reference and returns the
-// largest error over sqrt(9C).
-double check_kernel(const WinogradConv& s, bool bias, bool sum, bool relu, int threads = 2) {
-  auto x = bf16_uniform(s.batch * s.height * s.width * s.in_channels, 1);
-  auto w = bf16_uniform(s.out_channels * 9 * s.in_channels, 2);
+// [n][plane][channels] -> [n][channels][plane], or back.
+std::vector<BFloat16> transpose_images(const std::vector<BFloat16>& a, int64_t n, int64_t plane, int64_t channels,
+                                       bool to_first) {
+  std::vector<BFloat16> out(a.size());
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t q = 0; q < plane; ++q)
+      for (int64_t c = 0; c < channels; ++c) {
+        const size_t last = static_cast<size_t>((i * plane + q) * channels + c);
+        const size_t first = static_cast<size_t>((i * channels + c) * plane + q);
+        if (to_first) out[first] = a[last];
+        else out[last] = a[first];
+      }
+  return out;
+}
+
+// The problem's kernel as [K][3][3][C] (what the reference reads) from the
+// array the kernel is given: channel-last OHWI or channel-first OIHW, and with
+// s.transposed_weight the forward convolution's weights (its output channels
+// are the problem's input channels), rotated.
+std::vector<BFloat16> logical_weights(const WinogradConv& s, const std::vector<BFloat16>& w, bool channels_last) {
+  const int64_t C = s.in_channels, K = s.out_channels;
+  std::vector<BFloat16> out(w.size());
+  for (int64_t k = 0; k < K; ++k)
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t i = 0; i < 3; ++i)
+        for (int64_t j = 0; j < 3; ++j) {
+          // (output, input, row, column) of the array's own convolution
+          const int64_t o = s.transposed_weight ? c : k, in = s.transposed_weight ? k : c;
+          const int64_t r = s.transposed_weight ? 2 - i : i, q = s.transposed_weight ? 2 - j : j;
+          const int64_t in_count = s.transposed_weight ? K : C;
+          const int64_t at = channels_last ? ((o * 3 + r) * 3 + q) * in_count + in : ((o * in_count + in) * 3 + r) * 3 + q;
+          out[static_cast<size_t>(((k * 3 + i) * 3 + j) * C + c)] = w[static_cast<size_t>(at)];
+        }
+  return out;
+}
+
+// Runs the kernel on `s` in the given layout, checks it against the
+// reference and returns the largest error over sqrt(9C).
+double check_kernel(const WinogradConv& s, bool bias, bool sum, bool relu, int threads = 2, bool channels_last = true) {
+  const int64_t in_plane = s.height * s.width, out_plane = s.out_height * s.out_width;
+  auto x = bf16_uniform(s.batch * in_plane * s.in_channels, 1);  // channel-last
+  auto w = bf16_uniform(s.out_channels * 9 * s.in_channels, 2);  // as the kernel reads it
   auto b = bf16_uniform(s.out_channels, 3);
-  auto r = bf16_uniform(s.batch * s.out_height * s.out_width * s.out_channels, 4);
+  auto r = bf16_uniform(s.batch * out_plane * s.out_channels, 4);  // channel-last
   std::vector<BFloat16> y(r.size(), float_to_bf16(12345.0f));
-  if (sum) y = r;  // the residual in the output buffer
+  if (sum) y = channels_last ? r : transpose_images(r, s.batch, out_plane, s.out_channels, true);
+  const std::vector<BFloat16> xk = channels_last ? x : transpose_images(x, s.batch, in_plane, s.in_channels, true);
   engine::RunContext run{.device = Device::cpu(0), .num_threads = threads};
-  cpu::winograd_conv_bf16(run, s, x.data(), w.data(), bias ? b.data() : nullptr, sum ? y.data() : nullptr, relu,
-                          /*cache_weights=*/false, y.data());
-  auto want = reference(s, x, w, bias ? b.data() : nullptr, sum ? r.data() : nullptr, relu);
+  cpu::winograd_conv_bf16(run, s, channels_last, xk.data(), w.data(), bias ? b.data() : nullptr,
+                          sum ? y.data() : nullptr, relu, /*cache_weights=*/false, y.data());
+  if (!channels_last) y = transpose_images(y, s.batch, out_plane, s.out_channels, false);
+  auto want = reference(s, x, logical_weights(s, w, channels_last), bias ? b.data() : nullptr,
+                        sum ? r.data() : nullptr, relu);
   double worst = 0;
   for (size_t i = 0; i < y.size(); ++i) worst = std::max(worst, std::abs(value(y[i]) - want[i]));
   const double err = worst / std::sqrt(9.0 * static_cast<double>(s.in_channels));
-  EXPECT_LE(err, kTolerance) << name(s) << " bias " << bias << " sum " << sum << " relu " << relu;
+  EXPECT_LE(err, kTolerance) << name(s) << (channels_last ? " channel-last" : " channel-first") << " transposed "
+                             << s.transposed_weight << " bias " << bias << " sum " << sum << " relu " << relu;
   return err;
 }
 
@@ -130,6 +171,25 @@ TEST(ConvWinogradBf16, KernelMatchesReferenceOnManyShapes) {
   // Many blocks shared by two threads, and the same on one thread.
   check_kernel(make(9, 64, 14, 14, 64, 1), true, true, true, 2);
   check_kernel(make(9, 64, 14, 14, 64, 1), true, true, true, 1);
+}
+
+// Channel-first arrays (groups of images transposed in per-thread buffers)
+// and the data gradient's transposed, rotated weights, in both layouts.
+TEST(ConvWinogradBf16, ChannelFirstAndTransposedWeights) {
+  SKIP_UNLESS_SUPPORTED();
+  for (bool channels_last : {false, true})
+    for (bool transposed : {false, true}) {
+      for (int64_t pad : {0, 1, 2}) {
+        WinogradConv s = make(3, 64, 7, 6, 128, pad);
+        s.transposed_weight = transposed;
+        check_kernel(s, !transposed, false, false, 2, channels_last);
+      }
+      // Groups of several small images, a last group of fewer; one image of many blocks.
+      for (WinogradConv s : {make(7, 128, 4, 4, 64, 1), make(1, 64, 28, 28, 64, 1)}) {
+        s.transposed_weight = transposed;
+        check_kernel(s, true, !transposed, !transposed, 2, channels_last);
+      }
+    }
 }
 
 TEST(ConvWinogradBf16, ResNetStageShapesStayAccurate) {
@@ -151,7 +211,7 @@ TEST(ConvWinogradBf16, SelectionTakesChannelMultiplesOfSixtyFourThatPay) {
   EXPECT_FALSE(cpu::winograd_bf16_applies(make(8, 64, 1, 1, 64, 1)));  // a 1x1 output: one tile for one output
   WinogradConv transposed = make(8, 64, 28, 28, 64, 1);
   transposed.transposed_weight = true;
-  EXPECT_FALSE(cpu::winograd_bf16_applies(transposed));
+  EXPECT_TRUE(cpu::winograd_bf16_applies(transposed));
   ModeGuard off(0);
   EXPECT_FALSE(cpu::winograd_bf16_applies(make(8, 64, 28, 28, 64, 1)));
 }
