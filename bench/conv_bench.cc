@@ -154,6 +154,12 @@ std::vector<Figure> bench_conv_bf16_winograd(const Options& options) {
     record(fmt::format("conv3x3_bf16_nchw_{}x{}_bwd_data", C, S), alternate(options, [&] {
              return invoke1(OpId::kConvolutionBackwardData, {x, w}, OpAttrs::make(bd));
            }));
+    // (out_grad, data) -> d_weight; x stands in for out_grad (same shape).
+    ConvolutionAttrs nb = a;
+    nb.no_bias = true;
+    record(fmt::format("conv3x3_bf16_nchw_{}x{}_bwd_weight", C, S), alternate(options, [&] {
+             return invoke1(OpId::kConvolutionBackwardWeight, {x, x}, OpAttrs::make(nb));
+           }));
   }
   return figures;
 }
@@ -221,7 +227,8 @@ std::vector<std::string> figure_names() {
 std::vector<std::string> bf16_figure_names() {
   std::vector<std::string> names;
   for (const Stage& st : kStages)
-    for (const char* kind : {"conv3x3_bf16_{}x{}", "conv3x3_bf16_nchw_{}x{}", "conv3x3_bf16_nchw_{}x{}_bwd_data"})
+    for (const char* kind : {"conv3x3_bf16_{}x{}", "conv3x3_bf16_nchw_{}x{}", "conv3x3_bf16_nchw_{}x{}_bwd_data",
+                             "conv3x3_bf16_nchw_{}x{}_bwd_weight"})
       for (const char* f : {"_direct_ms", "_winograd_ms", "_direct_gflops", "_winograd_products_gflops",
                             "_winograd_speedup"})
         names.push_back(fmt::format(fmt::runtime(kind), st.channels, st.size) + f);

@@ -407,6 +407,10 @@ void convolution_backward_weight(const KernelContext& ctx, std::span<const Tenso
     return cpu::winograd_weight_grad(ctx.run, wino->conv, wino->tile, in[1].ptr<float>(), in[0].ptr<float>(),
                                      out[0].ptr<float>());
   }
+  if (auto s = choose_winograd_bf16(p, false)) {
+    return cpu::winograd_weight_grad_bf16(ctx.run, *s, p.channels_last, in[1].ptr<BFloat16>(), in[0].ptr<BFloat16>(),
+                                          out[0].ptr<BFloat16>());
+  }
   if (auto im2col = choose_im2col(p)) {
     return cpu::im2col_backward_weight(ctx.run, *im2col, in[1].ptr<float>(), in[0].ptr<float>(),
                                        out[0].ptr<float>());

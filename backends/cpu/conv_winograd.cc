@@ -20,12 +20,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "backends/cpu/onednn_util.h"
 #include "backends/cpu/parallel.h"
 #include "backends/cpu/weight_cache.h"
+#include "backends/cpu/winograd_common.h"
 #include "ir/error.h"
 #include "runtime/storage.h"
 
@@ -297,48 +297,6 @@ float* thread_buffer(size_t floats) {
   return buffer.data();
 }
 
-// Pool blocks freed at scope end.
-class Scratch {
- public:
-  explicit Scratch(Device device) : pool_(storage::pool(device)) {}
-  ~Scratch() {
-    for (const storage::Block& b : blocks_) pool_.free(b);
-  }
-  Scratch(const Scratch&) = delete;
-  Scratch& operator=(const Scratch&) = delete;
-  float* floats(int64_t n) {
-    blocks_.push_back(pool_.alloc(static_cast<size_t>(n) * sizeof(float)));
-    return static_cast<float*>(blocks_.back().ptr);
-  }
-
- private:
-  storage::Pool& pool_;
-  std::vector<storage::Block> blocks_;
-};
-
-// The batched product Z[b] = V[b] . U[b] for b < batch, all row-major.
-struct MatmulPlan {
-  dnnl::matmul prim;
-  size_t scratchpad = 0;
-  memory::desc src, weights, dst;
-};
-
-std::shared_ptr<const MatmulPlan> matmul_plan(int64_t batch, int64_t rows, int64_t inner, int64_t cols, int64_t ld_src,
-                                              int64_t ld_dst, int threads) {
-  std::string key = "winograd_matmul|";
-  dn::append_key(key, {batch, rows, inner, cols, ld_src, ld_dst, threads});
-  return dn::cached<MatmulPlan>(key, [&] {
-    MatmulPlan plan;
-    plan.src = memory::desc({batch, rows, inner}, memory::data_type::f32, memory::dims{ld_src, inner, 1});
-    plan.weights = dn::plain_desc({batch, inner, cols});
-    plan.dst = memory::desc({batch, rows, cols}, memory::data_type::f32, memory::dims{ld_dst, cols, 1});
-    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(plan.src, plan.weights, plan.dst), dn::scratchpad_attr(),
-                                    dn::engine());
-    plan.prim = dnnl::matmul(pd);
-    plan.scratchpad = dn::scratchpad_bytes(pd);
-    return plan;
-  });
-}
 
 // U [A2][C][K] from the weights.
 template <int M>
@@ -564,43 +522,6 @@ void transform_weight_grad(const WinogradConv& s, int threads, const float* du, 
       1);
 }
 
-// The weight gradient's batched product dU[b] (+)= V[b]ᵀ . dZ[b]: V [A2][P][C]
-// read transposed, dZ [A2][P][K], dU [A2][C][K]; `accumulate` adds to dU.
-std::shared_ptr<const MatmulPlan> weight_grad_matmul_plan(int64_t batch, int64_t tiles, int64_t C, int64_t K,
-                                                          int64_t ldv, int64_t ldz, bool accumulate, int threads) {
-  std::string key = "winograd_wgrad_matmul|";
-  dn::append_key(key, {batch, tiles, C, K, ldv, ldz, accumulate ? 1 : 0, threads});
-  return dn::cached<MatmulPlan>(key, [&] {
-    MatmulPlan plan;
-    plan.src = memory::desc({batch, C, tiles}, memory::data_type::f32, memory::dims{ldv, 1, C});
-    plan.weights = memory::desc({batch, tiles, K}, memory::data_type::f32, memory::dims{ldz, K, 1});
-    plan.dst = dn::plain_desc({batch, C, K});
-    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(plan.src, plan.weights, plan.dst),
-                                    dn::post_ops_attr(accumulate, std::nullopt), dn::engine());
-    plan.prim = dnnl::matmul(pd);
-    plan.scratchpad = dn::scratchpad_bytes(pd);
-    return plan;
-  });
-}
-
-// Runs Z[b] = V[b] . U[b] on the calling thread's stream (inside a parallel
-// region oneDNN runs it on that one thread).
-void run_matmul(const MatmulPlan& plan, const float* v, const float* u, float* z) {
-  thread_local dnnl::stream stream(dn::engine());
-  thread_local std::vector<char> scratch;
-  const auto& engine = dn::engine();
-  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, memory(plan.src, engine, const_cast<float*>(v))},
-                                       {DNNL_ARG_WEIGHTS, memory(plan.weights, engine, const_cast<float*>(u))},
-                                       {DNNL_ARG_DST, memory(plan.dst, engine, z)}};
-  if (plan.scratchpad > 0) {
-    if (scratch.size() < plan.scratchpad) scratch.resize(plan.scratchpad);
-    memory::desc pad({static_cast<memory::dim>(plan.scratchpad)}, memory::data_type::u8, memory::format_tag::a);
-    args.emplace(DNNL_ARG_SCRATCHPAD, memory(pad, engine, scratch.data()));
-  }
-  plan.prim.execute(stream, args);
-  stream.wait();
-}
-
 // Two ways to share the work among threads. With at least as many images as
 // threads, each thread takes a contiguous share of the batch and runs all
 // steps on it alone, in chunks: one parallel region per call (after the
@@ -656,9 +577,9 @@ void winograd_conv_tiled(const engine::RunContext& run, const WinogradConv& s, c
   const Geometry<M> g(s);
   const int64_t C = s.in_channels, K = s.out_channels;
   const WorkSplit<M> split(run, s, g, [](int) { return true; });
-  Scratch scratch(run.device);
-  float* v = scratch.floats(split.workers * A2 * split.ldv);
-  float* z = scratch.floats(split.workers * A2 * split.ldz);
+  WinogradScratch scratch(run.device);
+  float* v = scratch.get(split.workers * A2 * split.ldv);
+  float* z = scratch.get(split.workers * A2 * split.ldz);
   // U from the weight cache (inference), else transformed for this call.
   std::shared_ptr<const DerivedWeights> cached;
   if (cache_weights) {
@@ -669,7 +590,7 @@ void winograd_conv_tiled(const engine::RunContext& run, const WinogradConv& s, c
   }
   float* u = nullptr;
   if (!cached) {
-    u = scratch.floats(A2 * C * K);
+    u = scratch.get(A2 * C * K);
     transform_weights<M>(s, split.threads, w, u);
   }
   const float* uw = cached ? static_cast<const float*>(cached->data()) : u;
@@ -679,7 +600,8 @@ void winograd_conv_tiled(const engine::RunContext& run, const WinogradConv& s, c
     for (int64_t n0 = begin; n0 < end; n0 += split.chunk) {
       const int64_t count = std::min(split.chunk, end - n0);
       transform_input<M>(s, g, step_threads, x, n0, count, split.ldv, wv);
-      run_matmul(*matmul_plan(A2, count * g.tiles, C, K, split.ldv, split.ldz, step_threads), wv, uw, wz);
+      run_winograd_product(*winograd_product_plan(A2, count * g.tiles, C, K, split.ldv, split.ldz, step_threads), wv,
+                           uw, wz);
       transform_output<M>(s, g, step_threads, wz, bias, sum, relu, n0, count, split.ldz, y);
     }
   });
@@ -708,10 +630,10 @@ void winograd_weight_grad_tiled(const engine::RunContext& run, const WinogradCon
     const int64_t share_floats = A2 * g.tiles * (C + K) * s.batch / threads;
     return 16 * du_floats <= share_floats;
   });
-  Scratch scratch(run.device);
-  float* v = scratch.floats(split.workers * A2 * split.ldv);
-  float* z = scratch.floats(split.workers * A2 * split.ldz);
-  float* du = scratch.floats(split.workers * du_floats);
+  WinogradScratch scratch(run.device);
+  float* v = scratch.get(split.workers * A2 * split.ldv);
+  float* z = scratch.get(split.workers * A2 * split.ldz);
+  float* du = scratch.get(split.workers * du_floats);
   split.run(s.batch, [&](int64_t worker, int64_t begin, int64_t end, int step_threads) {
     float* wv = v + worker * A2 * split.ldv;
     float* wz = z + worker * A2 * split.ldz;
@@ -721,8 +643,9 @@ void winograd_weight_grad_tiled(const engine::RunContext& run, const WinogradCon
       const int64_t count = std::min(split.chunk, end - n0);
       transform_input<M>(s, g, step_threads, x, n0, count, split.ldv, wv);
       transform_output_grad<M>(s, g, step_threads, dy, n0, count, split.ldz, wz);
-      run_matmul(*weight_grad_matmul_plan(A2, count * g.tiles, C, K, split.ldv, split.ldz, n0 > begin, step_threads),
-                 wv, wz, wdu);
+      run_winograd_product(*winograd_weight_grad_plan(A2, count * g.tiles, C, K, split.ldv, split.ldz,
+                                                      memory::data_type::f32, n0 > begin, step_threads),
+                           wv, wz, wdu);
     }
   });
   transform_weight_grad<M>(s, split.threads, du, split.workers, dw);

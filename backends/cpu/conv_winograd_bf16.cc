@@ -23,6 +23,7 @@
 #include "backends/cpu/onednn_util.h"
 #include "backends/cpu/parallel.h"
 #include "backends/cpu/weight_cache.h"
+#include "backends/cpu/winograd_common.h"
 #include "ir/error.h"
 
 // GCC 12 reports the "undefined" pass-through operands inside its AVX-512
@@ -42,7 +43,10 @@ constexpr int kRows = 6;        // tiles per register block: 6 x 4 sums + 4 weig
 // Bytes of a block's V: with Z and a slice of U it stays in a 1-2 MiB L2.
 constexpr int64_t kBlockBytes = int64_t{192} << 10;
 constexpr int64_t kMaxBlockTiles = 96;
-constexpr double kMinSaving = 1.5;  // as conv_winograd.cc's: below it the transforms cost more than they save
+constexpr double kMinSaving = 1.5;
+// Bytes of V and dZ per chunk of images in the weight gradient (whose
+// products run as one oneDNN matmul per chunk, summing over its tiles).
+constexpr int64_t kChunkBytes = int64_t{12} << 20;  // as conv_winograd.cc's: below it the transforms cost more than they save
 
 // Per-thread scratch that grows and is kept (OpenMP threads persist); Tag
 // tells apart buffers of one type used at once.
@@ -286,6 +290,87 @@ KILN_BF16_TARGET void transform_output(const WinogradConv& s, const Tiles& g, co
   }
 }
 
+// ---- the weight gradient's transforms
+
+// A = (Aᵀ)ᵀ: a 2-output gradient into the 4 transform positions.
+KILN_BF16_TARGET inline void output_grad_1d(__m512 y0, __m512 y1, __m512 z[4]) {
+  z[0] = y0;
+  z[1] = _mm512_add_ps(y0, y1);
+  z[2] = _mm512_sub_ps(y0, y1);
+  z[3] = _mm512_sub_ps(_mm512_setzero_ps(), y1);
+}
+
+// dZ [16][T][K] (positions `plane` elements apart) = A dy Aᵀ for tiles
+// [p0, p0 + count) of the channel-last output gradient dy; outputs beyond the
+// image (the padding up to whole tiles) have no gradient.
+KILN_BF16_TARGET void transform_output_grad(const WinogradConv& s, const Tiles& g, const uint16_t* dy, int64_t p0,
+                                            int64_t count, int64_t plane, uint16_t* z) {
+  const int64_t K = s.out_channels, OH = s.out_height, OW = s.out_width;
+  const __m512 zero = _mm512_setzero_ps();
+  for (int64_t t = 0; t < count; ++t) {
+    const int64_t p = p0 + t, n = p / g.per_image, ty = p % g.per_image / g.tiles_w, tx = p % g.tiles_w;
+    const uint16_t* pixel[2][2];
+    for (int i = 0; i < 2; ++i)
+      for (int j = 0; j < 2; ++j) {
+        const int64_t oy = ty * 2 + i, ox = tx * 2 + j;
+        pixel[i][j] = oy < OH && ox < OW ? dy + ((n * OH + oy) * OW + ox) * K : nullptr;
+      }
+    for (int64_t k = 0; k < K; k += 16) {
+      __m512 r[4][2];  // A dy: r[i][j]
+      for (int j = 0; j < 2; ++j) {
+        const __m512 d0 = pixel[0][j] ? load16(pixel[0][j] + k) : zero;
+        const __m512 d1 = pixel[1][j] ? load16(pixel[1][j] + k) : zero;
+        __m512 col[4];
+        output_grad_1d(d0, d1, col);
+        for (int i = 0; i < 4; ++i) r[i][j] = col[i];
+      }
+      for (int i = 0; i < 4; ++i) {
+        __m512 out[4];
+        output_grad_1d(r[i][0], r[i][1], out);
+        for (int j = 0; j < 4; ++j) store16(z + (i * 4 + j) * plane + t * K + k, out[j]);
+      }
+    }
+  }
+}
+
+// Gᵀ: a transformed weight's gradient (4 positions) back to the 3 taps.
+KILN_BF16_TARGET inline void weight_grad_1d(__m512 u0, __m512 u1, __m512 u2, __m512 u3, __m512 g[3]) {
+  const __m512 half = _mm512_set1_ps(0.5f), h = _mm512_mul_ps(half, _mm512_add_ps(u1, u2));
+  g[0] = _mm512_add_ps(u0, h);
+  g[1] = _mm512_mul_ps(half, _mm512_sub_ps(u1, u2));
+  g[2] = _mm512_add_ps(h, u3);
+}
+
+// dw (OHWI when channels_last, else OIHW) = Gᵀ dU G for input channels
+// [c0, c1), from dU [16][C][K] float32; rounded once to bf16.
+KILN_BF16_TARGET void transform_weight_grad(const WinogradConv& s, bool channels_last, const float* du, int64_t c0,
+                                            int64_t c1, uint16_t* dw) {
+  const int64_t C = s.in_channels, K = s.out_channels;
+  for (int64_t c = c0; c < c1; ++c)
+    for (int64_t k0 = 0; k0 < K; k0 += 16) {
+      __m512 u[kPositions];
+      for (int xi = 0; xi < kPositions; ++xi) u[xi] = _mm512_loadu_ps(du + (xi * C + c) * K + k0);
+      __m512 r[3][4];  // Gᵀ dU
+      for (int j = 0; j < 4; ++j) {
+        __m512 g[3];
+        weight_grad_1d(u[j], u[4 + j], u[8 + j], u[12 + j], g);
+        for (int i = 0; i < 3; ++i) r[i][j] = g[i];
+      }
+      for (int i = 0; i < 3; ++i) {
+        __m512 g[3];
+        weight_grad_1d(r[i][0], r[i][1], r[i][2], r[i][3], g);
+        for (int j = 0; j < 3; ++j) {
+          alignas(32) uint16_t lanes[16];
+          store16(lanes, g[j]);
+          for (int l = 0; l < 16; ++l) {
+            const int64_t k = k0 + l;
+            dw[channels_last ? ((k * 3 + i) * 3 + j) * C + c : ((k * C + c) * 3 + i) * 3 + j] = lanes[l];
+          }
+        }
+      }
+    }
+}
+
 KILN_BF16_TARGET void run_blocks(const WinogradConv& s, const Tiles& g, const uint16_t* x, const uint16_t* u,
                                  const Epilogue& e, int64_t block_tiles, int64_t b0, int64_t b1, uint16_t* y) {
   const int64_t C = s.in_channels, K = s.out_channels, pairs = C / 2;
@@ -458,6 +543,63 @@ void winograd_conv_bf16(const engine::RunContext& run, const WinogradConv& s, bo
   const int64_t blocks = (g.total + block_tiles - 1) / block_tiles;
   parallel_for(
       threads, blocks, [&](int64_t b0, int64_t b1) { run_blocks(s, g, xbits, u, e, block_tiles, b0, b1, ybits); }, 1);
+}
+
+
+void winograd_weight_grad_bf16(const engine::RunContext& run, const WinogradConv& s, bool channels_last,
+                               const BFloat16* x, const BFloat16* dy, BFloat16* dw) {
+  KILN_ASSERT(winograd_bf16_cpu() && !s.transposed_weight);
+  KILN_ASSERT(s.in_channels % kBlockK == 0 && s.out_channels % kBlockK == 0);
+  const int64_t C = s.in_channels, K = s.out_channels, N = s.batch;
+  const int64_t in_plane = s.height * s.width, out_plane = s.out_height * s.out_width;
+  const Tiles g(s);
+  const int64_t work = N * K * out_plane * C * 9;
+  const int threads = work < onednn::kParallelWork ? 1 : std::max(1, run.num_threads);
+  omp_set_num_threads(threads);
+  // Images per chunk: V and dZ of a chunk within kChunkBytes (even chunks).
+  const int64_t per_image = kPositions * g.per_image * (C + K) * 2;
+  int64_t chunk = std::clamp<int64_t>(kChunkBytes / per_image, 1, N);
+  const int64_t chunks = (N + chunk - 1) / chunk;
+  chunk = (N + chunks - 1) / chunks;
+  // Position planes padded apart, as in run_blocks.
+  const int64_t vplane = chunk * g.per_image * C + 32, zplane = chunk * g.per_image * K + 32;
+  WinogradScratch scratch(run.device);
+  auto* v = scratch.get<uint16_t>(kPositions * vplane);
+  auto* z = scratch.get<uint16_t>(kPositions * zplane);
+  float* du = scratch.get<float>(kPositions * C * K);
+  const auto* xbits = reinterpret_cast<const uint16_t*>(x);
+  const auto* dybits = reinterpret_cast<const uint16_t*>(dy);
+  WinogradConv one = s;  // one image
+  one.batch = 1;
+  const Tiles g1(one);
+  for (int64_t n0 = 0; n0 < N; n0 += chunk) {
+    const int64_t count = std::min(chunk, N - n0);
+    parallel_for(
+        threads, count,
+        [&](int64_t i0, int64_t i1) {
+          for (int64_t i = i0; i < i1; ++i) {
+            const int64_t n = n0 + i;
+            const uint16_t* xi = xbits + n * C * in_plane;
+            const uint16_t* dyi = dybits + n * K * out_plane;
+            if (!channels_last) {  // this image channel-last, in per-thread buffers
+              uint16_t* xb = thread_scratch<uint16_t, 1>(static_cast<size_t>(in_plane * C));
+              uint16_t* yb = thread_scratch<uint16_t, 2>(static_cast<size_t>(out_plane * K));
+              transpose_images(xi, 1, C, in_plane, true, xb);
+              transpose_images(dyi, 1, K, out_plane, true, yb);
+              xi = xb, dyi = yb;
+            }
+            transform_input(one, g1, xi, 0, g1.total, vplane, v + i * g.per_image * C);
+            transform_output_grad(one, g1, dyi, 0, g1.total, zplane, z + i * g.per_image * K);
+          }
+        },
+        1);
+    run_winograd_product(*winograd_weight_grad_plan(kPositions, count * g.per_image, C, K, vplane, zplane,
+                                                    dnnl::memory::data_type::bf16, n0 > 0, threads),
+                         v, z, du);
+  }
+  auto* dwbits = reinterpret_cast<uint16_t*>(dw);
+  parallel_for(
+      threads, C, [&](int64_t c0, int64_t c1) { transform_weight_grad(s, channels_last, du, c0, c1, dwbits); }, 1);
 }
 
 }  // namespace kiln::cpu

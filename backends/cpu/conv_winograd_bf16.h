@@ -66,4 +66,13 @@ void winograd_conv_bf16(const engine::RunContext& run, const WinogradConv& s, bo
                         const BFloat16* w, const BFloat16* bias, const BFloat16* sum, bool relu, bool cache_weights,
                         BFloat16* y);
 
+// dw = the gradient of conv(x, w) with respect to w for the output gradient
+// dy, in the layout `channels_last` says (dw shaped like w): Gᵀ [Σ over tiles
+// (Bᵀ x B)ᵀ . (A dy Aᵀ)] G, the forward's algorithm transposed, the products
+// in bf16 summed in float32 by oneDNN's batched matmul over chunks of images,
+// rounded once to bf16. Requires winograd_bf16_applies(s) and
+// !s.transposed_weight.
+void winograd_weight_grad_bf16(const engine::RunContext& run, const WinogradConv& s, bool channels_last,
+                               const BFloat16* x, const BFloat16* dy, BFloat16* dw);
+
 }  // namespace kiln::cpu

@@ -192,6 +192,55 @@ TEST(ConvWinogradBf16, ChannelFirstAndTransposedWeights) {
     }
 }
 
+// The weight gradient against float64: dw[k][i][j][c] = Σ dy[n][oy][ox][k]
+// x[n][oy - pad + i][ox - pad + j][c], errors over sqrt(N OH OW) (a sum of
+// that many products of magnitude <= 1). Returns that error.
+double check_weight_grad(const WinogradConv& s, bool channels_last) {
+  const int64_t C = s.in_channels, K = s.out_channels, OH = s.out_height, OW = s.out_width;
+  const int64_t in_plane = s.height * s.width, out_plane = OH * OW;
+  auto x = bf16_uniform(s.batch * in_plane * C, 11);  // channel-last
+  auto dy = bf16_uniform(s.batch * out_plane * K, 12);
+  std::vector<BFloat16> dw(static_cast<size_t>(K * 9 * C));
+  engine::RunContext run{.device = Device::cpu(0), .num_threads = 2};
+  const auto xk = channels_last ? x : transpose_images(x, s.batch, in_plane, C, true);
+  const auto dyk = channels_last ? dy : transpose_images(dy, s.batch, out_plane, K, true);
+  cpu::winograd_weight_grad_bf16(run, s, channels_last, xk.data(), dyk.data(), dw.data());
+  const auto got = logical_weights(s, dw, channels_last);  // [K][3][3][C]
+  double worst = 0;
+  for (int64_t k = 0; k < K; ++k)
+    for (int64_t i = 0; i < 3; ++i)
+      for (int64_t j = 0; j < 3; ++j)
+        for (int64_t c = 0; c < C; ++c) {
+          double want = 0;
+          for (int64_t n = 0; n < s.batch; ++n)
+            for (int64_t oy = 0; oy < OH; ++oy)
+              for (int64_t ox = 0; ox < OW; ++ox) {
+                const int64_t iy = oy - s.pad_top + i, ix = ox - s.pad_left + j;
+                if (iy < 0 || iy >= s.height || ix < 0 || ix >= s.width) continue;
+                want += value(dy[static_cast<size_t>(((n * OH + oy) * OW + ox) * K + k)]) *
+                        value(x[static_cast<size_t>(((n * s.height + iy) * s.width + ix) * C + c)]);
+              }
+          worst = std::max(worst, std::abs(value(got[static_cast<size_t>(((k * 3 + i) * 3 + j) * C + c)]) - want));
+        }
+  const double err = worst / std::sqrt(static_cast<double>(s.batch * out_plane));
+  EXPECT_LE(err, kTolerance) << "weight gradient " << name(s) << (channels_last ? " channel-last" : " channel-first");
+  return err;
+}
+
+TEST(ConvWinogradBf16, WeightGradientMatchesReference) {
+  SKIP_UNLESS_SUPPORTED();
+  for (bool channels_last : {false, true}) {
+    for (int64_t pad : {0, 1, 2}) check_weight_grad(make(2, 64, 7, 6, 64, pad), channels_last);
+    check_weight_grad(make(3, 128, 4, 4, 64, 1), channels_last);
+    check_weight_grad(make(2, 64, 9, 9, 128, 1), channels_last);
+  }
+  for (auto [c, hw] : {std::pair<int64_t, int64_t>{64, 28}, {512, 4}}) {
+    const double err = check_weight_grad(make(2, c, hw, hw, c, 1), false);
+    std::printf("[          ] weight gradient, %ld channels %ldx%ld: error / sqrt(N OH OW) = %.2e\n",
+                static_cast<long>(c), static_cast<long>(hw), static_cast<long>(hw), err);
+  }
+}
+
 TEST(ConvWinogradBf16, ResNetStageShapesStayAccurate) {
   SKIP_UNLESS_SUPPORTED();
   for (auto [c, hw] : {std::pair<int64_t, int64_t>{64, 28}, {128, 14}, {256, 7}, {512, 4}}) {
