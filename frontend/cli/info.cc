@@ -6,6 +6,7 @@
 
 #include <string>
 
+#include "backends/cpu/conv_winograd_bf16.h"
 #include "backends/cpu/cpu_features.h"
 #include "frontend/kvstore.h"
 #include "ir/device.h"
@@ -82,6 +83,16 @@ std::string devices() {
   return s;
 }
 
+// Which 3x3 convolutions run as Winograd here (KILN_WINOGRAD=0 turns them off).
+std::string winograd_status() {
+  const int mode = cpu::winograd_mode();
+  if (mode == 0) return "off (KILN_WINOGRAD=0)";
+  std::string out = mode == 4 ? "float32 F(4x4) and F(2x2)" : "float32 F(2x2)";
+  out += cpu::winograd_bf16_cpu() ? ", bfloat16 F(2x2) (avx512_bf16, no AMX)"
+                                  : ", bfloat16 direct (the bf16 Winograd runs on AVX512-BF16 CPUs without AMX)";
+  return out;
+}
+
 void print_info() {
   engine::Engine& eng = engine::get();
   auto line = [](std::string_view key, const std::string& value) { fmt::print("{}: {}\n", key, value); };
@@ -99,6 +110,7 @@ void print_info() {
   line("cpu 16-bit float flags", cpu::low_precision_flags());
   line("bfloat16 compute", cpu::low_precision_support(DType::kBfloat16));
   line("float16 compute", cpu::low_precision_support(DType::kFloat16));
+  line("winograd", winograd_status());
   line("threads per device", std::to_string(eng.cpu_threads(Device::cpu(0))));
   line("devices", devices());
   line("engine", eng.kind() == engine::Kind::kNaive ? "naive" : "threaded");
