@@ -168,6 +168,20 @@ struct Tiles {
         tiles_w((s.out_width + 1) / 2),
         per_image(tiles_h * tiles_w),
         total(s.batch * tiles_h * tiles_w) {}
+
+  // Tile p's R x R window of a channel-last [images][rows][cols][channels]
+  // array, from row 2 ty - top and column 2 tx - left: each pixel's first
+  // channel, null outside the array (zero padding).
+  template <int R>
+  void window(int64_t p, const uint16_t* a, int64_t rows, int64_t cols, int64_t channels, int64_t top,
+              int64_t left, const uint16_t* (&out)[R][R]) const {
+    const int64_t n = p / per_image, ty = p % per_image / tiles_w, tx = p % tiles_w;
+    for (int i = 0; i < R; ++i)
+      for (int j = 0; j < R; ++j) {
+        const int64_t y = ty * 2 - top + i, x = tx * 2 - left + j;
+        out[i][j] = y >= 0 && y < rows && x >= 0 && x < cols ? a + ((n * rows + y) * cols + x) * channels : nullptr;
+      }
+  }
 };
 
 // V [16][T][C] for tiles [p0, p0 + count), positions `plane` elements apart.
@@ -176,14 +190,8 @@ KILN_BF16_TARGET void transform_input(const WinogradConv& s, const Tiles& g, con
   const int64_t C = s.in_channels, H = s.height, W = s.width;
   const __m512 zero = _mm512_setzero_ps();
   for (int64_t t = 0; t < count; ++t) {
-    const int64_t p = p0 + t, n = p / g.per_image, ty = p % g.per_image / g.tiles_w, tx = p % g.tiles_w;
-    const int64_t y0 = ty * 2 - s.pad_top, x0 = tx * 2 - s.pad_left;
-    const uint16_t* pixel[4][4];  // null: padding
-    for (int i = 0; i < 4; ++i)
-      for (int j = 0; j < 4; ++j) {
-        const int64_t yy = y0 + i, xx = x0 + j;
-        pixel[i][j] = yy >= 0 && yy < H && xx >= 0 && xx < W ? x + ((n * H + yy) * W + xx) * C : nullptr;
-      }
+    const uint16_t* pixel[4][4];
+    g.window<4>(p0 + t, x, H, W, C, s.pad_top, s.pad_left, pixel);
     for (int64_t c = 0; c < C; c += 16) {
       __m512 r[4][4];  // Bᵀ d: r[i][j]
       for (int j = 0; j < 4; ++j) {
@@ -308,13 +316,8 @@ KILN_BF16_TARGET void transform_output_grad(const WinogradConv& s, const Tiles& 
   const int64_t K = s.out_channels, OH = s.out_height, OW = s.out_width;
   const __m512 zero = _mm512_setzero_ps();
   for (int64_t t = 0; t < count; ++t) {
-    const int64_t p = p0 + t, n = p / g.per_image, ty = p % g.per_image / g.tiles_w, tx = p % g.tiles_w;
     const uint16_t* pixel[2][2];
-    for (int i = 0; i < 2; ++i)
-      for (int j = 0; j < 2; ++j) {
-        const int64_t oy = ty * 2 + i, ox = tx * 2 + j;
-        pixel[i][j] = oy < OH && ox < OW ? dy + ((n * OH + oy) * OW + ox) * K : nullptr;
-      }
+    g.window<2>(p0 + t, dy, OH, OW, K, 0, 0, pixel);
     for (int64_t k = 0; k < K; k += 16) {
       __m512 r[4][2];  // A dy: r[i][j]
       for (int j = 0; j < 2; ++j) {

@@ -32,6 +32,7 @@
 #include "ir/ops/fused_layers.h"
 #include "models/zoo.h"
 #include "runtime/engine.h"
+#include "tests/frontend/winograd_mode_guard.h"
 #include "tests/test_util.h"
 
 namespace kiln {
@@ -41,16 +42,7 @@ using cpu::WinogradConv;
 
 constexpr double kTolerance = 1.2e-2;
 
-class ModeGuard {
- public:
-  explicit ModeGuard(int mode) : saved_(cpu::winograd_set_mode(mode)) {}
-  ~ModeGuard() { cpu::winograd_set_mode(saved_); }
-  ModeGuard(const ModeGuard&) = delete;
-  ModeGuard& operator=(const ModeGuard&) = delete;
-
- private:
-  int saved_;
-};
+using ModeGuard = test::WinogradModeGuard;
 
 std::vector<BFloat16> bf16_uniform(int64_t n, uint64_t seed) {
   std::vector<BFloat16> out;

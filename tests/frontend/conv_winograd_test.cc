@@ -30,6 +30,7 @@
 #include "ir/ops/conv.h"
 #include "ir/ops/fused_layers.h"
 #include "runtime/engine.h"
+#include "tests/frontend/winograd_mode_guard.h"
 #include "tests/test_util.h"
 
 namespace kiln {
@@ -40,17 +41,7 @@ using cpu::WinogradConv;
 double tolerance(int tile) { return tile == 4 ? 4e-5 : 2e-6; }
 double weight_grad_tolerance(int tile) { return tile == 4 ? 4e-5 : 2e-6; }
 
-// Sets the mode for a scope.
-class ModeGuard {
- public:
-  explicit ModeGuard(int mode) : saved_(cpu::winograd_set_mode(mode)) {}
-  ~ModeGuard() { cpu::winograd_set_mode(saved_); }
-  ModeGuard(const ModeGuard&) = delete;
-  ModeGuard& operator=(const ModeGuard&) = delete;
-
- private:
-  int saved_;
-};
+using ModeGuard = test::WinogradModeGuard;
 
 using test::uniform;
 
