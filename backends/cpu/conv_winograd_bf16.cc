@@ -1,4 +1,4 @@
-// Channel-last bfloat16 Winograd F(2x2, 3x3): see conv_winograd_bf16.h.
+// bfloat16 Winograd F(2x2, 3x3): see conv_winograd_bf16.h.
 //
 // Layouts (bf16 unless noted; T = tiles in a block, C / K = input / output
 // channels, tile p = (image, tile row, tile column) over the whole batch):
@@ -8,7 +8,9 @@
 //                             operand order of vdpbf16ps
 //   V [16][T][C]              transformed input tiles Bᵀ d B of one block
 //   Z [16][T][64] float32     V . U for one block of 64 output channels
-// and the output tile is Aᵀ Z A. Every function that uses AVX-512 carries
+// and the output tile is Aᵀ Z A. The weight gradient uses V over a chunk of
+// images, dZ [16][tiles][K] = A dy Aᵀ (bf16) and dU [16][C][K] float32 =
+// Σ Vᵀ dZ, and dw = Gᵀ dU G. Every function that uses AVX-512 carries
 // the target attribute below and is reached only after winograd_bf16_cpu().
 #include "backends/cpu/conv_winograd_bf16.h"
 
@@ -43,10 +45,10 @@ constexpr int kRows = 6;        // tiles per register block: 6 x 4 sums + 4 weig
 // Bytes of a block's V: with Z and a slice of U it stays in a 1-2 MiB L2.
 constexpr int64_t kBlockBytes = int64_t{192} << 10;
 constexpr int64_t kMaxBlockTiles = 96;
-constexpr double kMinSaving = 1.5;
+constexpr double kMinSaving = 1.5;  // as conv_winograd.cc's: below it the transforms cost more than they save
 // Bytes of V and dZ per chunk of images in the weight gradient (whose
 // products run as one oneDNN matmul per chunk, summing over its tiles).
-constexpr int64_t kChunkBytes = int64_t{12} << 20;  // as conv_winograd.cc's: below it the transforms cost more than they save
+constexpr int64_t kChunkBytes = int64_t{12} << 20;
 
 // Per-thread scratch that grows and is kept (OpenMP threads persist); Tag
 // tells apart buffers of one type used at once.
@@ -374,6 +376,9 @@ KILN_BF16_TARGET void transform_weight_grad(const WinogradConv& s, bool channels
     }
 }
 
+// Blocks [b0, b1) of `block_tiles` tiles of the channel-last x into y, on
+// the calling thread: input transform, the products 64 output channels at a
+// time, each followed by their output transform.
 KILN_BF16_TARGET void run_blocks(const WinogradConv& s, const Tiles& g, const uint16_t* x, const uint16_t* u,
                                  const Epilogue& e, int64_t block_tiles, int64_t b0, int64_t b1, uint16_t* y) {
   const int64_t C = s.in_channels, K = s.out_channels, pairs = C / 2;
@@ -400,7 +405,7 @@ KILN_BF16_TARGET void run_blocks(const WinogradConv& s, const Tiles& g, const ui
 
 bool winograd_bf16_cpu() {
   const Features& f = features();
-  return f.has("avx512_bf16") && f.has("avx512bw") && f.has("avx512vl") && !f.has("amx_bf16");
+  return f.has("avx512_bf16") && f.has("avx512bw") && f.has("avx512vl") && f.has("avx512dq") && !f.has("amx_bf16");
 }
 
 bool winograd_bf16_applies(const WinogradConv& s) {
