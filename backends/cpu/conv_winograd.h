@@ -15,6 +15,9 @@
 // rounding: F(4x4) multiplies by up to 8 and divides by 24 inside the
 // transforms, so its float32 error is about 10x that of the direct
 // convolution (tests/frontend/conv_winograd_test.cc states the tolerance).
+// A non-finite input reaches every output of the tiles whose input window
+// holds it (more outputs than the direct convolution's 9), as NaN where a
+// transform subtracts an infinity from itself.
 //
 // Transforms are vectorized over 8 channels at a time (AVX2). With at least
 // as many images as threads, each thread takes a share of the batch and runs

@@ -30,7 +30,10 @@
 // bias, residual and ReLU are float32 until the one final rounding. The
 // extra error over a direct bf16 convolution is the rounding of the
 // transformed operands: a few bf16 ulps of the output's magnitude
-// (tests/frontend/conv_winograd_bf16_test.cc states the bound).
+// (tests/frontend/conv_winograd_bf16_test.cc states the bound). A non-finite
+// input reaches every output of the tiles whose input window holds it (up to
+// 16 outputs, where the direct convolution has 9), as NaN where a transform
+// subtracts an infinity from itself -- as in the float32 Winograd.
 //
 // Work is cut into blocks of a few dozen tiles that stay in the core's L2:
 // each block's transformed inputs V [16][tiles][C] are multiplied, 64 output

@@ -19,6 +19,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -239,6 +240,26 @@ TEST(ConvWinogradBf16, ResNetStageShapesStayAccurate) {
     const double err = check_kernel(make(2, c, hw, hw, c, 1), true, true, true);
     std::printf("[          ] %ld channels %ldx%ld: error / sqrt(9C) = %.2e\n", static_cast<long>(c),
                 static_cast<long>(hw), static_cast<long>(hw), err);
+  }
+}
+
+// An infinity or NaN in the input is never lost: every output whose window
+// holds it is non-finite (Winograd poisons a few more, its tiles' others).
+TEST(ConvWinogradBf16, NonFiniteInputsStayNonFinite) {
+  SKIP_UNLESS_SUPPORTED();
+  const WinogradConv s = make(1, 64, 6, 6, 64, 1);
+  for (float bad : {std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()}) {
+    auto x = bf16_uniform(36 * 64, 1), w = bf16_uniform(64 * 9 * 64, 2);
+    const int64_t by = 2, bx = 3, bc = 5;
+    x[static_cast<size_t>((by * 6 + bx) * 64 + bc)] = float_to_bf16(bad);
+    std::vector<BFloat16> y(36 * 64);
+    engine::RunContext run{.device = Device::cpu(0), .num_threads = 1};
+    cpu::winograd_conv_bf16(run, s, true, x.data(), w.data(), nullptr, nullptr, false, false, y.data());
+    for (int64_t oy = by - 1; oy <= by + 1; ++oy)
+      for (int64_t ox = bx - 1; ox <= bx + 1; ++ox)
+        for (int64_t k = 0; k < 64; ++k)
+          ASSERT_FALSE(std::isfinite(value(y[static_cast<size_t>((oy * 6 + ox) * 64 + k)])))
+              << bad << " at output (" << oy << ", " << ox << ") channel " << k;
   }
 }
 
