@@ -52,6 +52,7 @@
 #include "backends/cpu/elemwise_kernels.h"
 #include "backends/cpu/onednn_util.h"
 #include "backends/cpu/parallel.h"
+#include "backends/cpu/thread_buffer.h"
 #include "backends/cpu/widen.h"
 #include "ir/ops/conv.h"
 #include "ir/ops/conv_layout.h"
@@ -64,13 +65,6 @@ namespace dn = cpu::onednn;
 using dnnl::memory;
 using cpu::load;
 using cpu::store;
-
-// A float32 buffer of at least n elements owned by the calling thread.
-float* thread_buffer(int64_t n) {
-  thread_local std::vector<float> buffer;
-  if (buffer.size() < static_cast<size_t>(n)) buffer.resize(static_cast<size_t>(n));
-  return buffer.data();
-}
 
 struct PoolProblem {
   WindowGeometry g;
@@ -298,7 +292,7 @@ void pool_forward_planes(const PoolProblem& p, const Windows2d& w, const T* x, T
   std::vector<float> inv_w(static_cast<size_t>(w.ow));
   for (int64_t o = 0; o < w.ow; ++o) inv_w[static_cast<size_t>(o)] = 1.0f / w.w.divisor[static_cast<size_t>(o)];
   const auto [full_lo, full_hi] = full_columns(w, kw);
-  float* row = kDirect ? nullptr : thread_buffer(w.ow);
+  float* row = kDirect ? nullptr : cpu::thread_buffer<float>(static_cast<size_t>(w.ow));
   for (int64_t q = q0; q < q1; ++q) {
     const T* xp = x + q * w.ih * w.iw;
     T* yp = y + q * w.oh * w.ow;
@@ -410,7 +404,7 @@ void pool_backward_planes(const PoolProblem& p, const Windows2d& w, const T* dy,
   const int64_t kw = p.g.kernel[1], sw = p.g.stride[1];
   const auto [full_lo, full_hi] = full_columns(w, kw);
   std::vector<float> v(static_cast<size_t>(w.ow));
-  float* staged = kDirect ? nullptr : thread_buffer(plane_in);
+  float* staged = kDirect ? nullptr : cpu::thread_buffer<float>(static_cast<size_t>(plane_in));
   for (int64_t q = q0; q < q1; ++q) {
     const T* g = dy + q * plane_out;
     float* d;

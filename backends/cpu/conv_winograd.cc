@@ -24,6 +24,7 @@
 
 #include "backends/cpu/onednn_util.h"
 #include "backends/cpu/parallel.h"
+#include "backends/cpu/thread_buffer.h"
 #include "backends/cpu/weight_cache.h"
 #include "backends/cpu/winograd_common.h"
 #include "ir/error.h"
@@ -290,13 +291,6 @@ inline void prefetch_span(const float* p, int64_t floats, bool write = false) {
   }
 }
 
-// Per-thread scratch that grows and is kept (OpenMP threads persist).
-float* thread_buffer(size_t floats) {
-  thread_local std::vector<float> buffer;
-  if (buffer.size() < floats) buffer.resize(floats);
-  return buffer.data();
-}
-
 
 // U [A2][C][K] from the weights.
 template <int M>
@@ -362,7 +356,7 @@ void transform_tiles(const Geometry<M>& g, int threads, const float* src, int64_
   parallel_for(
       threads, count * g.tiles_h,
       [&](int64_t u0, int64_t u1) {
-        float* buf = thread_buffer(static_cast<size_t>(blocks * block_floats));
+        float* buf = thread_buffer<float>(static_cast<size_t>(blocks * block_floats));
         float part[A2 * kLanes];
         for (int64_t unit = u0; unit < u1; ++unit) {
           const int64_t n = n0 + unit / g.tiles_h, ty = unit % g.tiles_h;
@@ -428,7 +422,7 @@ void transform_output(const WinogradConv& s, const Geometry<M>& g, int threads, 
   parallel_for(
       threads, count * g.tiles_h,
       [&](int64_t u0, int64_t u1) {
-        float* buf = thread_buffer(static_cast<size_t>(blocks * block_floats));
+        float* buf = thread_buffer<float>(static_cast<size_t>(blocks * block_floats));
         float tile[A2 * kLanes] = {};
         float block[8 * 8];
         for (int64_t unit = u0; unit < u1; ++unit) {

@@ -19,11 +19,11 @@
 
 #include <algorithm>
 #include <cstring>
-#include <vector>
 
 #include "backends/cpu/cpu_features.h"
 #include "backends/cpu/onednn_util.h"
 #include "backends/cpu/parallel.h"
+#include "backends/cpu/thread_buffer.h"
 #include "backends/cpu/weight_cache.h"
 #include "backends/cpu/winograd_common.h"
 #include "ir/error.h"
@@ -49,15 +49,6 @@ constexpr double kMinSaving = 1.5;  // as conv_winograd.cc's: below it the trans
 // Bytes of V and dZ per chunk of images in the weight gradient (whose
 // products run as one oneDNN matmul per chunk, summing over its tiles).
 constexpr int64_t kChunkBytes = int64_t{12} << 20;
-
-// Per-thread scratch that grows and is kept (OpenMP threads persist); Tag
-// tells apart buffers of one type used at once.
-template <typename T, int Tag = 0>
-T* thread_scratch(size_t n) {
-  thread_local std::vector<T> buffer;
-  if (buffer.size() < n) buffer.resize(n);
-  return buffer.data();
-}
 
 // ---- 16 channels as one vector of float32
 
@@ -117,7 +108,7 @@ KILN_BF16_TARGET inline void weight_1d(__m512 g0, __m512 g1, __m512 g2, __m512 u
 KILN_BF16_TARGET void transform_weights(const WinogradConv& s, const WeightWalk& walk, const uint16_t* w,
                                         int64_t c0, int64_t c1, uint16_t* u) {
   const int64_t K = s.out_channels, pairs = s.in_channels / 2;
-  float* taps = thread_scratch<float, 3>(static_cast<size_t>(2 * 9 * K));  // [2][9][K]
+  float* taps = thread_buffer<float, 3>(static_cast<size_t>(2 * 9 * K));  // [2][9][K]
   for (int64_t c = c0; c < c1; c += 2) {
     for (int e = 0; e < 2; ++e)
       for (int t = 0; t < 9; ++t) {
@@ -386,8 +377,8 @@ KILN_BF16_TARGET void run_blocks(const WinogradConv& s, const Tiles& g, const ui
   // transforms: a multiple of 4 KiB apart they would share L1 sets (16 ways
   // into 8), so each plane is padded by one cache line.
   const int64_t vplane = block_tiles * C + 32, zplane = block_tiles * kBlockK + 16;
-  uint16_t* v = thread_scratch<uint16_t>(static_cast<size_t>(kPositions * vplane));
-  float* z = thread_scratch<float>(static_cast<size_t>(kPositions * zplane));
+  uint16_t* v = thread_buffer<uint16_t>(static_cast<size_t>(kPositions * vplane));
+  float* z = thread_buffer<float>(static_cast<size_t>(kPositions * zplane));
   for (int64_t b = b0; b < b1; ++b) {
     const int64_t p0 = b * block_tiles, count = std::min(block_tiles, g.total - p0);
     transform_input(s, g, x, p0, count, vplane, v);
@@ -491,8 +482,8 @@ void run_channel_first(const WinogradConv& s, int threads, const uint16_t* x, co
   parallel_for(
       threads, groups,
       [&](int64_t g0, int64_t g1) {
-        uint16_t* xb = thread_scratch<uint16_t, 1>(static_cast<size_t>(group * in_plane * C));
-        uint16_t* yb = thread_scratch<uint16_t, 2>(static_cast<size_t>(group * out_plane * K));
+        uint16_t* xb = thread_buffer<uint16_t, 1>(static_cast<size_t>(group * in_plane * C));
+        uint16_t* yb = thread_buffer<uint16_t, 2>(static_cast<size_t>(group * out_plane * K));
         for (int64_t gi = g0; gi < g1; ++gi) {
           const int64_t n0 = gi * group, count = std::min(group, s.batch - n0);
           transpose_images(x + n0 * C * in_plane, count, C, in_plane, true, xb);
@@ -536,12 +527,10 @@ void winograd_conv_bf16(const engine::RunContext& run, const WinogradConv& s, bo
     cached = weight_cache_find(kind, w, static_cast<size_t>(C * K * 9) * 2, u_elems * 2,
                                [&](void* out) { transform(static_cast<uint16_t*>(out)); });
   }
-  std::vector<uint16_t> own;
-  if (!cached) {
-    own.resize(u_elems);
-    transform(own.data());
-  }
-  const uint16_t* u = cached ? static_cast<const uint16_t*>(cached->data()) : own.data();
+  WinogradScratch scratch(run.device);  // training: this call's transformed weights, from the device's pool
+  uint16_t* own = cached ? nullptr : scratch.get<uint16_t>(static_cast<int64_t>(u_elems));
+  if (own != nullptr) transform(own);
+  const uint16_t* u = cached ? static_cast<const uint16_t*>(cached->data()) : own;
   const Epilogue e{reinterpret_cast<const uint16_t*>(bias), reinterpret_cast<const uint16_t*>(sum), relu};
   const auto* xbits = reinterpret_cast<const uint16_t*>(x);
   auto* ybits = reinterpret_cast<uint16_t*>(y);
@@ -590,8 +579,8 @@ void winograd_weight_grad_bf16(const engine::RunContext& run, const WinogradConv
             const uint16_t* xi = xbits + n * C * in_plane;
             const uint16_t* dyi = dybits + n * K * out_plane;
             if (!channels_last) {  // this image channel-last, in per-thread buffers
-              uint16_t* xb = thread_scratch<uint16_t, 1>(static_cast<size_t>(in_plane * C));
-              uint16_t* yb = thread_scratch<uint16_t, 2>(static_cast<size_t>(out_plane * K));
+              uint16_t* xb = thread_buffer<uint16_t, 1>(static_cast<size_t>(in_plane * C));
+              uint16_t* yb = thread_buffer<uint16_t, 2>(static_cast<size_t>(out_plane * K));
               transpose_images(xi, 1, C, in_plane, true, xb);
               transpose_images(dyi, 1, K, out_plane, true, yb);
               xi = xb, dyi = yb;
