@@ -5,6 +5,7 @@
 #include <unordered_set>
 
 #include "frontend/autograd_tape.h"
+#include "frontend/eager_grad_builder.h"
 #include "frontend/invoke.h"
 #include "frontend/nd_elemwise.h"
 #include "frontend/nd_init.h"
@@ -95,35 +96,6 @@ void record(const OpDef& def, const OpAttrs& attrs, std::span<const NDArray> inp
   }
   for (size_t i = 0; i < outputs.size(); ++i) outputs[i].set_ag_entry(node, static_cast<int>(i));
 }
-
-// Runs GradFns eagerly: each value is an NDArray, each op goes through invoke.
-class EagerGradBuilder final : public GradBuilder {
- public:
-  GradValue add(NDArray a) {
-    values_.push_back(std::move(a));
-    return GradValue{static_cast<int>(values_.size()) - 1};
-  }
-  const NDArray& value(GradValue v) const { return values_[static_cast<size_t>(v.index)]; }
-
-  std::vector<GradValue> apply(OpId op, std::span<const GradValue> inputs, const OpAttrs& attrs) override {
-    std::vector<NDArray> in;
-    in.reserve(inputs.size());
-    for (GradValue v : inputs) {
-      KILN_ASSERT(!v.is_none());
-      in.push_back(value(v));
-    }
-    std::vector<GradValue> out;
-    for (NDArray& y : invoke(op, in, attrs)) out.push_back(add(std::move(y)));
-    return out;
-  }
-
-  TensorType type(GradValue v) const override { return {value(v).shape(), value(v).dtype()}; }
-  // run_backward sets the mode of the node being differentiated.
-  std::optional<bool> is_train() const override { return is_training(); }
-
- private:
-  std::vector<NDArray> values_;
-};
 
 NDArray add_grads(const NDArray& a, const NDArray& b) { return a.is_none() ? b : a + b; }
 
@@ -309,7 +281,10 @@ std::unordered_map<Node*, std::vector<NDArray>> run_backward(std::span<const NDA
       took_edges_of(node);
       continue;
     }
-    EagerGradBuilder b;
+    Device device = heads[0].device();
+    for (const NDArray& g : out_grads)
+      if (!g.is_none()) device = g.device();
+    EagerGradBuilder b(device);
     std::vector<GradValue> in_vals, out_vals, og_vals;
     for (const NDArray& x : node->saved_inputs) in_vals.push_back(b.add(create_graph ? x : x.detach()));
     for (size_t k = 0; k < node->saved_outputs.size(); ++k) {
@@ -317,9 +292,6 @@ std::unordered_map<Node*, std::vector<NDArray>> run_backward(std::span<const NDA
       if (create_graph && !y.is_none()) y.set_ag_entry(node->shared_from_this(), static_cast<int>(k));
       out_vals.push_back(b.add(std::move(y)));
     }
-    Device device = heads[0].device();
-    for (const NDArray& g : out_grads)
-      if (!g.is_none()) device = g.device();
     for (size_t k = 0; k < out_grads.size(); ++k) {
       // Outputs nobody used get zero gradients when a sibling output has one.
       NDArray g = out_grads[k].is_none()

@@ -1,5 +1,6 @@
 #include "frontend/cached_op.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cctype>
 #include <cstdio>
@@ -10,9 +11,11 @@
 #include "frontend/graph_eval.h"
 #include "frontend/nn/block.h"
 #include "ir/amp.h"
+#include "ir/decompose.h"
 #include "passes/fuse_elementwise.h"
 #include "passes/pass.h"
 #include "runtime/device_backend.h"
+#include "runtime/kernel.h"
 
 namespace kiln {
 namespace {
@@ -65,6 +68,17 @@ std::string dump_subdir(const std::string& dir, const std::string& what, bool tr
   std::string name;
   for (char c : what) name += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
   return fmt::format("{}/{}-{}-{}", dir, name, train_mode ? "train" : "predict", next.fetch_add(1));
+}
+
+// The ops of `g` to run as their decompositions (ir/decompose.h) on `device`:
+// those its backend has no kernel for, and those KILN_DECOMPOSE names.
+std::vector<OpId> ops_to_decompose(const ir::Graph& g, Device device) {
+  std::vector<OpId> ops;
+  for (const ir::Node& n : g.nodes()) {
+    if (!n.is_op() || decomposition(n.op) == nullptr || std::find(ops.begin(), ops.end(), n.op) != ops.end()) continue;
+    if (decomposition_forced(n.op) || !has_kernel(n.op, device.kind)) ops.push_back(n.op);
+  }
+  return ops;
 }
 
 }  // namespace
@@ -126,9 +140,13 @@ std::string CachedOp::optimize(trace::TracedGraph& traced, bool train_mode, std:
   ctx.options.train_mode = train_mode;
   ctx.options.amp = amp;
   if (!ctx.options.dump_dir.empty()) ctx.options.dump_dir = dump_subdir(ctx.options.dump_dir, what, train_mode);
+  // Ops the device cannot run are decomposed first, whatever the pipeline.
+  ctx.options.decompose = ops_to_decompose(traced.graph, traced.device);
+  std::string text(pipeline_text);
+  if (!ctx.options.decompose.empty()) text = text.empty() ? "decompose" : "decompose," + text;
   ir::Graph before = traced.graph;
   try {
-    traced.graph = passes::run_pipeline(before, pipeline_text, ctx);
+    traced.graph = passes::run_pipeline(before, text, ctx);
   } catch (Error& e) {
     e.add_context(fmt::format("{}: optimizing the traced graph", what));
     throw;

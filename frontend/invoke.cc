@@ -7,7 +7,9 @@
 #include "frontend/amp.h"
 #include "frontend/autograd.h"
 #include "frontend/autograd_tape.h"
+#include "frontend/eager_grad_builder.h"
 #include "frontend/trace.h"
+#include "ir/decompose.h"
 #include "runtime/kernel.h"
 #include "runtime/record_pool.h"
 
@@ -140,6 +142,42 @@ bool contains(std::span<engine::Var* const> vars, engine::Var* v) {
   return false;
 }
 
+// Runs `def` as its decomposition (ir/decompose.h) on the inputs' device.
+// The ops it emits are not recorded; the op itself is, below, so its
+// gradient is its own GradFn (whose ops decompose in turn where a device has
+// no kernel for them). `out_types` is a copy: the ops invoked here reuse
+// invoke's per-thread type buffers.
+void run_decomposed(const OpDef& def, DecomposeFn fn, std::span<const NDArray> inputs, const OpAttrs& attrs,
+                    const InvokeOptions& options, Device device, std::vector<TensorType> out_types,
+                    Outputs& outputs) {
+  EagerGradBuilder b(device);
+  std::vector<GradValue> results;
+  {
+    autograd::Pause pause(autograd::is_training());
+    std::vector<GradValue> in;
+    for (const NDArray& x : inputs) in.push_back(b.add(x));
+    results = fn(b, in, attrs);
+    KILN_ASSERT(results.size() == out_types.size());
+    for (size_t i = 0; i < results.size(); ++i) {
+      const NDArray& r = b.value(results[i]);
+      KILN_CHECK(r.shape() == out_types[i].shape && r.dtype() == out_types[i].dtype, InternalError,
+                 "internal error: {}'s decomposition gives output {} as {}{}, the op {}{}", def.name, i,
+                 dtype_short_name(r.dtype()), r.shape(), dtype_short_name(out_types[i].dtype), out_types[i].shape);
+      if (options.out.empty()) {
+        outputs.push_back(r);
+      } else {
+        invoke(OpId::kCopy, {r}, {}, {.out = options.out.subspan(i, 1)});
+        outputs.push_back(options.out[i]);
+      }
+    }
+  }
+  if (autograd::is_recording()) {
+    autograd::detail::record(def, attrs, inputs, outputs.span());
+    for (size_t i = 0; i < options.out.size(); ++i)
+      options.out[i].set_ag_entry(outputs[i].ag_node(), outputs[i].ag_index());
+  }
+}
+
 // invoke and invoke1: fills `outputs`.
 void invoke_into(OpId op, std::span<const NDArray> inputs, const OpAttrs& attrs, const InvokeOptions& options,
                  Outputs& outputs) {
@@ -159,6 +197,10 @@ void invoke_into(OpId op, std::span<const NDArray> inputs, const OpAttrs& attrs,
   in_types.clear();
   for (const NDArray& x : inputs) in_types.push_back({x.shape(), x.dtype()});
   infer_types(def, attrs, in_types, out_types);
+  if (DecomposeFn decompose = decomposition(op)) [[unlikely]] {
+    if (decomposition_forced(op) || !has_kernel(op, device.kind))
+      return run_decomposed(def, decompose, inputs, attrs, options, device, out_types, outputs);
+  }
   KernelFn fn = find_kernel(def, device, in_types, out_types);
 
   int64_t new_bytes = 0;

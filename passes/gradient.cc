@@ -1,79 +1,13 @@
 #include "passes/gradient.h"
 
-#include <map>
 #include <memory>
 
 #include "ir/grad.h"
 #include "ir/ops/init.h"
 #include "ir/ops/nn.h"
+#include "passes/graph_grad_builder.h"
 
 namespace kiln::passes {
-namespace {
-
-// The graph twin of autograd's EagerGradBuilder: values are entries of the
-// graph being built, and each op appends a node.
-class GraphGradBuilder final : public GradBuilder {
- public:
-  GraphGradBuilder(ir::Graph& g, std::optional<bool> train_mode) : g_(g), train_mode_(train_mode) {}
-
-  GradValue add(ir::Entry e) {
-    values_.push_back(e);
-    return GradValue{static_cast<int>(values_.size()) - 1};
-  }
-  ir::Entry entry(GradValue v) const {
-    KILN_ASSERT(!v.is_none() && static_cast<size_t>(v.index) < values_.size());
-    return values_[static_cast<size_t>(v.index)];
-  }
-  // Backward nodes are named after the forward node being differentiated.
-  void set_scope(std::string scope) { scope_ = std::move(scope); }
-
-  std::vector<GradValue> apply(OpId op, std::span<const GradValue> inputs, const OpAttrs& attrs) override {
-    std::vector<ir::Entry> in;
-    in.reserve(inputs.size());
-    for (GradValue v : inputs) in.push_back(entry(v));
-    std::vector<GradValue> out;
-    for (ir::Entry e : append(op, attrs, in)) out.push_back(add(e));
-    return out;
-  }
-
-  TensorType type(GradValue v) const override { return g_.type(entry(v)); }
-  std::optional<bool> is_train() const override { return train_mode_; }
-
-  std::vector<ir::Entry> append(OpId op, const OpAttrs& attrs, std::span<const ir::Entry> in) {
-    return g_.add_op(op, attrs, in, fresh_name(fmt::format("{}_grad/{}", scope_, op_def(op).name)));
-  }
-
-  // Sum of `parts` (one add_n for several), or zeros of `type` for none.
-  ir::Entry sum(const std::vector<ir::Entry>& parts, const TensorType& type) {
-    if (parts.size() == 1) return parts[0];
-    if (parts.empty()) {
-      InitAttrs z;
-      z.shape = type.shape;
-      z.dtype = type.dtype;
-      return append(OpId::kZeros, OpAttrs::make(z), {})[0];
-    }
-    AddNAttrs a;
-    a.num_args = static_cast<int>(parts.size());
-    return append(OpId::kAddN, OpAttrs::make(a), parts)[0];
-  }
-
- private:
-  std::string fresh_name(const std::string& base) {
-    if (!g_.find(base)) return base;
-    for (int& n = counters_[base];; ++n) {
-      std::string name = fmt::format("{}{}", base, n);
-      if (!g_.find(name)) return name;
-    }
-  }
-
-  ir::Graph& g_;
-  std::optional<bool> train_mode_;
-  std::vector<ir::Entry> values_;
-  std::string scope_;
-  std::map<std::string, int> counters_;
-};
-
-}  // namespace
 
 std::string head_grad_name(const ir::Graph& forward, size_t i) {
   const ir::Entry& e = forward.outputs()[i];
@@ -134,7 +68,7 @@ ir::Graph build_gradient_graph(const ir::Graph& forward, std::span<const std::st
     const OpDef& def = op_def(node.op);
     KILN_CHECK(def.grad != nullptr, NotSupported, "gradient: node '{}' ({}) is differentiable but has no gradient",
                node.name, def.name);
-    b.set_scope(node.name);
+    b.set_scope(node.name + "_grad");
     std::vector<GradValue> in_vals, out_vals, og_vals;
     std::vector<TensorType> in_types;
     for (const ir::Entry& e : node.inputs) {
@@ -168,7 +102,7 @@ ir::Graph build_gradient_graph(const ir::Graph& forward, std::span<const std::st
   for (ir::NodeId id : targets) {
     auto it = summed.find(id);
     if (it == summed.end()) {
-      b.set_scope(forward.node(id).name);
+      b.set_scope(forward.node(id).name + "_grad");
       auto& p = parts[static_cast<size_t>(id)];
       it = summed.emplace(id, b.sum(p.empty() ? std::vector<ir::Entry>{} : p[0], forward.node(id).types[0])).first;
     }

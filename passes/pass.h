@@ -76,6 +76,9 @@ struct PassOptions {
   // amp-cast (passes/amp_cast.h): the 16-bit dtype of the mixed-precision
   // policy; unset: no mixed precision.
   std::optional<DType> amp;
+  // decompose (passes/decompose.h): the ops to replace by their
+  // decompositions (ir/decompose.h).
+  std::vector<OpId> decompose;
   bool verify = true;    // ir::verify after each pass that changed the graph
   std::string dump_dir;  // empty: no dumps
 };

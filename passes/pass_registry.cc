@@ -9,6 +9,7 @@
 
 #include "passes/amp_cast.h"
 #include "passes/channels_last.h"
+#include "passes/decompose.h"
 #include "passes/dot.h"
 #include "passes/eliminate_common_expr.h"
 #include "passes/eliminate_dead_code.h"

@@ -16,6 +16,7 @@
 #include "ir/ops/elemwise.h"
 #include "ir/ops/init.h"
 #include "ir/ops/linalg.h"
+#include "ir/ops/reduce.h"
 
 namespace kiln {
 
@@ -150,24 +151,69 @@ void grad_attention(GradBuilder& b, const GradArgs& g, std::span<GradValue> in_g
     if (g.needs_grad[i]) in_grads[i] = r[i];
 }
 
-// _backward_kiln_attention's formula (ir/ops/attention.h) in ordinary ops.
+// _backward_kiln_attention's formula (ir/ops/attention.h) in ordinary ops:
+// (dout, dlse, q, k, v, out, lse) -> (dq, dk, dv) in q's dtype.
+std::vector<GradValue> attention_backward_math(GradBuilder& t, const AttentionDims& d, std::span<const GradValue> in) {
+  GradValue dout = in[0], dlse = in[1], q = in[2], k = in[3], v = in[4], out = in[5], lse = in[6];
+  const DType dt = t.type(q).dtype;
+  GradValue p = probabilities(t, d, q, k, lse);
+  GradValue dv = batch_dot(t, p, dout, true, false);
+  GradValue dp = batch_dot(t, dout, v, false, true);
+  GradValue di = sub(t, grad_ops::sum(t, mul(t, dout, out), {-1}, true), column(t, dlse, dt));
+  GradValue ds = mul(t, p, sub(t, dp, di));
+  GradValue dq = scalar(t, OpId::kMulScalar, batch_dot(t, ds, k, false, false), d.scale);
+  GradValue dk = scalar(t, OpId::kMulScalar, batch_dot(t, ds, q, true, false), d.scale);
+  return {dq, dk, dv};
+}
+
 void grad_attention_backward(GradBuilder& b, const GradArgs& g, std::span<GradValue> in_grads) {
   const AttentionDims d = dims_of(g, 2);
-  grad_of_composite(b, g, in_grads, [&](GradBuilder& t, std::span<const GradValue> in) {
-    GradValue dout = in[0], dlse = in[1], q = in[2], k = in[3], v = in[4], out = in[5], lse = in[6];
-    const DType dt = t.type(q).dtype;
-    GradValue p = probabilities(t, d, q, k, lse);
-    GradValue dv = batch_dot(t, p, dout, true, false);
-    GradValue dp = batch_dot(t, dout, v, false, true);
-    GradValue di = sub(t, grad_ops::sum(t, mul(t, dout, out), {-1}, true), column(t, dlse, dt));
-    GradValue ds = mul(t, p, sub(t, dp, di));
-    GradValue dq = scalar(t, OpId::kMulScalar, batch_dot(t, ds, k, false, false), d.scale);
-    GradValue dk = scalar(t, OpId::kMulScalar, batch_dot(t, ds, q, true, false), d.scale);
-    return std::vector<GradValue>{dq, dk, dv};
-  });
+  grad_of_composite(b, g, in_grads,
+                    [&](GradBuilder& t, std::span<const GradValue> in) { return attention_backward_math(t, d, in); });
+}
+
+GradValue cast_to(GradBuilder& b, GradValue v, DType t) {
+  return b.type(v).dtype == t ? v : b.op(OpId::kCast, {v}, OpAttrs::make(CastAttrs{t}));
 }
 
 }  // namespace
+
+// The scores S = scale q k^T of allowed keys, -inf elsewhere (S + log(mask)
+// adds 0 or -inf exactly); lse = m + log(sum exp(S - m)) with m the row's
+// maximum, which is finite because key 0 is allowed for every query.
+std::vector<GradValue> decompose_attention(GradBuilder& b, std::span<const GradValue> inputs, const OpAttrs& attrs) {
+  const TensorType qt = b.type(inputs[0]);
+  const AttentionDims d =
+      attention_dims(attrs.as<AttentionAttrs>(), qt.shape, b.type(inputs[1]).shape, b.type(inputs[2]).shape);
+  const DType w = lse_dtype(qt.dtype);
+  if (d.tk == 0) {  // no key: out 0, lse -inf
+    const Shape os = out_shape(qt.shape, b.type(inputs[2]).shape);
+    return {b.op(OpId::kZeros, {}, OpAttrs::make(InitAttrs{os, qt.dtype})),
+            b.op(OpId::kFull, {}, OpAttrs::make(FullAttrs{lse_shape(qt.shape), w, -INFINITY}))};
+  }
+  GradValue q = cast_to(b, inputs[0], w), k = cast_to(b, inputs[1], w), v = cast_to(b, inputs[2], w);
+  GradValue s = scalar(b, OpId::kMulScalar, batch_dot(b, q, k, false, true), d.scale);
+  if (d.causal) s = grad_ops::add(b, s, grad_ops::unary(b, OpId::kLog, causal_mask(b, d.tq, d.tk, w)));
+  GradValue m = b.op(OpId::kMax, {s}, OpAttrs::make(ReduceAttrs{.axis = IntTuple{-1}, .keepdims = true}));
+  GradValue e = grad_ops::unary(b, OpId::kExp, sub(b, s, m));
+  GradValue z = grad_ops::sum(b, e, {-1}, true);
+  GradValue lse = grad_ops::reshape_to(b, grad_ops::add(b, m, grad_ops::unary(b, OpId::kLog, z)), lse_shape(qt.shape));
+  GradValue out = batch_dot(b, grad_ops::div(b, e, z), v, false, false);
+  return {cast_to(b, out, qt.dtype), lse};
+}
+
+std::vector<GradValue> decompose_attention_backward(GradBuilder& b, std::span<const GradValue> inputs,
+                                                    const OpAttrs& attrs) {
+  const DType t = b.type(inputs[2]).dtype, w = lse_dtype(t);
+  const AttentionDims d =
+      attention_dims(attrs.as<AttentionAttrs>(), b.type(inputs[2]).shape, b.type(inputs[3]).shape,
+                     b.type(inputs[4]).shape);
+  std::vector<GradValue> in(inputs.begin(), inputs.end());
+  for (GradValue& x : in) x = cast_to(b, x, w);
+  std::vector<GradValue> r = attention_backward_math(b, d, in);
+  for (GradValue& x : r) x = cast_to(b, x, t);
+  return r;
+}
 
 void register_attention_ops(OpRegistry& r) {
   OpDef& fwd = r.define(OpId::kAttention, "Scaled dot-product attention softmax(q k^T scale) v, and its logsumexp.");

@@ -32,7 +32,11 @@
 #include <cstdint>
 #include <optional>
 
+#include <span>
+#include <vector>
+
 #include "ir/attrs.h"
+#include "ir/grad.h"
 #include "ir/shape.h"
 
 namespace kiln {
@@ -58,5 +62,14 @@ struct AttentionDims {
 
 // The dims of a call whose shapes inference has accepted.
 AttentionDims attention_dims(const AttentionAttrs& a, const Shape& q, const Shape& k, const Shape& v);
+
+// The decompositions of the two ops (ir/decompose.h): the formulas above in
+// ordinary ops, computed in float32 (float64 for float64 data) from the
+// inputs widened once, each result rounded once to the data's dtype, as the
+// fused kernels do. The forward materializes the [..., Tq, Tk] scores (it is
+// the fallback for devices without the fused kernel, not a replacement).
+std::vector<GradValue> decompose_attention(GradBuilder& b, std::span<const GradValue> inputs, const OpAttrs& attrs);
+std::vector<GradValue> decompose_attention_backward(GradBuilder& b, std::span<const GradValue> inputs,
+                                                    const OpAttrs& attrs);
 
 }  // namespace kiln
