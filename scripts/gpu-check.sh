@@ -44,7 +44,7 @@ root=$PWD
 bundle_dir=$root/.gpu-bundle
 bundle=$bundle_dir/kiln-gpu.tar.xz
 # The programs a GPU run needs: the kiln program and the test programs of tests/cuda.
-gpu_tests=(cuda_runtime_test op_parity_test fused_nvrtc_test cuda_graph_test cuda_data_parallel_test cuda_nccl_test cuda_fault_test)
+gpu_tests=(cuda_runtime_test cuda_attention_test op_parity_test fused_nvrtc_test cuda_graph_test cuda_data_parallel_test cuda_nccl_test cuda_fault_test)
 
 step() { echo; echo "== $*"; }
 run() { echo "+ $*"; "$@"; }

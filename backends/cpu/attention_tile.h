@@ -7,10 +7,14 @@
 //
 // All operands are row-major with the given row strides, float32 or
 // float64, and must not overlap. Tiles are at most a few hundred rows and
-// columns: the blocking keeps 4 rows x 4 vectors of 64 bytes of c in
-// registers over the whole k loop and streams rows of b, which then come from
-// L1; the last n % lanes columns go through zero-padded copies. Each output
-// adds its k products in order of p.
+// columns: the blocking keeps a block of c in registers over the whole k
+// loop and streams rows of b, which then come from L1; the last n % lanes
+// columns go through zero-padded copies. The block fits the vector
+// registers the build targets: with AVX-512 (32 registers of 64 bytes) 4
+// rows x 4 vectors, otherwise (AVX2: 16 registers of 32 bytes) 6 rows x 2
+// vectors; 64-byte blocks on AVX2 spilled every accumulator and ran the
+// kernels 7x slower than the unfused decomposition. Each output adds its k
+// products in order of p, so results do not depend on the blocking.
 #pragma once
 
 #include <cstdint>
@@ -19,10 +23,16 @@
 
 namespace kiln::cpu::tile {
 
+#if defined(__AVX512F__)
+inline constexpr int kVectorBytes = 64, kBlockRows = 4, kBlockVectors = 4;
+#else
+inline constexpr int kVectorBytes = 32, kBlockRows = 6, kBlockVectors = 2;
+#endif
+
 template <typename T>
 struct Vec {
-  typedef T type __attribute__((vector_size(64)));
-  static constexpr int kLanes = 64 / sizeof(T);
+  typedef T type __attribute__((vector_size(kVectorBytes)));
+  static constexpr int kLanes = kVectorBytes / static_cast<int>(sizeof(T));
 };
 
 // c[R rows][NV vectors] += a[R rows][k] . b[k][NV vectors]; with TA, a is
@@ -49,7 +59,7 @@ inline void micro(int64_t k, const T* a, int64_t lda, const T* b, int64_t ldb, T
 // Columns [j, j + NV * lanes) of every row.
 template <typename T, int NV, bool TA>
 inline void column_block(int64_t m, int64_t k, const T* a, int64_t lda, const T* b, int64_t ldb, T* c, int64_t ldc) {
-  constexpr int R = 4;
+  constexpr int R = kBlockRows;
   // Row i of the product starts at a + i * lda, or at a + i when a is transposed.
   const int64_t row_step = TA ? 1 : lda;
   int64_t i = 0;
@@ -61,7 +71,7 @@ template <typename T, bool TA>
 void product_add(int64_t m, int64_t k, int64_t n, const T* a, int64_t lda, const T* b, int64_t ldb, T* c,
                  int64_t ldc) {
   constexpr int L = Vec<T>::kLanes;
-  constexpr int NV = 4;
+  constexpr int NV = kBlockVectors;
   int64_t j = 0;
   for (; j + NV * L <= n; j += NV * L) column_block<T, NV, TA>(m, k, a, lda, b + j, ldb, c + j, ldc);
   for (; j + L <= n; j += L) column_block<T, 1, TA>(m, k, a, lda, b + j, ldb, c + j, ldc);
