@@ -75,7 +75,10 @@ TEST_P(Linalg, DotOfMatricesWithTransposes) {
 
 TEST_P(Linalg, DotLargeThroughOneDNN) {
   nd::random::seed(11);
-  for (auto [m, k, n] : {std::tuple{256, 300, 200}, std::tuple{129, 1000, 3}, std::tuple{1, 4096, 513}}) {
+  // 160x700x160 is above the size from which AVX2 builds copy a transposed
+  // source untransposed before the product (backends/cpu/linalg.cc).
+  for (auto [m, k, n] : {std::tuple{256, 300, 200}, std::tuple{129, 1000, 3}, std::tuple{1, 4096, 513},
+                         std::tuple{160, 700, 160}}) {
     for (bool ta : {false, true}) {
       NDArray a = normal(ta ? Shape{k, m} : Shape{m, k});
       NDArray b = normal({k, n});
@@ -84,6 +87,15 @@ TEST_P(Linalg, DotLargeThroughOneDNN) {
       expect_product(nd::dot(a, b, ta), want, scale, 1e-4, fmt::format("{}x{}x{} ta={}", m, k, n, ta));
     }
   }
+}
+
+TEST_P(Linalg, LargeBatchDotWithATransposedSource) {
+  nd::random::seed(13);
+  const int64_t batch = 2, m = 160, k = 700, n = 160;
+  NDArray a = normal({batch, k, m}), b = normal({batch, k, n});
+  std::vector<double> scale;
+  auto want = gemm(a.to_vector<double>(), b.to_vector<double>(), batch, m, k, n, true, false, &scale);
+  expect_product(nd::batch_dot(a, b, true, false), want, scale, 1e-4, "batch_dot ta");
 }
 
 TEST_P(Linalg, DotOfVectorsAndNDArrays) {
