@@ -14,6 +14,7 @@
 #include "ir/ops/attention.h"
 #include "runtime/kernel.h"
 #include "tests/cuda/cuda_test_util.h"
+#include "tests/frontend/attention_grads.h"
 #include "tests/test_util.h"
 
 namespace kiln {
@@ -21,38 +22,25 @@ namespace {
 
 constexpr Device kGpu = Device::cuda(0);
 
-// Output and input gradients of sum(attention(q, k, v) * w) on `device`.
-struct Result {
-  NDArray out, dq, dk, dv;
-};
-
-template <typename F>
-Result run(F&& attention, Device device, bool causal) {
-  const Shape s{2, 3, 37, 16};
-  auto values = [&](uint64_t seed) { return nd::array(test::uniform(s.size(), -1.5, 1.5, seed), s).copy_to(device); };
-  NDArray q = values(1), k = values(2), v = values(3), w = values(4);
-  for (NDArray* x : {&q, &k, &v}) x->attach_grad();
-  Result r;
-  {
-    autograd::Record record;
-    r.out = attention(q, k, v, causal);
-    autograd::backward({nd::sum(r.out * w)});
-  }
-  r.out = r.out.copy_to(Device::cpu(0));
-  r.dq = q.grad().copy_to(Device::cpu(0));
-  r.dk = k.grad().copy_to(Device::cpu(0));
-  r.dv = v.grad().copy_to(Device::cpu(0));
-  return r;
-}
+using test::AttentionGrads;
 
 // TF32 products on the GPU (allowed by default) against float32 on the CPU.
 constexpr double kTol = 5e-3;
 
-void expect_same(const Result& got, const Result& want, const std::string& what) {
-  test::expect_close(got.out, want.out, kTol, what + ": out");
-  test::expect_close(got.dq, want.dq, kTol, what + ": dq");
-  test::expect_close(got.dk, want.dk, kTol, what + ": dk");
-  test::expect_close(got.dv, want.dv, kTol, what + ": dv");
+// Output and input gradients of sum(attention(q, k, v) * w) on `device`.
+template <typename F>
+AttentionGrads run(F&& attention, Device device, bool causal) {
+  const Shape s{2, 3, 37, 16};
+  auto values = [&](const Shape& shape, uint64_t seed) {
+    return nd::array(test::uniform(shape.size(), -1.5, 1.5, seed), shape).copy_to(device);
+  };
+  return test::attention_grads(
+      [&](const NDArray& q, const NDArray& k, const NDArray& v) { return attention(q, k, v, causal); },
+      values(s, 1), values(s, 2), values(s, 3), [&](const Shape& shape) { return values(shape, 4); });
+}
+
+void expect_same(const AttentionGrads& got, const AttentionGrads& want, const std::string& what) {
+  test::expect_same(got, want, kTol, what);
 }
 
 NDArray fused(const NDArray& q, const NDArray& k, const NDArray& v, bool causal) {

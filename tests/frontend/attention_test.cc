@@ -22,6 +22,7 @@
 #include "runtime/engine.h"
 #include "runtime/kernel.h"
 #include "runtime/storage.h"
+#include "tests/frontend/attention_grads.h"
 #include "tests/frontend/grad_check.h"
 #include "tests/test_util.h"
 
@@ -44,28 +45,16 @@ std::string describe(const Shapes& c, DType t) {
   return fmt::format("q {} k {} v {} causal={} {}", c.q, c.k, c.v, c.causal, dtype_name(t));
 }
 
-// Output and input gradients of sum(attention(q, k, v) * w).
-struct Result {
-  NDArray out, dq, dk, dv;
-};
+using test::AttentionGrads;
 
+// Output and input gradients of sum(attention(q, k, v) * w).
 template <typename F>
-Result run(F&& attention, const Shapes& c, DType t) {
-  NDArray q = values(c.q, 1, t), k = values(c.k, 2, t), v = values(c.v, 3, t);
-  q.attach_grad();
-  k.attach_grad();
-  v.attach_grad();
-  Result r;
-  {
-    autograd::Record record;
-    r.out = attention(q, k, v, nd::AttentionOptions{.causal = c.causal, .scale = c.scale});
-    NDArray w = values(r.out.shape(), 4, t);
-    autograd::backward({nd::sum(r.out * w)});
-  }
-  r.dq = q.grad().copy();
-  r.dk = k.grad().copy();
-  r.dv = v.grad().copy();
-  return r;
+AttentionGrads run(F&& attention, const Shapes& c, DType t) {
+  return test::attention_grads(
+      [&](const NDArray& q, const NDArray& k, const NDArray& v) {
+        return attention(q, k, v, nd::AttentionOptions{.causal = c.causal, .scale = c.scale});
+      },
+      values(c.q, 1, t), values(c.k, 2, t), values(c.v, 3, t), [&](const Shape& s) { return values(s, 4, t); });
 }
 
 const std::vector<Shapes>& shapes() {
@@ -83,20 +72,15 @@ const std::vector<Shapes>& shapes() {
   return all;
 }
 
-void expect_same(const Result& got, const Result& want, double tol, const std::string& what) {
-  test::expect_close(got.out, want.out, tol, what + ": out");
-  test::expect_close(got.dq, want.dq, tol, what + ": dq");
-  test::expect_close(got.dk, want.dk, tol, what + ": dk");
-  test::expect_close(got.dv, want.dv, tol, what + ": dv");
-}
+using test::expect_same;
 
 TEST(Attention, FusedMatchesTheReferenceInFloat32AndFloat64) {
   ASSERT_TRUE(has_kernel(OpId::kAttention, DeviceKind::kCPU));
   for (DType t : {DType::kFloat32, DType::kFloat64}) {
     const double tol = t == DType::kFloat64 ? 1e-12 : 1e-5;
     for (const Shapes& c : shapes()) {
-      Result want = run(nd::attention_reference, c, t);
-      Result got = run(nd::scaled_dot_product_attention, c, t);
+      AttentionGrads want = run(nd::attention_reference, c, t);
+      AttentionGrads got = run(nd::scaled_dot_product_attention, c, t);
       expect_same(got, want, tol, describe(c, t));
     }
   }
@@ -200,10 +184,10 @@ TEST(Attention, HybridizedEqualsImperative) {
       std::vector<NDArray> in{q, k, v};
       return block(std::span<const NDArray>(in))[0];
     };
-    Result want = run(call, c, DType::kFloat32);
+    AttentionGrads want = run(call, c, DType::kFloat32);
     block.hybridize();
-    Result got = run(call, c, DType::kFloat32);
-    Result again = run(call, c, DType::kFloat32);  // the cached graph
+    AttentionGrads got = run(call, c, DType::kFloat32);
+    AttentionGrads again = run(call, c, DType::kFloat32);  // the cached graph
     expect_same(got, want, 1e-6, "hybridized");
     expect_same(again, want, 1e-6, "hybridized, second call");
   }

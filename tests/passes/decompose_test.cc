@@ -18,6 +18,7 @@
 #include "ir/decompose.h"
 #include "ir/ops/attention.h"
 #include "passes/pass.h"
+#include "tests/frontend/attention_grads.h"
 #include "tests/passes/eval_graph.h"
 #include "tests/test_util.h"
 
@@ -127,33 +128,14 @@ bool forced() { return decomposition_forced(OpId::kAttention) && decomposition_f
   if (!forced()) GTEST_SKIP() << "runs under KILN_DECOMPOSE=_kiln_attention,_backward_kiln_attention " \
                                  "(ctest decompose_test_forced)"
 
-struct Result {
-  NDArray out, dq, dk, dv;
-};
+using test::AttentionGrads;
+using test::expect_same;
 
 template <typename F>
-Result run(F&& attention, const Case& c, DType t) {
-  NDArray q = values(c.q, 1, t), k = values(c.k, 2, t), v = values(c.v, 3, t);
-  q.attach_grad();
-  k.attach_grad();
-  v.attach_grad();
-  Result r;
-  {
-    autograd::Record record;
-    r.out = attention(q, k, v, c.causal);
-    autograd::backward({nd::sum(r.out * values(r.out.shape(), 4, t))});
-  }
-  r.dq = q.grad().copy();
-  r.dk = k.grad().copy();
-  r.dv = v.grad().copy();
-  return r;
-}
-
-void expect_same(const Result& got, const Result& want, double tol, const std::string& what) {
-  test::expect_close(got.out, want.out, tol, what + ": out");
-  test::expect_close(got.dq, want.dq, tol, what + ": dq");
-  test::expect_close(got.dk, want.dk, tol, what + ": dk");
-  test::expect_close(got.dv, want.dv, tol, what + ": dv");
+AttentionGrads run(F&& attention, const Case& c, DType t) {
+  return test::attention_grads(
+      [&](const NDArray& q, const NDArray& k, const NDArray& v) { return attention(q, k, v, c.causal); },
+      values(c.q, 1, t), values(c.k, 2, t), values(c.v, 3, t), [&](const Shape& s) { return values(s, 4, t); });
 }
 
 NDArray fused_call(const NDArray& q, const NDArray& k, const NDArray& v, bool causal) {
@@ -215,7 +197,7 @@ TEST(DecomposeForced, HybridizedGraphsHoldNoFusedAttentionAndTrain) {
       return block(std::span<const NDArray>(in))[0];
     };
     block.hybridize();
-    Result want = run(reference_call, c, DType::kFloat32);
+    AttentionGrads want = run(reference_call, c, DType::kFloat32);
     expect_same(run(call, c, DType::kFloat32), want, 2e-6, "hybridized training");
     NDArray q = values(c.q, 1, DType::kFloat32), k = values(c.k, 2, DType::kFloat32);
     NDArray v = values(c.v, 3, DType::kFloat32);
