@@ -1,7 +1,9 @@
 // CPU kernels of the linalg family: dot and batch_dot.
 //
 // float32 products run on oneDNN's matmul primitive, wrapping the operands'
-// storage without copies (transposes become strides). Creating a primitive
+// storage without copies (transposes become strides; on builds without
+// AVX-512 a large product's transposed source is copied untransposed first,
+// see onednn_matmul). Creating a primitive
 // costs tens of microseconds, so primitives are cached per (dtype, batch, m,
 // k, n, transposes, threads), up to kMaxCachedPlans of them; the cache is shared
 // by all engine workers (a mutex guards lookups; a primitive is executed
