@@ -2,7 +2,7 @@
 # Installs the Debian 12 packages Kiln needs to build and test.
 #
 #   bash scripts/install-deps.sh           # build + test dependencies
-#   bash scripts/install-deps.sh --bench   # also PyTorch, NumPy, OpenBLAS (bench/pytorch_compare.py)
+#   bash scripts/install-deps.sh --bench   # also PyTorch, NumPy, OpenBLAS, ONNX, torchvision (bench/, scripts/make_onnx_fixtures.py)
 #
 # Idempotent: asks dpkg what is missing and runs apt-get (and `apt-get update`)
 # only when something is. Must run as root; otherwise prints the command to run
@@ -22,7 +22,7 @@ packages=(
 )
 for arg in "$@"; do
   case "$arg" in
-    --bench) packages+=(python3-torch python3-numpy libopenblas0-openmp python3-onnx) ;;
+    --bench) packages+=(python3-torch python3-numpy libopenblas0-openmp python3-onnx python3-torchvision) ;;
     -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
     *) echo "install-deps.sh: unknown argument '$arg' (expected --bench)" >&2; exit 2 ;;
   esac
