@@ -88,8 +88,12 @@ std::string winograd_status() {
   const int mode = cpu::winograd_mode();
   if (mode == 0) return "off (KILN_WINOGRAD=0)";
   std::string out = mode == 4 ? "float32 F(4x4) and F(2x2)" : "float32 F(2x2)";
-  out += cpu::winograd_bf16_cpu() ? ", bfloat16 F(2x2) (avx512_bf16, no AMX)"
-                                  : ", bfloat16 direct (the bf16 Winograd runs on AVX512-BF16 CPUs without AMX)";
+  if (cpu::winograd_bf16_cpu())
+    out += ", bfloat16 F(2x2) (avx512_bf16, no AMX)";
+  else if (cpu::low_precision_flags() == "none")
+    out += ", bfloat16 as float32 on widened copies (this CPU has no AVX-512)";
+  else
+    out += ", bfloat16 direct (the bf16 Winograd runs on AVX512-BF16 CPUs without AMX)";
   return out;
 }
 
