@@ -145,7 +145,8 @@ bool contains(std::span<engine::Var* const> vars, engine::Var* v) {
 // Runs `def` as its decomposition (ir/decompose.h) on the inputs' device.
 // The ops it emits are not recorded; the op itself is, below, so its
 // gradient is its own GradFn (whose ops decompose in turn where a device has
-// no kernel for them). `out_types` is a copy: the ops invoked here reuse
+// no kernel for them); autocast is off inside, as the decomposition computes
+// as its op's kernel would. `out_types` is a copy: the ops invoked here reuse
 // invoke's per-thread type buffers.
 void run_decomposed(const OpDef& def, DecomposeFn fn, std::span<const NDArray> inputs, const OpAttrs& attrs,
                     const InvokeOptions& options, Device device, std::vector<TensorType> out_types,
@@ -154,6 +155,7 @@ void run_decomposed(const OpDef& def, DecomposeFn fn, std::span<const NDArray> i
   std::vector<GradValue> results;
   {
     autograd::Pause pause(autograd::is_training());
+    amp::Autocast no_autocast(DType::kBfloat16, false);  // the policy applied to the op's own inputs above
     std::vector<GradValue> in;
     for (const NDArray& x : inputs) in.push_back(b.add(x));
     results = fn(b, in, attrs);
