@@ -142,6 +142,16 @@ bool contains(std::span<engine::Var* const> vars, engine::Var* v) {
   return false;
 }
 
+// Records the call on the autograd tape when recording; outputs written
+// into options.out take the tape entries of the call's outputs.
+void record_call(const OpDef& def, const OpAttrs& attrs, std::span<const NDArray> inputs, const InvokeOptions& options,
+                 Outputs& outputs) {
+  if (!autograd::is_recording()) return;
+  autograd::detail::record(def, attrs, inputs, outputs.span());
+  for (size_t i = 0; i < options.out.size(); ++i)
+    options.out[i].set_ag_entry(outputs[i].ag_node(), outputs[i].ag_index());
+}
+
 // Runs `def` as its decomposition (ir/decompose.h) on the inputs' device.
 // The ops it emits are not recorded; the op itself is, below, so its
 // gradient is its own GradFn (whose ops decompose in turn where a device has
@@ -173,11 +183,7 @@ void run_decomposed(const OpDef& def, DecomposeFn fn, std::span<const NDArray> i
       }
     }
   }
-  if (autograd::is_recording()) {
-    autograd::detail::record(def, attrs, inputs, outputs.span());
-    for (size_t i = 0; i < options.out.size(); ++i)
-      options.out[i].set_ag_entry(outputs[i].ag_node(), outputs[i].ag_index());
-  }
+  record_call(def, attrs, inputs, options, outputs);
 }
 
 // invoke and invoke1: fills `outputs`.
@@ -262,11 +268,7 @@ void invoke_into(OpId op, std::span<const NDArray> inputs, const OpAttrs& attrs,
                       .priority = options.priority,
                       .name = def.name,
                       .bytes = new_bytes});
-  if (autograd::is_recording()) {
-    autograd::detail::record(def, attrs, inputs, outputs.span());
-    for (size_t i = 0; i < options.out.size(); ++i)
-      options.out[i].set_ag_entry(outputs[i].ag_node(), outputs[i].ag_index());
-  }
+  record_call(def, attrs, inputs, options, outputs);
 }
 
 }  // namespace

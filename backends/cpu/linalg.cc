@@ -25,6 +25,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -38,6 +39,7 @@
 #include "backends/cpu/onednn_util.h"
 #include "backends/cpu/parallel_claim.h"
 #include "backends/cpu/parallel.h"
+#include "backends/cpu/thread_buffer.h"
 #include "backends/cpu/widen.h"
 #include "ir/ops/linalg.h"
 #include "runtime/kernel.h"
@@ -145,15 +147,14 @@ constexpr int64_t kUntransposeMinWork = int64_t{1} << 24;  // m * k * n multiply
 void onednn_matmul(MatmulKey key, const void* a, const void* b, void* c, const void* bias = nullptr) {
   omp_set_num_threads(key.threads);
   if (kUntransposeSource && key.ta && key.m * key.k * key.n >= kUntransposeMinWork) {
-    thread_local std::vector<char> untransposed;
     const size_t elem = dtype_size(key.dtype);
-    untransposed.resize(static_cast<size_t>(key.batch * key.m * key.k) * elem);
+    std::byte* untransposed = cpu::thread_buffer<std::byte>(static_cast<size_t>(key.batch * key.m * key.k) * elem);
     cpu::StridedLayout l;  // [batch][m][k] from [batch][k][m]
     l.push(key.batch, key.m * key.k, key.m * key.k);
     l.push(key.m, key.k, 1);
     l.push(key.k, 1, key.m);
-    cpu::strided_copy(key.threads, elem, untransposed.data(), a, l);
-    a = untransposed.data();
+    cpu::strided_copy(key.threads, elem, untransposed, a, l);
+    a = untransposed;
     key.ta = false;
   }
   auto plan = find_plan(key);

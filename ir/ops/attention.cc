@@ -112,9 +112,14 @@ GradValue causal_mask(GradBuilder& b, int64_t tq, int64_t tk, DType t) {
   return b.op(OpId::kBroadcastLesserEqual, {key, query});
 }
 
+// v in dtype `t` (v itself when it has it).
+GradValue cast_to(GradBuilder& b, GradValue v, DType t) {
+  return b.type(v).dtype == t ? v : b.op(OpId::kCast, {v}, OpAttrs::make(CastAttrs{t}));
+}
+
 // v as a column [..., Tq, 1] in `t`.
 GradValue column(GradBuilder& b, GradValue v, DType t) {
-  if (b.type(v).dtype != t) v = b.op(OpId::kCast, {v}, OpAttrs::make(CastAttrs{t}));
+  v = cast_to(b, v, t);
   Shape col = b.type(v).shape;
   col.push_back(1);
   return grad_ops::reshape_to(b, v, col);
@@ -170,10 +175,6 @@ void grad_attention_backward(GradBuilder& b, const GradArgs& g, std::span<GradVa
   const AttentionDims d = dims_of(g, 2);
   grad_of_composite(b, g, in_grads,
                     [&](GradBuilder& t, std::span<const GradValue> in) { return attention_backward_math(t, d, in); });
-}
-
-GradValue cast_to(GradBuilder& b, GradValue v, DType t) {
-  return b.type(v).dtype == t ? v : b.op(OpId::kCast, {v}, OpAttrs::make(CastAttrs{t}));
 }
 
 }  // namespace
