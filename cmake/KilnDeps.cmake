@@ -16,6 +16,20 @@ if(NOT KILN_TSAN)
   # protobuf::libprotobuf without finding it, so Protobuf comes first.
   find_package(Protobuf REQUIRED)
   find_package(ONNX REQUIRED)
+  # OpenBLAS (libopenblas-openmp-dev): its OpenMP build, by path, so that it
+  # shares libgomp's threads with oneDNN whichever BLAS the system's
+  # alternatives select (backends/cpu/openblas_gemm.h says what runs on it).
+  set(kiln_openblas_dir /usr/lib/${CMAKE_LIBRARY_ARCHITECTURE}/openblas-openmp)
+  find_library(KILN_OPENBLAS_LIBRARY NAMES openblas PATHS ${kiln_openblas_dir} NO_DEFAULT_PATH)
+  find_path(KILN_OPENBLAS_INCLUDE_DIR cblas.h PATHS /usr/include/${CMAKE_LIBRARY_ARCHITECTURE}/openblas-openmp
+            NO_DEFAULT_PATH)
+  if(NOT KILN_OPENBLAS_LIBRARY OR NOT KILN_OPENBLAS_INCLUDE_DIR)
+    message(FATAL_ERROR "OpenBLAS's OpenMP build not found under ${kiln_openblas_dir}: "
+                        "install libopenblas-openmp-dev (bash scripts/install-deps.sh)")
+  endif()
+  add_library(kiln_openblas INTERFACE)
+  target_include_directories(kiln_openblas SYSTEM INTERFACE ${KILN_OPENBLAS_INCLUDE_DIR})
+  target_link_libraries(kiln_openblas INTERFACE ${KILN_OPENBLAS_LIBRARY})
 endif()
 
 set(KILN_WARNINGS -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers)

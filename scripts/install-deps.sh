@@ -2,7 +2,7 @@
 # Installs the Debian 12 packages Kiln needs to build and test.
 #
 #   bash scripts/install-deps.sh           # build + test dependencies
-#   bash scripts/install-deps.sh --bench   # also PyTorch, NumPy, OpenBLAS, ONNX, torchvision (bench/, scripts/make_onnx_fixtures.py)
+#   bash scripts/install-deps.sh --bench   # also PyTorch, NumPy, ONNX, torchvision (bench/, scripts/make_onnx_fixtures.py)
 #
 # Idempotent: asks dpkg what is missing and runs apt-get (and `apt-get update`)
 # only when something is. Must run as root; otherwise prints the command to run
@@ -12,6 +12,7 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build git pkg-config
   libfmt-dev nlohmann-json3-dev libdnnl-dev libgtest-dev libcli11-dev zlib1g-dev
+  libopenblas-openmp-dev  # float32 products oneDNN's AVX2 gemm runs slowly (backends/cpu/openblas_gemm.h)
   libopenmpi-dev openmpi-bin llvm-14-dev
   clang-14 libclang-rt-14-dev libomp-14-dev  # the sanitizer build and its fuzz targets (build-asan/)
   ocl-icd-opencl-dev  # libdnnl-dev's CMake config looks for OpenCL (a Recommends, skipped by --no-install-recommends)
@@ -22,7 +23,7 @@ packages=(
 )
 for arg in "$@"; do
   case "$arg" in
-    --bench) packages+=(python3-torch python3-numpy libopenblas0-openmp python3-onnx python3-torchvision) ;;
+    --bench) packages+=(python3-torch python3-numpy python3-onnx python3-torchvision) ;;
     -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
     *) echo "install-deps.sh: unknown argument '$arg' (expected --bench)" >&2; exit 2 ;;
   esac

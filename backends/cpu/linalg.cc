@@ -1,9 +1,10 @@
 // CPU kernels of the linalg family: dot and batch_dot.
 //
 // float32 products run on oneDNN's matmul primitive, wrapping the operands'
-// storage without copies (transposes become strides; on builds without
-// AVX-512 a large product's transposed source is copied untransposed first,
-// see onednn_matmul). Creating a primitive
+// storage without copies (transposes become strides), except on builds
+// without AVX-512, where large products with a transposed first source run on
+// OpenBLAS (openblas_gemm.h says why), or, batched, copy that source
+// untransposed first (see onednn_matmul). Creating a primitive
 // costs tens of microseconds, so primitives are cached per (dtype, batch, m,
 // k, n, transposes, threads), up to kMaxCachedPlans of them; the cache is shared
 // by all engine workers (a mutex guards lookups; a primitive is executed
@@ -37,6 +38,7 @@
 #include "backends/cpu/linalg_kernels.h"
 #include "backends/cpu/matrix_copy.h"
 #include "backends/cpu/onednn_util.h"
+#include "backends/cpu/openblas_gemm.h"
 #include "backends/cpu/parallel_claim.h"
 #include "backends/cpu/parallel.h"
 #include "backends/cpu/thread_buffer.h"
@@ -134,9 +136,11 @@ std::shared_ptr<const MatmulPlan> find_plan(const MatmulKey& key) {
 // oneDNN 2.6's AVX2 gemm runs a transposed source (the weight gradients
 // x^T . dy) at about 80 GFLOP/s where the same product untransposed runs at
 // 140-150 (AMD EPYC, Zen 3, no AVX-512: `kiln train --model gpt`, 256x4096
-// by 4096x1024). So on builds without AVX-512, a large product first copies
-// its transposed source into a contiguous [m, k] buffer (a few ms for 4 MiB)
-// and runs untransposed. AVX-512 builds pass the strides to oneDNN as before.
+// by 4096x1024). Single float32 products of that kind go to OpenBLAS
+// (matmul below); the others (batched, 16-bit) reaching here on builds
+// without AVX-512 first copy their transposed source into a contiguous
+// [batch, m, k] buffer (a few ms for 4 MiB) and run untransposed. AVX-512
+// builds pass the strides to oneDNN as before.
 #if defined(__AVX512F__)
 constexpr bool kUntransposeSource = false;
 #else
@@ -282,6 +286,10 @@ void matmul(const KernelContext& ctx, const MatmulDims& d, const TensorView& a, 
     if (d.batch == 1 && d.m <= cpu::kGemvMaxSamples && d.tb && !d.ta) {
       // A few rows times rows of b (a Dense layer on a few samples).
       cpu::dense_f32(ctx.run, {d.m, d.k, d.n}, a.ptr<float>(), b.ptr<float>(), nullptr, std::nullopt, out);
+      return;
+    }
+    if (d.batch == 1 && cpu::openblas::takes({d.m, d.k, d.n, d.ta, d.tb})) {
+      cpu::openblas::sgemm(threads, {d.m, d.k, d.n, d.ta, d.tb}, a.ptr<float>(), b.ptr<float>(), out);
       return;
     }
     if (d.batch * d.m * d.n * d.k > kSmallProduct && !(d.m == 1 && d.n == 1)) {

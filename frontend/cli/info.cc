@@ -8,6 +8,7 @@
 
 #include "backends/cpu/conv_winograd_bf16.h"
 #include "backends/cpu/cpu_features.h"
+#include "backends/cpu/openblas_gemm.h"
 #include "frontend/kvstore.h"
 #include "ir/device.h"
 #include "runtime/device_backend.h"
@@ -104,6 +105,7 @@ void print_info() {
   line("build type", KILN_BUILD_TYPE);
   line("compiler", KILN_COMPILER);
   line("onednn", onednn_version());
+  line("openblas", cpu::openblas::description());
   line("cuda", cuda_version());
   line("llvm", or_no(KILN_LLVM_VERSION));
   line("mpi", or_no(KILN_MPI_VERSION));

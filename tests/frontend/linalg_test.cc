@@ -75,17 +75,20 @@ TEST_P(Linalg, DotOfMatricesWithTransposes) {
 
 TEST_P(Linalg, DotLargeThroughOneDNN) {
   nd::random::seed(11);
-  // 160x700x160 is above the size from which AVX2 builds copy a transposed
-  // source untransposed before the product (backends/cpu/linalg.cc).
+  // 160x700x160 and 300x700x90 are above the size from which AVX2 builds run
+  // a product with a transposed first source on OpenBLAS
+  // (backends/cpu/openblas_gemm.h); the second is not square, so swapped
+  // dimensions or leading dimensions would show.
   for (auto [m, k, n] : {std::tuple{256, 300, 200}, std::tuple{129, 1000, 3}, std::tuple{1, 4096, 513},
-                         std::tuple{160, 700, 160}}) {
-    for (bool ta : {false, true}) {
-      NDArray a = normal(ta ? Shape{k, m} : Shape{m, k});
-      NDArray b = normal({k, n});
-      std::vector<double> scale;
-      auto want = gemm(a.to_vector<double>(), b.to_vector<double>(), 1, m, k, n, ta, false, &scale);
-      expect_product(nd::dot(a, b, ta), want, scale, 1e-4, fmt::format("{}x{}x{} ta={}", m, k, n, ta));
-    }
+                         std::tuple{160, 700, 160}, std::tuple{300, 700, 90}}) {
+    for (bool ta : {false, true})
+      for (bool tb : {false, true}) {
+        NDArray a = normal(ta ? Shape{k, m} : Shape{m, k});
+        NDArray b = normal(tb ? Shape{n, k} : Shape{k, n});
+        std::vector<double> scale;
+        auto want = gemm(a.to_vector<double>(), b.to_vector<double>(), 1, m, k, n, ta, tb, &scale);
+        expect_product(nd::dot(a, b, ta, tb), want, scale, 1e-4, fmt::format("{}x{}x{} ta={} tb={}", m, k, n, ta, tb));
+      }
   }
 }
 
