@@ -3,7 +3,7 @@
 // float32 products run on oneDNN's matmul primitive, wrapping the operands'
 // storage without copies (transposes become strides), except on builds
 // without AVX-512, where large products with a transposed first source run on
-// OpenBLAS (openblas_gemm.h says why), or, batched, copy that source
+// OpenBLAS (openblas_gemm.h says why) or, batched, copy that source
 // untransposed first (see onednn_matmul). Creating a primitive
 // costs tens of microseconds, so primitives are cached per (dtype, batch, m,
 // k, n, transposes, threads), up to kMaxCachedPlans of them; the cache is shared
@@ -137,20 +137,15 @@ std::shared_ptr<const MatmulPlan> find_plan(const MatmulKey& key) {
 // x^T . dy) at about 80 GFLOP/s where the same product untransposed runs at
 // 140-150 (AMD EPYC, Zen 3, no AVX-512: `kiln train --model gpt`, 256x4096
 // by 4096x1024). Single float32 products of that kind go to OpenBLAS
-// (matmul below); the others (batched, 16-bit) reaching here on builds
-// without AVX-512 first copy their transposed source into a contiguous
+// (matmul below; 16-bit ones widen to float32 there on such builds); batched
+// ones reaching here first copy their transposed source into a contiguous
 // [batch, m, k] buffer (a few ms for 4 MiB) and run untransposed. AVX-512
 // builds pass the strides to oneDNN as before.
-#if defined(__AVX512F__)
-constexpr bool kUntransposeSource = false;
-#else
-constexpr bool kUntransposeSource = true;
-#endif
-constexpr int64_t kUntransposeMinWork = int64_t{1} << 24;  // m * k * n multiply-adds
+constexpr bool kUntransposeSource = cpu::openblas::kSlowTransposedSources;
 
 void onednn_matmul(MatmulKey key, const void* a, const void* b, void* c, const void* bias = nullptr) {
   omp_set_num_threads(key.threads);
-  if (kUntransposeSource && key.ta && key.m * key.k * key.n >= kUntransposeMinWork) {
+  if (kUntransposeSource && key.ta && key.m * key.k * key.n >= cpu::openblas::kMinWork) {
     const size_t elem = dtype_size(key.dtype);
     std::byte* untransposed = cpu::thread_buffer<std::byte>(static_cast<size_t>(key.batch * key.m * key.k) * elem);
     cpu::StridedLayout l;  // [batch][m][k] from [batch][k][m]

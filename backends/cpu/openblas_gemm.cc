@@ -15,16 +15,10 @@ namespace kiln::cpu::openblas {
 
 namespace {
 
-#if defined(__AVX512F__)
-constexpr bool kTargetNeedsIt = false;
-#else
-constexpr bool kTargetNeedsIt = true;
-#endif
-
 bool enabled() {
   static const bool on = [] {
     const char* env = std::getenv("KILN_OPENBLAS");
-    return kTargetNeedsIt && !(env != nullptr && std::strcmp(env, "0") == 0);
+    return kSlowTransposedSources && !(env != nullptr && std::strcmp(env, "0") == 0);
   }();
   return on;
 }
@@ -48,9 +42,10 @@ void sgemm(int threads, const Product& p, const float* a, const float* b, float*
 std::string description() {
   std::string config = openblas_get_config();  // the library loaded: "OpenBLAS 0.3.21 DYNAMIC_ARCH ... Zen ..."
   while (!config.empty() && config.back() == ' ') config.pop_back();
-  const char* parallel = openblas_get_parallel() == 2 ? "OpenMP" : openblas_get_parallel() == 1 ? "pthreads" : "sequential";
+  const int threading = openblas_get_parallel();
+  const char* parallel = threading == 2 ? "OpenMP" : threading == 1 ? "pthreads" : "sequential";
   std::string use;
-  if (!kTargetNeedsIt)
+  if (!kSlowTransposedSources)
     use = "not used (oneDNN runs every product on AVX-512 builds)";
   else if (!enabled())
     use = "off (KILN_OPENBLAS=0)";

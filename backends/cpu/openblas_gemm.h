@@ -32,6 +32,14 @@ struct Product {
   bool ta, tb;
 };
 
+// Whether this build's target is one where oneDNN's gemm is slow with a
+// transposed first source (no AVX-512). linalg.cc reads the same two facts
+// for the products that do not come here (batched ones).
+#if defined(__AVX512F__)
+inline constexpr bool kSlowTransposedSources = false;
+#else
+inline constexpr bool kSlowTransposedSources = true;
+#endif
 inline constexpr int64_t kMinWork = int64_t{1} << 24;  // m * k * n multiply-adds
 
 // Whether Kiln runs this float32 product on OpenBLAS (see above).

@@ -73,7 +73,7 @@ TEST_P(Linalg, DotOfMatricesWithTransposes) {
   }
 }
 
-TEST_P(Linalg, DotLargeThroughOneDNN) {
+TEST_P(Linalg, DotLargeInEveryLayout) {
   nd::random::seed(11);
   // 160x700x160 and 300x700x90 are above the size from which AVX2 builds run
   // a product with a transposed first source on OpenBLAS
