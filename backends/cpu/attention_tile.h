@@ -5,6 +5,9 @@
 //   cpu::tile::matmul_at_add(m, k, n, a, lda, b, ldb, c, ldc); // c[m, n] += a[k, m]^T . b[k, n]
 //   cpu::tile::dot_rows(m, k, n, a, lda, b, ldb, c, ldc);     // c[m, n] = a[m, k] . b[n, k]^T
 //
+// The two products take a tile::Mask last: on a causal diagonal tile they
+// skip the blocks whose products the mask zeroes (see Mask).
+//
 // All operands are row-major with the given row strides, float32 or
 // float64, and must not overlap. Tiles are at most a few hundred rows and
 // columns: the blocking keeps a block of c in registers over the whole k
@@ -17,6 +20,7 @@
 // products in order of p, so results do not depend on the blocking.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -56,25 +60,64 @@ inline void micro(int64_t k, const T* a, int64_t lda, const T* b, int64_t ldb, T
     for (int v = 0; v < NV; ++v) std::memcpy(c + r * ldc + v * L, &acc[r][v], sizeof(V));
 }
 
+// The last `rows` < kBlockRows rows of a product in one block of that many
+// (a tile of 64 rows leaves 4 on AVX2), rather than one row at a time.
+template <typename T, int NV, bool TA, int R = kBlockRows - 1>
+inline void last_rows(int64_t rows, int64_t k, const T* a, int64_t lda, const T* b, int64_t ldb, T* c, int64_t ldc) {
+  if constexpr (R >= 1) {
+    if (rows == R) return micro<T, R, NV, TA>(k, a, lda, b, ldb, c, ldc);
+    last_rows<T, NV, TA, R - 1>(rows, k, a, lda, b, ldb, c, ldc);
+  }
+}
+
+// The products a causal mask makes unneeded, on attention's diagonal tiles.
+// In the score tile's coordinates (query rows r, key columns c), entry
+// (r, c) is visible iff c < r + diag.
+//   kColumns:    c[r][j] is needed only for j < r + diag (the scores, dout v^T);
+//   kDepthBelow: a[r][p] is zero for p >= r + diag (P v, dS k);
+//   kDepthAbove: a is stored transposed and a[p][r] is zero for r >= p + diag,
+//                so row r needs only p > r - diag (P^T dout, dS^T q).
+// Whole blocks of kBlockRows rows and NV vectors are skipped: with
+// kColumns some outputs past the diagonal are still computed (the caller
+// masks them); with kDepth* every skipped product is of an exact zero, so
+// each output still adds the rest in order of p.
+struct Mask {
+  enum Kind { kNone, kColumns, kDepthBelow, kDepthAbove } kind = kNone;
+  int64_t diag = 0;
+};
+
 // Columns [j, j + NV * lanes) of every row.
 template <typename T, int NV, bool TA>
-inline void column_block(int64_t m, int64_t k, const T* a, int64_t lda, const T* b, int64_t ldb, T* c, int64_t ldc) {
+inline void column_block(int64_t m, int64_t k, const T* a, int64_t lda, const T* b, int64_t ldb, T* c, int64_t ldc,
+                         Mask mask, int64_t j) {
   constexpr int R = kBlockRows;
-  // Row i of the product starts at a + i * lda, or at a + i when a is transposed.
-  const int64_t row_step = TA ? 1 : lda;
-  int64_t i = 0;
-  for (; i + R <= m; i += R) micro<T, R, NV, TA>(k, a + i * row_step, lda, b, ldb, c + i * ldc, ldc);
-  for (; i < m; ++i) micro<T, 1, NV, TA>(k, a + i * row_step, lda, b, ldb, c + i * ldc, ldc);
+  // Row i of the product starts at a + i * lda, or at a + i when a is
+  // transposed; depth p at a + p, or at a + p * lda.
+  const int64_t row_step = TA ? 1 : lda, depth_step = TA ? lda : 1;
+  for (int64_t i = 0; i < m; i += R) {
+    const int64_t rows = std::min<int64_t>(R, m - i);
+    int64_t p0 = 0, p1 = k;
+    if (mask.kind == Mask::kColumns && j >= i + rows - 1 + mask.diag) continue;
+    if (mask.kind == Mask::kDepthBelow) p1 = std::clamp<int64_t>(i + rows - 1 + mask.diag, 0, k);
+    if (mask.kind == Mask::kDepthAbove) p0 = std::clamp<int64_t>(i - mask.diag + 1, 0, k);
+    if (p1 <= p0) continue;
+    const T* ap = a + i * row_step + p0 * depth_step;
+    if (rows == R) {
+      micro<T, R, NV, TA>(p1 - p0, ap, lda, b + p0 * ldb, ldb, c + i * ldc, ldc);
+    } else {
+      last_rows<T, NV, TA>(rows, p1 - p0, ap, lda, b + p0 * ldb, ldb, c + i * ldc, ldc);
+    }
+  }
 }
 
 template <typename T, bool TA>
 void product_add(int64_t m, int64_t k, int64_t n, const T* a, int64_t lda, const T* b, int64_t ldb, T* c,
-                 int64_t ldc) {
+                 int64_t ldc, Mask mask) {
   constexpr int L = Vec<T>::kLanes;
   constexpr int NV = kBlockVectors;
   int64_t j = 0;
-  for (; j + NV * L <= n; j += NV * L) column_block<T, NV, TA>(m, k, a, lda, b + j, ldb, c + j, ldc);
-  for (; j + L <= n; j += L) column_block<T, 1, TA>(m, k, a, lda, b + j, ldb, c + j, ldc);
+  for (; j + NV * L <= n; j += NV * L) column_block<T, NV, TA>(m, k, a, lda, b + j, ldb, c + j, ldc, mask, j);
+  for (; j + L <= n; j += L) column_block<T, 1, TA>(m, k, a, lda, b + j, ldb, c + j, ldc, mask, j);
   if (j == n) return;
   // The last n % lanes columns: through zero-padded copies of b's and c's
   // columns, so that they run on the vector path too.
@@ -84,20 +127,21 @@ void product_add(int64_t m, int64_t k, int64_t n, const T* a, int64_t lda, const
   T *bp = pad.data(), *cp = pad.data() + k * L;
   for (int64_t p = 0; p < k; ++p) std::memcpy(bp + p * L, b + p * ldb + j, tail * sizeof(T));
   for (int64_t i = 0; i < m; ++i) std::memcpy(cp + i * L, c + i * ldc + j, tail * sizeof(T));
-  column_block<T, 1, TA>(m, k, a, lda, bp, L, cp, L);
+  column_block<T, 1, TA>(m, k, a, lda, bp, L, cp, L, mask, j);
   for (int64_t i = 0; i < m; ++i) std::memcpy(c + i * ldc + j, cp + i * L, tail * sizeof(T));
 }
 
 template <typename T>
-void matmul_add(int64_t m, int64_t k, int64_t n, const T* a, int64_t lda, const T* b, int64_t ldb, T* c, int64_t ldc) {
-  product_add<T, false>(m, k, n, a, lda, b, ldb, c, ldc);
+void matmul_add(int64_t m, int64_t k, int64_t n, const T* a, int64_t lda, const T* b, int64_t ldb, T* c, int64_t ldc,
+                Mask mask = {}) {
+  product_add<T, false>(m, k, n, a, lda, b, ldb, c, ldc, mask);
 }
 
 // a is [k, m] (row stride lda): c += a^T . b without forming a^T.
 template <typename T>
 void matmul_at_add(int64_t m, int64_t k, int64_t n, const T* a, int64_t lda, const T* b, int64_t ldb, T* c,
-                   int64_t ldc) {
-  product_add<T, true>(m, k, n, a, lda, b, ldb, c, ldc);
+                   int64_t ldc, Mask mask = {}) {
+  product_add<T, true>(m, k, n, a, lda, b, ldb, c, ldc, mask);
 }
 
 // c[i][j] = a_i . b_j for i < m, j < n (b's rows as given, not transposed):
