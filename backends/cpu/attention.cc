@@ -11,7 +11,7 @@
 //
 // On a tile the causal diagonal crosses, every product (forward and
 // backward) skips the register blocks that lie wholly past it (tile::Mask):
-// half of a diagonal tile's products, a quarter of all of them at T = 128.
+// about half of a diagonal tile's products, a third of all of them at T = 128.
 //
 // Backward: one task per batch row (its dq, dk, dv are then written by one
 // thread, in a fixed order: results do not depend on the thread count). Key
