@@ -293,7 +293,12 @@ std::unordered_map<Node*, std::vector<NDArray>> run_backward(std::span<const NDA
       out_vals.push_back(b.add(std::move(y)));
     }
     for (size_t k = 0; k < out_grads.size(); ++k) {
-      // Outputs nobody used get zero gradients when a sibling output has one.
+      // Outputs nobody used get zero gradients when a sibling output has one,
+      // or none where the GradFn takes none.
+      if (out_grads[k].is_none() && node->def->grad_takes_none_out_grads) {
+        og_vals.push_back(GradValue{});
+        continue;
+      }
       NDArray g = out_grads[k].is_none()
                       ? nd::zeros(node->output_types[k].shape, {node->output_types[k].dtype, device})
                       : out_grads[k];

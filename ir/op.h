@@ -87,6 +87,11 @@ struct OpDef {
   // reads, which autograd does not keep (BatchNorm reads its mean and var,
   // not its activation-sized output).
   uint64_t grad_unused_outputs = 0;
+  // The GradFn takes a none gradient for any output (ir/grad.h): where some
+  // outputs' gradients reach the op and others' do not, autograd and the
+  // gradient pass hand none for the others, not zeros to compute with
+  // (LayerNorm's mean and std, which models rarely read).
+  bool grad_takes_none_out_grads = false;
   // Mixed precision: the op's policy, and inputs (bit i for input i) that
   // stay float32 whatever the data's dtype (BatchNorm's scale, shift and
   // statistics), which autocast and Block::cast leave in float32.

@@ -77,7 +77,10 @@ ir::Graph build_gradient_graph(const ir::Graph& forward, std::span<const std::st
     }
     for (int k = 0; k < node.num_outputs(); ++k) {
       if (def.grad_uses_outputs) out_vals.push_back(def.grad_keeps_output(static_cast<size_t>(k)) ? b.add({id, k}) : GradValue{});
-      og_vals.push_back(b.add(b.sum(parts[r][static_cast<size_t>(k)], node.types[static_cast<size_t>(k)])));
+      const std::vector<ir::Entry>& p = parts[r][static_cast<size_t>(k)];
+      og_vals.push_back(p.empty() && def.grad_takes_none_out_grads
+                            ? GradValue{}
+                            : b.add(b.sum(p, node.types[static_cast<size_t>(k)])));
     }
     const size_t n_in = node.inputs.size();
     std::unique_ptr<bool[]> in_needs(new bool[n_in]);  // not vector<bool>: GradArgs needs contiguous bools

@@ -165,6 +165,7 @@ void register_layer_norm_ops(OpRegistry& r) {
   ln.grad = grad_layer_norm;
   ln.grad_uses_outputs = true;
   ln.grad_unused_outputs = 1;  // reads mean and std, not the normalized output
+  ln.grad_takes_none_out_grads = true;  // unread mean and std add no terms
 
   OpDef& back = r.define(OpId::kLayerNormBackward, "Gradient of LayerNorm's output with respect to data, gamma, beta.");
   back.num_inputs = 5;

@@ -86,6 +86,23 @@ const char* kBatchNormDropout = R"IR(graph {
   return %fc
 })IR";
 
+// LayerNorm with its mean and std unread, and with its std read too.
+const char* kLayerNorm = R"IR(graph {
+  %x = input f64[4,5]
+  %gamma = param f64[5]
+  %beta = param f64[5]
+  %ln = LayerNorm(%x, %gamma, %beta) {eps="0.01"} : f64[4,5], f64[4,1], f64[4,1]
+  return %ln
+})IR";
+
+const char* kLayerNormStd = R"IR(graph {
+  %x = input f64[4,5]
+  %gamma = param f64[5]
+  %beta = param f64[5]
+  %ln = LayerNorm(%x, %gamma, %beta) {eps="0.01"} : f64[4,5], f64[4,1], f64[4,1]
+  return %ln, %ln#2
+})IR";
+
 // Bindings for the forward inputs plus random head gradients.
 Bindings bindings_for(const ir::Graph& fwd, uint32_t seed) {
   Bindings b = testing::random_bindings(fwd, seed);
@@ -192,7 +209,9 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"conv", kConvNet, {"cw", "cb", "fw", "x"}, 1e-4, false},
                       Case{"broadcast", kBroadcast, {"x", "w", "b"}, 1e-10, true},
                       Case{"shared", kShared, {"w", "x"}, 1e-10, true},
-                      Case{"batchnorm_dropout", kBatchNormDropout, {"gamma", "beta", "w", "x"}, 1e-4, false}),
+                      Case{"batchnorm_dropout", kBatchNormDropout, {"gamma", "beta", "w", "x"}, 1e-4, false},
+                      Case{"layer_norm", kLayerNorm, {"x", "gamma", "beta"}, 1e-10, true},
+                      Case{"layer_norm_std", kLayerNormStd, {"x", "gamma", "beta"}, 1e-10, true}),
     [](const ::testing::TestParamInfo<Case>& info) { return std::string(info.param.name); });
 
 TEST(Gradient, BeforeAfterText) {
@@ -218,6 +237,22 @@ TEST(Gradient, BeforeAfterText) {
 }
 )IR";
   EXPECT_EQ(g.to_text(), after);
+}
+
+// Outputs nothing reads hand a none gradient to a GradFn that takes one
+// (OpDef::grad_takes_none_out_grads): no zeros, and no terms computed from
+// them. LayerNorm's unread mean and std cost four broadcast ops per layer
+// when they were zeros.
+TEST(Gradient, UnreadOutputsAddNoZerosWhereTheGradientTakesNone) {
+  auto ops_of = [](const char* text) {
+    std::string out = build_gradient_graph(ir::parse_graph(text), std::vector<std::string>{"x", "gamma"}).to_text();
+    return std::make_pair(out.find("_zeros") != std::string::npos, out.find("broadcast_") != std::string::npos);
+  };
+  EXPECT_EQ(ops_of(kLayerNorm), std::make_pair(false, false));
+  // std read: its term is there, mean's (unread) is not zeros.
+  auto [zeros, broadcasts] = ops_of(kLayerNormStd);
+  EXPECT_FALSE(zeros);
+  EXPECT_TRUE(broadcasts);
 }
 
 TEST(Gradient, NoPathGivesZerosAndRequestedOrderIsKept) {
