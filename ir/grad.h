@@ -15,7 +15,9 @@
 //
 // A GradValue may be "none" (index < 0): an input that needs no gradient gets
 // none, and an output whose gradient is none contributes zero (builders skip
-// ops whose GradFn would only see none).
+// ops whose GradFn would only see none). Where some of an op's outputs have
+// gradients, the builders hand zeros for the others, or none where the op
+// sets OpDef::grad_takes_none_out_grads.
 #pragma once
 
 #include <initializer_list>
