@@ -2,6 +2,10 @@
 // eager autograd computes and what finite differences measure.
 #include <gtest/gtest.h>
 
+#include <string>
+
+#include <fmt/format.h>
+
 #include "frontend/autograd.h"
 #include "passes/gradient.h"
 #include "tests/passes/eval_graph.h"
@@ -86,22 +90,20 @@ const char* kBatchNormDropout = R"IR(graph {
   return %fc
 })IR";
 
-// LayerNorm with its mean and std unread, and with its std read too.
-const char* kLayerNorm = R"IR(graph {
+// LayerNorm returning `returned`: its mean and std unread (%ln), or its std
+// read too (%ln, %ln#2).
+std::string layer_norm_graph(const char* returned) {
+  return fmt::format(R"IR(graph {{
   %x = input f64[4,5]
   %gamma = param f64[5]
   %beta = param f64[5]
-  %ln = LayerNorm(%x, %gamma, %beta) {eps="0.01"} : f64[4,5], f64[4,1], f64[4,1]
-  return %ln
-})IR";
-
-const char* kLayerNormStd = R"IR(graph {
-  %x = input f64[4,5]
-  %gamma = param f64[5]
-  %beta = param f64[5]
-  %ln = LayerNorm(%x, %gamma, %beta) {eps="0.01"} : f64[4,5], f64[4,1], f64[4,1]
-  return %ln, %ln#2
-})IR";
+  %ln = LayerNorm(%x, %gamma, %beta) {{eps="0.01"}} : f64[4,5], f64[4,1], f64[4,1]
+  return {}
+}})IR",
+                     returned);
+}
+const std::string kLayerNorm = layer_norm_graph("%ln");
+const std::string kLayerNormStd = layer_norm_graph("%ln, %ln#2");
 
 // Bindings for the forward inputs plus random head gradients.
 Bindings bindings_for(const ir::Graph& fwd, uint32_t seed) {
@@ -210,8 +212,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"broadcast", kBroadcast, {"x", "w", "b"}, 1e-10, true},
                       Case{"shared", kShared, {"w", "x"}, 1e-10, true},
                       Case{"batchnorm_dropout", kBatchNormDropout, {"gamma", "beta", "w", "x"}, 1e-4, false},
-                      Case{"layer_norm", kLayerNorm, {"x", "gamma", "beta"}, 1e-10, true},
-                      Case{"layer_norm_std", kLayerNormStd, {"x", "gamma", "beta"}, 1e-10, true}),
+                      Case{"layer_norm", kLayerNorm.c_str(), {"x", "gamma", "beta"}, 1e-10, true},
+                      Case{"layer_norm_std", kLayerNormStd.c_str(), {"x", "gamma", "beta"}, 1e-10, true}),
     [](const ::testing::TestParamInfo<Case>& info) { return std::string(info.param.name); });
 
 TEST(Gradient, BeforeAfterText) {
@@ -244,7 +246,7 @@ TEST(Gradient, BeforeAfterText) {
 // them. LayerNorm's unread mean and std cost four broadcast ops per layer
 // when they were zeros.
 TEST(Gradient, UnreadOutputsAddNoZerosWhereTheGradientTakesNone) {
-  auto ops_of = [](const char* text) {
+  auto ops_of = [](const std::string& text) {
     std::string out = build_gradient_graph(ir::parse_graph(text), std::vector<std::string>{"x", "gamma"}).to_text();
     return std::make_pair(out.find("_zeros") != std::string::npos, out.find("broadcast_") != std::string::npos);
   };
